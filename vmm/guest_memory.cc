@@ -1,0 +1,117 @@
+#include "vmm/guest_memory.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_format.h"
+#include "vmm/layout.h"
+
+namespace vmm {
+
+absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(GuestAddress start,
+                                                                               uint64_t size) {
+  if (size == 0 || size % kPageSize != 0 || start.value() % kPageSize != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory region at 0x%x of 0x%x bytes is not page aligned or empty", start.value(),
+        size));
+  }
+  GuestAddress end;
+  if (!start.CheckedAdd(size, &end) || end.value() == 0) {
+    return absl::InvalidArgumentError("guest memory region wraps around the address space");
+  }
+  // MAP_NORESERVE: guest RAM is touched lazily; the kernel need not reserve swap for all of it.
+  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (host == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("cannot map %u MiB of guest memory: %s", size >> 20, strerror(errno)));
+  }
+  return std::unique_ptr<GuestMemoryRegion>(
+      new GuestMemoryRegion(start, size, static_cast<uint8_t*>(host)));
+}
+
+GuestMemoryRegion::~GuestMemoryRegion() { munmap(host_, size_); }
+
+absl::StatusOr<GuestMemory> GuestMemory::Create(
+    std::vector<std::unique_ptr<GuestMemoryRegion>> regions) {
+  if (regions.empty()) return absl::InvalidArgumentError("guest memory needs at least one region");
+  std::sort(regions.begin(), regions.end(),
+            [](const auto& a, const auto& b) { return a->start() < b->start(); });
+  for (size_t i = 1; i < regions.size(); ++i) {
+    if (regions[i]->start() < regions[i - 1]->end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("guest memory regions at 0x%x and 0x%x overlap",
+                          regions[i - 1]->start().value(), regions[i]->start().value()));
+    }
+  }
+  GuestMemory memory;
+  memory.regions_ = std::move(regions);
+  return memory;
+}
+
+absl::StatusOr<GuestMemory> GuestMemory::CreateX86(uint64_t ram_bytes) {
+  if (ram_bytes < kMinimumRamBytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory of %u bytes is too small (at least %u MiB)", ram_bytes, kMinimumRamBytes >> 20));
+  }
+  if (ram_bytes % kPageSize != 0) {
+    return absl::InvalidArgumentError("guest memory size must be a multiple of 4 KiB");
+  }
+  std::vector<std::unique_ptr<GuestMemoryRegion>> regions;
+  const uint64_t low = std::min(ram_bytes, kMmioHoleStart);
+  auto low_region = GuestMemoryRegion::Create(GuestAddress(0), low);
+  if (!low_region.ok()) return low_region.status();
+  regions.push_back(*std::move(low_region));
+  if (ram_bytes > low) {
+    auto high_region = GuestMemoryRegion::Create(GuestAddress(kHighRamStart), ram_bytes - low);
+    if (!high_region.ok()) return high_region.status();
+    regions.push_back(*std::move(high_region));
+  }
+  return Create(std::move(regions));
+}
+
+uint64_t GuestMemory::total_size() const {
+  uint64_t total = 0;
+  for (const auto& region : regions_) total += region->size();
+  return total;
+}
+
+GuestAddress GuestMemory::end() const { return regions_.back()->end(); }
+
+absl::StatusOr<std::span<uint8_t>> GuestMemory::GetHostSpan(GuestAddress address,
+                                                            uint64_t length) const {
+  for (const auto& region : regions_) {
+    if (address < region->start() || address > region->end()) continue;
+    const uint64_t offset = address.value() - region->start().value();
+    if (length <= region->size() - offset) {
+      return std::span<uint8_t>(region->host_address() + offset, length);
+    }
+  }
+  return absl::OutOfRangeError(absl::StrFormat(
+      "guest range [0x%x, +0x%x) is not inside guest memory", address.value(), length));
+}
+
+absl::Status GuestMemory::Read(GuestAddress address, std::span<uint8_t> out) const {
+  auto host = GetHostSpan(address, out.size());
+  if (!host.ok()) return host.status();
+  if (!out.empty()) std::memcpy(out.data(), host->data(), out.size());
+  return absl::OkStatus();
+}
+
+absl::Status GuestMemory::Write(GuestAddress address, std::span<const uint8_t> data) const {
+  auto host = GetHostSpan(address, data.size());
+  if (!host.ok()) return host.status();
+  if (!data.empty()) std::memcpy(host->data(), data.data(), data.size());
+  return absl::OkStatus();
+}
+
+absl::Status GuestMemory::Zero(GuestAddress address, uint64_t length) const {
+  auto host = GetHostSpan(address, length);
+  if (!host.ok()) return host.status();
+  if (length != 0) std::memset(host->data(), 0, length);
+  return absl::OkStatus();
+}
+
+}  // namespace vmm

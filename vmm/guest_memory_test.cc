@@ -1,0 +1,93 @@
+#include "vmm/guest_memory.h"
+
+#include <array>
+#include <cstdint>
+#include <limits>
+
+#include "gtest/gtest.h"
+#include "vmm/layout.h"
+
+namespace vmm {
+namespace {
+
+GuestMemory TwoRegions() {
+  std::vector<std::unique_ptr<GuestMemoryRegion>> regions;
+  regions.push_back(*GuestMemoryRegion::Create(GuestAddress(0x10000), 0x2000));
+  regions.push_back(*GuestMemoryRegion::Create(GuestAddress(0x0), 0x4000));
+  return *GuestMemory::Create(std::move(regions));
+}
+
+TEST(GuestMemoryTest, RegionsAreSortedAndSized) {
+  GuestMemory memory = TwoRegions();
+  ASSERT_EQ(memory.regions().size(), 2u);
+  EXPECT_EQ(memory.regions()[0]->start().value(), 0u);
+  EXPECT_EQ(memory.total_size(), 0x6000u);
+  EXPECT_EQ(memory.end().value(), 0x12000u);
+}
+
+TEST(GuestMemoryTest, RejectsOverlapAndMisalignment) {
+  std::vector<std::unique_ptr<GuestMemoryRegion>> regions;
+  regions.push_back(*GuestMemoryRegion::Create(GuestAddress(0), 0x4000));
+  regions.push_back(*GuestMemoryRegion::Create(GuestAddress(0x3000), 0x2000));
+  EXPECT_FALSE(GuestMemory::Create(std::move(regions)).ok());
+  EXPECT_FALSE(GuestMemoryRegion::Create(GuestAddress(0x10), 0x1000).ok());
+  EXPECT_FALSE(GuestMemoryRegion::Create(GuestAddress(0), 0x1001).ok());
+  EXPECT_FALSE(GuestMemoryRegion::Create(GuestAddress(0), 0).ok());
+  EXPECT_FALSE(GuestMemoryRegion::Create(GuestAddress(0xfffffffffffff000ull), 0x1000).ok());
+}
+
+TEST(GuestMemoryTest, ReadWriteRoundTrip) {
+  GuestMemory memory = TwoRegions();
+  ASSERT_TRUE(memory.WriteObject<uint64_t>(GuestAddress(0x3ff8), 0x1122334455667788ull).ok());
+  auto value = memory.ReadObject<uint64_t>(GuestAddress(0x3ff8));
+  ASSERT_TRUE(value.ok());
+  EXPECT_EQ(*value, 0x1122334455667788ull);
+  std::array<uint8_t, 4> bytes = {1, 2, 3, 4};
+  ASSERT_TRUE(memory.Write(GuestAddress(0x11ffc), bytes).ok());
+  std::array<uint8_t, 4> back{};
+  ASSERT_TRUE(memory.Read(GuestAddress(0x11ffc), back).ok());
+  EXPECT_EQ(back, bytes);
+  ASSERT_TRUE(memory.Zero(GuestAddress(0x11ffc), 4).ok());
+  ASSERT_TRUE(memory.Read(GuestAddress(0x11ffc), back).ok());
+  EXPECT_EQ(back, (std::array<uint8_t, 4>{}));
+}
+
+TEST(GuestMemoryTest, BoundsChecks) {
+  GuestMemory memory = TwoRegions();
+  // Wholly inside, touching the end.
+  EXPECT_TRUE(memory.IsValidRange(GuestAddress(0x3000), 0x1000));
+  // One byte past the first region's end.
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x3000), 0x1001));
+  // In the gap between regions.
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x8000), 1));
+  // Spanning the gap into the second region.
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x3fff), 0xc002));
+  // Past the last region.
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x12000), 1));
+  // Huge lengths that would wrap an unchecked end computation.
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x10), std::numeric_limits<uint64_t>::max()));
+  EXPECT_FALSE(
+      memory.IsValidRange(GuestAddress(std::numeric_limits<uint64_t>::max()), 2));
+  // Empty ranges at a region's end are fine; reads and writes of out-of-range objects fail.
+  EXPECT_TRUE(memory.IsValidRange(GuestAddress(0x4000), 0));
+  EXPECT_FALSE(memory.ReadObject<uint32_t>(GuestAddress(0x3ffe)).ok());
+  EXPECT_FALSE(memory.WriteObject<uint32_t>(GuestAddress(0x11ffe), 7).ok());
+  auto status = memory.Write(GuestAddress(0x9000), std::array<uint8_t, 1>{1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(GuestMemoryTest, X86LayoutSplitsAroundTheMmioHole) {
+  auto small = GuestMemory::CreateX86(64ull << 20);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->regions().size(), 1u);
+  auto large = GuestMemory::CreateX86(kMmioHoleStart + (64ull << 20));
+  ASSERT_TRUE(large.ok());
+  ASSERT_EQ(large->regions().size(), 2u);
+  EXPECT_EQ(large->regions()[1]->start().value(), kHighRamStart);
+  EXPECT_EQ(large->regions()[1]->size(), 64ull << 20);
+  EXPECT_FALSE(large->IsValidRange(GuestAddress(kMmioHoleStart), 1));
+  EXPECT_FALSE(GuestMemory::CreateX86(1 << 20).ok());
+}
+
+}  // namespace
+}  // namespace vmm

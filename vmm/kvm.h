@@ -1,0 +1,105 @@
+#ifndef VMM_KVM_H_
+#define VMM_KVM_H_
+
+#include <linux/kvm.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "vmm/scoped_fd.h"
+
+// Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns an
+// absl::Status that names the call and the errno, so callers never see raw -1s.
+namespace vmm {
+
+class VcpuFd;
+class VmFd;
+
+// /dev/kvm: the system-level handle.
+class Kvm {
+ public:
+  // Opens the device and checks the API version (12) and the capabilities this VMM relies on.
+  // Fails with FailedPrecondition (missing) or PermissionDenied (no access) and a hint.
+  static absl::StatusOr<Kvm> Open(const std::string& path = "/dev/kvm");
+
+  // KVM_CHECK_EXTENSION: 0 when absent, else the capability's value.
+  int CheckExtension(int capability) const;
+  absl::StatusOr<std::vector<kvm_cpuid_entry2>> GetSupportedCpuid() const;
+  absl::StatusOr<VmFd> CreateVm() const;
+
+ private:
+  explicit Kvm(ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
+  ScopedFd fd_;
+  size_t vcpu_mmap_size_;
+};
+
+// A VM file descriptor.
+class VmFd {
+ public:
+  VmFd(VmFd&&) = default;
+  VmFd& operator=(VmFd&&) = default;
+
+  int fd() const { return fd_.get(); }
+  absl::Status SetUserMemoryRegion(uint32_t slot, uint64_t guest_address, uint64_t size,
+                                   void* host_address);
+  // x86 housekeeping KVM needs before vCPUs exist (three pages below 4 GiB for the real-mode TSS).
+  absl::Status SetTssAddress(uint64_t address);
+  absl::Status SetIdentityMapAddress(uint64_t address);
+  absl::Status CreateIrqchip();
+  absl::Status CreatePit2();
+  // KVM_IRQ_LINE on the in-kernel irqchip (PIC + IOAPIC pin `irq`).
+  absl::Status SetIrqLine(uint32_t irq, bool level);
+  absl::StatusOr<VcpuFd> CreateVcpu(uint32_t id);
+
+ private:
+  friend class Kvm;
+  VmFd(ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
+  ScopedFd fd_;
+  size_t vcpu_mmap_size_;
+};
+
+// A vCPU file descriptor and its shared kvm_run page (unmapped on destruction).
+class VcpuFd {
+ public:
+  ~VcpuFd();
+  VcpuFd(VcpuFd&& other) noexcept;
+  VcpuFd& operator=(VcpuFd&&) = delete;
+  VcpuFd(const VcpuFd&) = delete;
+
+  uint32_t id() const { return id_; }
+  kvm_run* run_state() const { return run_; }
+
+  // KVM_RUN. Returns Aborted when interrupted by a signal (EINTR), so callers can check their stop
+  // flag; any other failure is Internal.
+  absl::Status Run();
+
+  absl::StatusOr<kvm_regs> GetRegs() const;
+  absl::Status SetRegs(const kvm_regs& regs);
+  absl::StatusOr<kvm_sregs> GetSregs() const;
+  absl::Status SetSregs(const kvm_sregs& sregs);
+  absl::Status SetFpu(const kvm_fpu& fpu);
+  absl::Status SetCpuid(const std::vector<kvm_cpuid_entry2>& entries);
+  absl::Status SetMsrs(const std::vector<kvm_msr_entry>& msrs);
+  absl::StatusOr<kvm_lapic_state> GetLapic() const;
+  absl::Status SetLapic(const kvm_lapic_state& lapic);
+
+  // Human-readable register dump for fatal-error reports.
+  std::string DumpRegisters() const;
+
+ private:
+  friend class VmFd;
+  VcpuFd(ScopedFd fd, uint32_t id, kvm_run* run, size_t run_size)
+      : fd_(std::move(fd)), id_(id), run_(run), run_size_(run_size) {}
+  ScopedFd fd_;
+  uint32_t id_;
+  kvm_run* run_;
+  size_t run_size_;
+};
+
+}  // namespace vmm
+
+#endif  // VMM_KVM_H_

@@ -1,0 +1,48 @@
+#ifndef VMM_LAYOUT_H_
+#define VMM_LAYOUT_H_
+
+#include <cstdint>
+
+// The guest-physical layout of the x86-64 machine. docs/machine.md is the human-readable contract;
+// keep the two in step.
+namespace vmm {
+
+inline constexpr uint64_t kPageSize = 4096;
+inline constexpr uint64_t kMinimumRamBytes = 16ull << 20;
+
+// Boot structures in low RAM.
+inline constexpr uint64_t kBootGdtAddress = 0x500;
+inline constexpr uint64_t kPvhStartInfoAddress = 0x6000;
+inline constexpr uint64_t kPvhModuleListAddress = 0x6040;
+inline constexpr uint64_t kPvhMemoryMapAddress = 0x6100;
+inline constexpr uint64_t kPvhMemoryMapMaxEntries = 64;
+inline constexpr uint64_t kZeroPageAddress = 0x7000;
+inline constexpr uint64_t kPml4Address = 0x9000;
+inline constexpr uint64_t kPdptAddress = 0xa000;
+inline constexpr uint64_t kPageDirectoryAddress = 0xb000;  // Four pages: 0xb000-0xefff.
+inline constexpr uint64_t kBootStackTop = 0x8ff0;
+inline constexpr uint64_t kCmdlineAddress = 0x20000;
+inline constexpr uint64_t kCmdlineMaxBytes = 0x10000;  // Including the terminating NUL.
+inline constexpr uint64_t kFdtAddress = 0x30000;
+inline constexpr uint64_t kFdtMaxBytes = 0x10000;
+inline constexpr uint64_t kMpTableAddress = 0x9fc00;
+inline constexpr uint64_t kEbdaStart = 0x9fc00;
+inline constexpr uint64_t kHighMemoryStart = 0x100000;  // 1 MiB: where kernels load.
+
+// Device MMIO and the RAM above it.
+inline constexpr uint64_t kMmioHoleStart = 0xc0000000;  // 3 GiB
+inline constexpr uint64_t kIoapicAddress = 0xfec00000;
+inline constexpr uint64_t kLapicAddress = 0xfee00000;
+inline constexpr uint64_t kHighRamStart = 0x100000000;  // 4 GiB
+
+// Legacy I/O ports.
+inline constexpr uint16_t kCom1Port = 0x3f8;
+inline constexpr uint8_t kCom1Irq = 4;
+inline constexpr uint16_t kI8042DataPort = 0x60;
+inline constexpr uint16_t kI8042CommandPort = 0x64;
+inline constexpr uint16_t kDebugExitPort = 0xf4;
+inline constexpr uint16_t kPostCodePort = 0x80;
+
+}  // namespace vmm
+
+#endif  // VMM_LAYOUT_H_
