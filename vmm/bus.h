@@ -1,0 +1,59 @@
+#ifndef VMM_BUS_H_
+#define VMM_BUS_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+
+namespace vmm {
+
+// A device reachable through port I/O or MMIO. `offset` is relative to the base the device was
+// registered at, so one implementation can sit at any address. Called on vCPU threads, possibly
+// several at once: implementations do their own locking.
+class BusDevice {
+ public:
+  virtual ~BusDevice() = default;
+  virtual void Read(uint64_t offset, std::span<uint8_t> data) = 0;
+  virtual void Write(uint64_t offset, std::span<const uint8_t> data) = 0;
+};
+
+// Dispatches guest accesses by address range. Ranges never overlap; registering one that would is an
+// error. Devices are called without the bus lock held, so a device may (re)register ranges from
+// inside an access (a PCI BAR move does).
+class Bus {
+ public:
+  explicit Bus(std::string name) : name_(std::move(name)) {}
+
+  absl::Status Register(uint64_t base, uint64_t size, std::shared_ptr<BusDevice> device);
+  absl::Status Unregister(uint64_t base);
+
+  // Return false when nothing is mapped at `address` or the access runs past the device's range;
+  // such reads see all-ones, as on an unclaimed ISA/PCI bus.
+  bool Read(uint64_t address, std::span<uint8_t> data) const;
+  bool Write(uint64_t address, std::span<const uint8_t> data) const;
+
+  const std::string& name() const { return name_; }
+
+ private:
+  struct Range {
+    uint64_t size;
+    std::shared_ptr<BusDevice> device;
+  };
+  // The device and the offset of `address` in it, when [address, address + length) is inside one
+  // registered range.
+  std::shared_ptr<BusDevice> Find(uint64_t address, uint64_t length, uint64_t* offset) const;
+
+  const std::string name_;
+  mutable absl::Mutex mutex_;
+  std::map<uint64_t, Range> ranges_ ABSL_GUARDED_BY(mutex_);  // keyed by base
+};
+
+}  // namespace vmm
+
+#endif  // VMM_BUS_H_
