@@ -1,0 +1,167 @@
+// microvm: launches a KVM microVM. See README.md and docs/machine.md.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "vmm/fdt/machine_fdt.h"
+#include "vmm/vm.h"
+
+ABSL_FLAG(std::string, kernel, "", "Kernel to boot: a Linux bzImage, or an ELF (PVH note or 64-bit entry).");
+ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
+ABSL_FLAG(std::string, cmdline, "console=ttyS0 reboot=k panic=1", "Kernel command line.");
+ABSL_FLAG(std::string, memory, "256M", "Guest RAM: a number of MiB, or with a K/M/G suffix.");
+ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs (1-254).");
+ABSL_FLAG(std::string, serial, "stdout", "Serial console output: stdout, none, or file:PATH.");
+ABSL_FLAG(bool, serial_input, true, "Feed the VMM's stdin to the serial console.");
+ABSL_FLAG(std::string, cpu_features, "",
+          "CPUID features to hide or require, e.g. -xsave,-cx16 (see docs/machine.md).");
+ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree to this file and exit.");
+ABSL_FLAG(bool, boot_report, false,
+          "Print start-up time (launch to first ring-3 instruction) and peak RSS on exit, to stderr.");
+ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
+
+namespace {
+
+constexpr int kExitError = 1;
+
+// Parses "256", "256M", "1G", "65536K" into bytes; a bare number is MiB, as QEMU's -m.
+bool ParseMemorySize(absl::string_view text, uint64_t* bytes) {
+  uint64_t multiplier = 1ull << 20;
+  if (absl::ConsumeSuffix(&text, "K") || absl::ConsumeSuffix(&text, "k")) {
+    multiplier = 1ull << 10;
+  } else if (absl::ConsumeSuffix(&text, "M") || absl::ConsumeSuffix(&text, "m")) {
+    multiplier = 1ull << 20;
+  } else if (absl::ConsumeSuffix(&text, "G") || absl::ConsumeSuffix(&text, "g")) {
+    multiplier = 1ull << 30;
+  }
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value == 0 || value > (1ull << 50) / multiplier) {
+    return false;
+  }
+  *bytes = value * multiplier;
+  return true;
+}
+
+// absl flags are named with underscores; users type dashes (--cpu-features, --dump-dtb), as with
+// QEMU and Firecracker. Accept both by rewriting the name part of every "--name[=value]" argument.
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
+  storage.assign(argv, argv + argc);
+  for (size_t i = 1; i < storage.size(); ++i) {
+    std::string& arg = storage[i];
+    if (arg == "--") break;
+    if (arg.size() <= 2 || arg[0] != '-' || arg[1] != '-') continue;
+    const size_t name_end = std::min(arg.find('='), arg.size());
+    std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(name_end), '-', '_');
+  }
+  std::vector<char*> pointers;
+  for (std::string& arg : storage) pointers.push_back(arg.data());
+  return pointers;
+}
+
+int Fail(const std::string& message) {
+  absl::FPrintF(stderr, "microvm: %s\n", message);
+  return kExitError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const absl::Time launch_time = absl::Now();
+  absl::SetProgramUsageMessage(
+      "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
+      "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
+  std::vector<std::string> storage;
+  std::vector<char*> normalized = NormalizeFlagNames(argc, argv, storage);
+  absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
+
+  vmm::VmConfig config;
+  config.launch_time = launch_time;
+  config.kernel_path = absl::GetFlag(FLAGS_kernel);
+  config.initrd_path = absl::GetFlag(FLAGS_initrd);
+  config.cmdline = absl::GetFlag(FLAGS_cmdline);
+  config.vcpus = absl::GetFlag(FLAGS_vcpus);
+  config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
+  config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
+  if (config.kernel_path.empty()) return Fail("--kernel is required");
+  if (!ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
+    return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
+                                absl::GetFlag(FLAGS_memory)));
+  }
+  if (config.vcpus < 1 || config.vcpus > 254) return Fail("--vcpus must be between 1 and 254");
+
+  vmm::ScopedFd serial_file;
+  const std::string serial = absl::GetFlag(FLAGS_serial);
+  if (serial == "stdout") {
+    config.serial_output_fd = STDOUT_FILENO;
+  } else if (serial == "none") {
+    config.serial_output_fd = -1;
+  } else if (absl::StartsWith(serial, "file:")) {
+    const std::string path = serial.substr(5);
+    serial_file.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!serial_file.valid()) {
+      return Fail(absl::StrFormat("cannot open serial output %s: %s", path, strerror(errno)));
+    }
+    config.serial_output_fd = serial_file.get();
+  } else {
+    return Fail(absl::StrFormat("--serial=%s: expected stdout, none or file:PATH", serial));
+  }
+  config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
+
+  // SIGINT/SIGTERM are taken through a signalfd by the main thread only: block them before any
+  // thread starts so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  vmm::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+
+  auto vm = vmm::Vm::Create(config);
+  if (!vm.ok()) return Fail(std::string(vm.status().message()));
+
+  const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
+  if (!dump_path.empty()) {
+    absl::Status status = vmm::fdt::WriteFdtFile((*vm)->device_tree(), dump_path);
+    if (!status.ok()) return Fail(std::string(status.message()));
+    return 0;
+  }
+
+  const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
+  if (exit.kind == vmm::VmExit::Kind::kFatal) {
+    absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kSignal) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
+  }
+  if (absl::GetFlag(FLAGS_boot_report)) {
+    const vmm::BootReport report = (*vm)->boot_report();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    absl::FPrintF(stderr, "microvm: boot report: first ring-3 instruction %s, first serial output %s, "
+                          "peak RSS %d KiB, exit status %d\n",
+                  report.first_ring3_instruction
+                      ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*report.first_ring3_instruction))
+                      : std::string("not reached"),
+                  report.first_serial_output
+                      ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*report.first_serial_output))
+                      : std::string("none"),
+                  usage.ru_maxrss, exit.status);
+  }
+  return exit.status;
+}

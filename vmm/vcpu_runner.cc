@@ -1,0 +1,134 @@
+#include "vmm/vcpu_runner.h"
+
+#include <signal.h>
+
+#include <span>
+
+#include "absl/strings/str_format.h"
+
+namespace vmm {
+namespace {
+
+int KickSignal() { return SIGRTMIN; }
+
+void IgnoreKick(int) {}
+
+}  // namespace
+
+VcpuRunner::VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus,
+                       ExitLatch& exit_latch)
+    : vcpu_(std::move(vcpu)), pio_bus_(pio_bus), mmio_bus_(mmio_bus), exit_latch_(exit_latch) {}
+
+VcpuRunner::~VcpuRunner() { Stop(); }
+
+void VcpuRunner::InstallKickSignalHandler() {
+  struct sigaction action {};
+  action.sa_handler = IgnoreKick;
+  sigemptyset(&action.sa_mask);
+  // No SA_RESTART: the point is that KVM_RUN returns EINTR.
+  action.sa_flags = 0;
+  sigaction(KickSignal(), &action, nullptr);
+}
+
+void VcpuRunner::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void VcpuRunner::Stop() {
+  stop_requested_.store(true);
+  if (!thread_.joinable()) return;
+  // immediate_exit makes a KVM_RUN that starts after this point return EINTR at once; the signal
+  // interrupts one already running (or blocked waiting for INIT/SIPI). Keep kicking until the
+  // thread is gone, in case a kick lands between the flag check and the ioctl.
+  vcpu_.run_state()->immediate_exit = 1;
+  while (true) {
+    pthread_kill(thread_.native_handle(), KickSignal());
+    // The loop exits within one KVM_RUN once the flag is set.
+    struct timespec pause = {0, 1'000'000};
+    nanosleep(&pause, nullptr);
+    if (exited_.load()) break;
+  }
+  thread_.join();
+}
+
+void VcpuRunner::Loop() {
+  while (!stop_requested_.load(std::memory_order_relaxed)) {
+    absl::Status status = vcpu_.Run();
+    if (absl::IsAborted(status)) {
+      // EINTR: a kick, or a signal meant for another thread; the flag says which.
+      continue;
+    }
+    if (!status.ok()) {
+      Fatal(std::string(status.message()));
+      break;
+    }
+    exit_count_.fetch_add(1, std::memory_order_relaxed);
+    if (!HandleExit()) break;
+  }
+  exited_.store(true);
+}
+
+bool VcpuRunner::HandleExit() {
+  kvm_run* run = vcpu_.run_state();
+  switch (run->exit_reason) {
+    case KVM_EXIT_IO: {
+      // String I/O (rep ins/outs) arrives as `count` back-to-back items in the shared page.
+      uint8_t* data = reinterpret_cast<uint8_t*>(run) + run->io.data_offset;
+      for (uint32_t i = 0; i < run->io.count; ++i) {
+        std::span<uint8_t> item(data + i * run->io.size, run->io.size);
+        if (run->io.direction == KVM_EXIT_IO_OUT) {
+          pio_bus_.Write(run->io.port, item);
+        } else {
+          pio_bus_.Read(run->io.port, item);
+        }
+      }
+      return true;
+    }
+    case KVM_EXIT_MMIO: {
+      const uint32_t length = std::min<uint32_t>(run->mmio.len, sizeof(run->mmio.data));
+      std::span<uint8_t> data(run->mmio.data, length);
+      if (run->mmio.is_write) {
+        mmio_bus_.Write(run->mmio.phys_addr, data);
+      } else {
+        mmio_bus_.Read(run->mmio.phys_addr, data);
+      }
+      return true;
+    }
+    case KVM_EXIT_SHUTDOWN:
+      Fatal("triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle");
+      return false;
+    case KVM_EXIT_SYSTEM_EVENT:
+      switch (run->system_event.type) {
+        case KVM_SYSTEM_EVENT_SHUTDOWN:
+          exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest powered off"});
+          return false;
+        case KVM_SYSTEM_EVENT_RESET:
+          exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset"});
+          return false;
+        default:
+          Fatal(absl::StrFormat("guest system event %u (crash)", run->system_event.type));
+          return false;
+      }
+    case KVM_EXIT_INTERNAL_ERROR:
+      Fatal(absl::StrFormat("KVM internal error, suberror %u", run->internal.suberror));
+      return false;
+    case KVM_EXIT_FAIL_ENTRY:
+      Fatal(absl::StrFormat("KVM could not enter the guest (hardware reason 0x%x)",
+                            run->fail_entry.hardware_entry_failure_reason));
+      return false;
+    case KVM_EXIT_HLT:
+      // Only without an in-kernel irqchip, which this VMM always has.
+      Fatal("unexpected HLT exit");
+      return false;
+    case KVM_EXIT_INTR:
+      return true;
+    default:
+      Fatal(absl::StrFormat("unexpected KVM exit reason %u", run->exit_reason));
+      return false;
+  }
+}
+
+void VcpuRunner::Fatal(const std::string& what) {
+  exit_latch_.Trigger({VmExit::Kind::kFatal, 1,
+                       absl::StrFormat("vCPU %u: %s\n%s", vcpu_.id(), what, vcpu_.DumpRegisters())});
+}
+
+}  // namespace vmm

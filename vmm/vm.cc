@@ -1,0 +1,293 @@
+#include "vmm/vm.h"
+
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+
+#include "absl/strings/str_format.h"
+#include "vmm/fdt/machine_fdt.h"
+#include "vmm/layout.h"
+#include "vmm/legacy/i8042.h"
+#include "vmm/legacy/port_devices.h"
+#include "vmm/legacy/serial.h"
+#include "vmm/loader/initrd.h"
+#include "vmm/loader/kernel_loader.h"
+#include "vmm/loader/linux_boot.h"
+#include "vmm/loader/pvh_boot.h"
+#include "vmm/x86/boot_cpu.h"
+#include "vmm/x86/cpuid.h"
+#include "vmm/x86/mptable.h"
+
+namespace vmm {
+namespace {
+
+// KVM needs three pages for the real-mode TSS and one for the EPT identity map, below 4 GiB and
+// outside RAM and MMIO: the top of the MMIO hole, below the BIOS ROM alias at 0xffff0000 (as QEMU).
+constexpr uint64_t kKvmTssAddress = 0xfffbd000;
+constexpr uint64_t kKvmIdentityMapAddress = 0xfffbc000;
+
+// The POST code the test guest writes at its first ring-3 instruction (docs/machine.md).
+constexpr uint8_t kPostCodeRing3 = 0x03;
+
+// Drives one IOAPIC/PIC input through KVM_IRQ_LINE.
+class KvmIrqLine : public IrqLine {
+ public:
+  KvmIrqLine(VmFd& vm, uint32_t irq) : vm_(vm), irq_(irq) {}
+  void SetLevel(bool asserted) override {
+    absl::Status status = vm_.SetIrqLine(irq_, asserted);
+    if (!status.ok()) absl::FPrintF(stderr, "microvm: IRQ %u: %s\n", irq_, status.message());
+  }
+
+ private:
+  VmFd& vm_;
+  const uint32_t irq_;
+};
+
+DeviceDescription PortDevice(std::string name, std::vector<std::string> compatible,
+                             std::vector<DeviceDescription::Range> ranges) {
+  DeviceDescription device;
+  device.node_name = std::move(name);
+  device.compatible = std::move(compatible);
+  device.space = DeviceDescription::AddressSpace::kPortIo;
+  device.ranges = std::move(ranges);
+  return device;
+}
+
+// Writes all of `byte` to `fd`, retrying on EINTR; output errors are not the guest's concern.
+void WriteByte(int fd, uint8_t byte) {
+  while (write(fd, &byte, 1) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+Vm::Vm(const VmConfig& config) : config_(config) {}
+
+Vm::~Vm() {
+  // Runners first: their threads use the buses, devices and memory below.
+  vcpus_.clear();
+}
+
+absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
+  std::unique_ptr<Vm> vm(new Vm(config));
+  absl::Status status = vm->Initialize();
+  if (!status.ok()) return status;
+  return vm;
+}
+
+absl::Status Vm::Initialize() {
+  if (config_.vcpus == 0 || config_.vcpus > x86::kMpTableMaxCpus) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%u vCPUs requested; this machine supports 1 to %u", config_.vcpus,
+                        x86::kMpTableMaxCpus));
+  }
+  auto kvm = Kvm::Open(config_.kvm_path);
+  if (!kvm.ok()) return kvm.status();
+  kvm_.emplace(*std::move(kvm));
+  auto vm_fd = kvm_->CreateVm();
+  if (!vm_fd.ok()) return vm_fd.status();
+  vm_fd_.emplace(*std::move(vm_fd));
+  // Order matters: the TSS and identity map before any vCPU, the irqchip before the PIT and vCPUs.
+  absl::Status status = vm_fd_->SetTssAddress(kKvmTssAddress);
+  if (status.ok()) status = vm_fd_->SetIdentityMapAddress(kKvmIdentityMapAddress);
+  if (status.ok()) status = vm_fd_->CreateIrqchip();
+  if (status.ok()) status = vm_fd_->CreatePit2();
+  if (status.ok()) status = SetUpMemory();
+  if (status.ok()) status = SetUpLegacyDevices();
+  if (status.ok()) status = LoadGuest();
+  if (status.ok()) status = CreateVcpus();
+  return status;
+}
+
+absl::Status Vm::SetUpMemory() {
+  auto memory = GuestMemory::CreateX86(config_.memory_bytes);
+  if (!memory.ok()) return memory.status();
+  memory_.emplace(*std::move(memory));
+  uint32_t slot = 0;
+  for (const auto& region : memory_->regions()) {
+    absl::Status status = vm_fd_->SetUserMemoryRegion(slot++, region->start().value(),
+                                                      region->size(), region->host_address());
+    if (!status.ok()) return status;
+    machine_.memory.push_back({region->start().value(), region->size()});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Vm::SetUpLegacyDevices() {
+  const int output_fd = config_.serial_output_fd;
+  serial_ = std::make_shared<legacy::Serial>(
+      std::make_shared<KvmIrqLine>(*vm_fd_, kCom1Irq), [this, output_fd](uint8_t byte) {
+        {
+          absl::MutexLock lock(&report_mutex_);
+          if (!report_.first_serial_output) {
+            report_.first_serial_output = absl::Now() - config_.launch_time;
+          }
+        }
+        if (output_fd >= 0) WriteByte(output_fd, byte);
+      });
+  absl::Status status = pio_bus_.Register(kCom1Port, legacy::Serial::kRegisterCount, serial_);
+  if (!status.ok()) return status;
+  DeviceDescription serial_node =
+      PortDevice("serial", {"ns16550a"}, {{kCom1Port, legacy::Serial::kRegisterCount}});
+  serial_node.interrupt = kCom1Irq;
+  serial_node.clock_frequency = 1843200;
+  machine_.devices.push_back(serial_node);
+  machine_.stdout_device = absl::StrFormat("serial@%x", kCom1Port);
+
+  i8042_ = std::make_shared<legacy::I8042>(
+      [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (i8042)"}); });
+  // The bus holds shared_ptrs to the ports; they alias the controller's lifetime.
+  status = pio_bus_.Register(kI8042DataPort, 1,
+                             std::shared_ptr<BusDevice>(i8042_, &i8042_->data_port()));
+  if (!status.ok()) return status;
+  status = pio_bus_.Register(kI8042CommandPort, 1,
+                             std::shared_ptr<BusDevice>(i8042_, &i8042_->command_port()));
+  if (!status.ok()) return status;
+  machine_.devices.push_back(PortDevice("keyboard-controller", {"intel,8042"},
+                                        {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}));
+
+  status = pio_bus_.Register(kDebugExitPort, 1,
+                             std::make_shared<legacy::WriteOnlyPort>([this](uint8_t value) {
+                               exit_latch_.Trigger({VmExit::Kind::kGuestExit, value,
+                                                    "guest exit"});
+                             }));
+  if (!status.ok()) return status;
+  machine_.devices.push_back(PortDevice("debug-exit", {"microvm,debug-exit"}, {{kDebugExitPort, 1}}));
+
+  status = pio_bus_.Register(
+      kPostCodePort, 1,
+      std::make_shared<legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); }));
+  if (!status.ok()) return status;
+  machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
+  return absl::OkStatus();
+}
+
+absl::Status Vm::LoadGuest() {
+  for (uint32_t id = 0; id < config_.vcpus; ++id) machine_.cpu_apic_ids.push_back(id);
+  machine_.cmdline = config_.cmdline;
+  auto fdt = fdt::BuildMachineFdt(machine_);
+  if (!fdt.ok()) return fdt.status();
+  device_tree_ = *std::move(fdt);
+
+  auto kernel = loader::LoadKernel(*memory_, config_.kernel_path);
+  if (!kernel.ok()) return kernel.status();
+  std::optional<loader::InitrdPlacement> initrd;
+  if (!config_.initrd_path.empty()) {
+    auto placed = loader::LoadInitrd(*memory_, config_.initrd_path, *kernel);
+    if (!placed.ok()) return placed.status();
+    initrd = *placed;
+  }
+  absl::Status status = x86::WriteBootGdt(*memory_);
+  if (status.ok()) status = x86::WriteMpTable(*memory_, config_.vcpus);
+  if (!status.ok()) return status;
+
+  if (kernel->kind == loader::LoadedKernel::EntryKind::kPvh) {
+    loader::PvhBootConfig boot;
+    boot.cmdline = config_.cmdline;
+    boot.initrd = initrd;
+    boot.fdt = device_tree_;
+    status = loader::WritePvhStartInfo(*memory_, boot);
+    entry_mode_ = x86::BootEntryMode::kPvh32;
+    boot_info_address_ = kPvhStartInfoAddress;
+  } else {
+    status = x86::WriteIdentityPageTables(*memory_);
+    if (!status.ok()) return status;
+    loader::LinuxBootConfig boot;
+    boot.kernel = &*kernel;
+    boot.cmdline = config_.cmdline;
+    boot.initrd = initrd;
+    boot.fdt = device_tree_;
+    status = loader::WriteLinuxBootParams(*memory_, boot);
+    entry_mode_ = x86::BootEntryMode::kLinux64;
+    boot_info_address_ = kZeroPageAddress;
+  }
+  entry_address_ = kernel->entry.value();
+  return status;
+}
+
+absl::Status Vm::CreateVcpus() {
+  auto supported = kvm_->GetSupportedCpuid();
+  if (!supported.ok()) return supported.status();
+  auto mask = x86::ParseCpuFeatures(config_.cpu_features);
+  if (!mask.ok()) return mask.status();
+  absl::Status status = x86::ApplyCpuFeatureMask(*mask, *supported);
+  if (!status.ok()) return status;
+
+  VcpuRunner::InstallKickSignalHandler();
+  for (uint32_t id = 0; id < config_.vcpus; ++id) {
+    auto vcpu = vm_fd_->CreateVcpu(id);
+    if (!vcpu.ok()) return vcpu.status();
+    std::vector<kvm_cpuid_entry2> cpuid = *supported;
+    x86::FilterCpuidForVcpu(cpuid, id, config_.vcpus);
+    status = vcpu->SetCpuid(cpuid);
+    if (status.ok()) status = x86::ConfigureCommonVcpuState(*vcpu);
+    // Only the bootstrap processor starts at the kernel's entry; the others wait for INIT/SIPI in
+    // the in-kernel local APIC, as on real hardware.
+    if (status.ok() && id == 0) {
+      status = x86::ConfigureBootVcpu(*vcpu, entry_mode_, entry_address_, boot_info_address_);
+    }
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrFormat("vCPU %u: %s", id, status.message()));
+    }
+    vcpus_.push_back(std::make_unique<VcpuRunner>(*std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_));
+  }
+  return absl::OkStatus();
+}
+
+void Vm::OnPostCode(uint8_t code) {
+  if (code != kPostCodeRing3) return;
+  absl::MutexLock lock(&report_mutex_);
+  if (!report_.first_ring3_instruction) {
+    report_.first_ring3_instruction = absl::Now() - config_.launch_time;
+  }
+}
+
+BootReport Vm::boot_report() const {
+  absl::MutexLock lock(&report_mutex_);
+  return report_;
+}
+
+void Vm::ForwardSerialInput(int stop_fd) {
+  uint8_t buffer[256];
+  while (true) {
+    pollfd fds[2] = {{config_.serial_input_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    const ssize_t count = read(config_.serial_input_fd, buffer, sizeof(buffer));
+    if (count < 0 && errno == EINTR) continue;
+    if (count <= 0) return;  // EOF or error: no more input.
+    serial_->QueueInput(std::span<const uint8_t>(buffer, static_cast<size_t>(count)));
+  }
+}
+
+VmExit Vm::Run(int signal_fd) {
+  for (auto& vcpu : vcpus_) vcpu->Start();
+  std::thread input_thread;
+  if (config_.serial_input_fd >= 0) {
+    input_thread = std::thread([this] { ForwardSerialInput(exit_latch_.fd()); });
+  }
+  while (!exit_latch_.triggered()) {
+    pollfd fds[2] = {{exit_latch_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    const int ready = poll(fds, signal_fd >= 0 ? 2 : 1, -1);
+    if (ready < 0 && errno != EINTR) break;
+    if (signal_fd >= 0 && (fds[1].revents & POLLIN)) {
+      signalfd_siginfo info{};
+      if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+        exit_latch_.Trigger({VmExit::Kind::kSignal, 128 + static_cast<int>(info.ssi_signo),
+                             absl::StrFormat("received %s", strsignal(info.ssi_signo))});
+      }
+    }
+  }
+  for (auto& vcpu : vcpus_) vcpu->Stop();
+  if (input_thread.joinable()) input_thread.join();
+  return exit_latch_.Get().value_or(VmExit{VmExit::Kind::kFatal, 1, "VM stopped for no reason"});
+}
+
+}  // namespace vmm

@@ -1,0 +1,98 @@
+#ifndef VMM_VM_H_
+#define VMM_VM_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "vmm/bus.h"
+#include "vmm/guest_memory.h"
+#include "vmm/kvm.h"
+#include "vmm/machine_description.h"
+#include "vmm/scoped_fd.h"
+#include "vmm/vcpu_runner.h"
+#include "vmm/vm_exit.h"
+#include "vmm/x86/boot_cpu.h"
+
+namespace vmm {
+
+namespace legacy {
+class Serial;
+class I8042;
+}  // namespace legacy
+
+struct VmConfig {
+  std::string kernel_path;
+  std::string initrd_path;  // empty: none
+  std::string cmdline;
+  uint64_t memory_bytes = 256ull << 20;
+  uint32_t vcpus = 1;
+  // Where the UART's output goes: an open fd (stdout, a file); -1 discards it.
+  int serial_output_fd = 1;
+  // Host input for the UART; -1 for none.
+  int serial_input_fd = -1;
+  std::string cpu_features;  // --cpu-features, e.g. "-xsave,-cx16"
+  std::string kvm_path = "/dev/kvm";
+  // When the process started, for the start-up report.
+  absl::Time launch_time = absl::Now();
+};
+
+// What the VMM measured about one run.
+struct BootReport {
+  std::optional<absl::Duration> first_ring3_instruction;  // POST code 0x03 after launch
+  std::optional<absl::Duration> first_serial_output;
+};
+
+// One microVM: guest memory, vCPUs, the legacy devices and the boot structures, assembled from a
+// VmConfig. Run() starts the vCPUs and returns when the guest exits, resets, fails or a signal
+// arrives.
+class Vm {
+ public:
+  static absl::StatusOr<std::unique_ptr<Vm>> Create(const VmConfig& config);
+  ~Vm();
+
+  // The flattened device tree describing this machine (also handed to the guest).
+  const std::vector<uint8_t>& device_tree() const { return device_tree_; }
+  const MachineDescription& machine() const { return machine_; }
+
+  // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM, or -1) ends the VM too.
+  VmExit Run(int signal_fd);
+  BootReport boot_report() const;
+
+ private:
+  explicit Vm(const VmConfig& config);
+  absl::Status Initialize();
+  absl::Status SetUpMemory();
+  absl::Status SetUpLegacyDevices();
+  absl::Status LoadGuest();
+  absl::Status CreateVcpus();
+  void OnPostCode(uint8_t code);
+  void ForwardSerialInput(int stop_fd);
+
+  const VmConfig config_;
+  std::optional<Kvm> kvm_;
+  std::optional<VmFd> vm_fd_;
+  std::optional<GuestMemory> memory_;
+  Bus pio_bus_{"port I/O"};
+  Bus mmio_bus_{"MMIO"};
+  ExitLatch exit_latch_;
+  MachineDescription machine_;
+  std::vector<uint8_t> device_tree_;
+  std::shared_ptr<legacy::Serial> serial_;
+  std::shared_ptr<legacy::I8042> i8042_;
+  std::vector<std::unique_ptr<VcpuRunner>> vcpus_;
+  x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
+  uint64_t entry_address_ = 0;
+  uint64_t boot_info_address_ = 0;
+
+  mutable absl::Mutex report_mutex_;
+  BootReport report_ ABSL_GUARDED_BY(report_mutex_);
+};
+
+}  // namespace vmm
+
+#endif  // VMM_VM_H_

@@ -1,0 +1,45 @@
+#ifndef VMM_VM_EXIT_H_
+#define VMM_VM_EXIT_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "vmm/scoped_fd.h"
+
+namespace vmm {
+
+// Why the VM stopped.
+struct VmExit {
+  enum class Kind {
+    kGuestExit,  // the guest wrote its status to the debug-exit port
+    kReset,      // the guest reset the machine (i8042 0xFE, KVM system event)
+    kPowerOff,   // the guest powered off (KVM system event)
+    kSignal,     // SIGINT/SIGTERM reached the VMM
+    kFatal,      // a vCPU could not go on (triple fault, KVM internal error, ...)
+  };
+  Kind kind;
+  int status = 0;       // the process exit status this exit maps to
+  std::string message;  // for kFatal: what happened, with the registers
+};
+
+// The first reason to stop wins; later ones are ignored. Waiters poll fd(), an eventfd that becomes
+// readable once a reason is set. Safe to call from any thread.
+class ExitLatch {
+ public:
+  ExitLatch();
+  void Trigger(VmExit exit);
+  std::optional<VmExit> Get() const;
+  bool triggered() const { return Get().has_value(); }
+  int fd() const { return event_fd_.get(); }
+
+ private:
+  ScopedFd event_fd_;
+  mutable absl::Mutex mutex_;
+  std::optional<VmExit> exit_ ABSL_GUARDED_BY(mutex_);
+};
+
+}  // namespace vmm
+
+#endif  // VMM_VM_EXIT_H_
