@@ -27,7 +27,7 @@ ABSL_FLAG(std::string, kernel, "", "Kernel to boot: a Linux bzImage, or an ELF (
 ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
 ABSL_FLAG(std::string, cmdline, "console=ttyS0 reboot=k panic=1", "Kernel command line.");
 ABSL_FLAG(std::string, memory, "256M", "Guest RAM: a number of MiB, or with a K/M/G suffix.");
-ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs (1-254).");
+ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs (1-40: the MP table's room in the EBDA).");
 ABSL_FLAG(std::string, serial, "stdout", "Serial console output: stdout, none, or file:PATH.");
 ABSL_FLAG(bool, serial_input, true, "Feed the VMM's stdin to the serial console.");
 ABSL_FLAG(std::string, cpu_features, "",
@@ -104,7 +104,6 @@ int main(int argc, char** argv) {
     return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
                                 absl::GetFlag(FLAGS_memory)));
   }
-  if (config.vcpus < 1 || config.vcpus > 254) return Fail("--vcpus must be between 1 and 254");
 
   vmm::ScopedFd serial_file;
   const std::string serial = absl::GetFlag(FLAGS_serial);
@@ -146,6 +145,8 @@ int main(int argc, char** argv) {
   const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
   if (exit.kind == vmm::VmExit::Kind::kFatal) {
     absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kReset || exit.kind == vmm::VmExit::Kind::kPowerOff) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   } else if (exit.kind == vmm::VmExit::Kind::kSignal) {
     absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   }

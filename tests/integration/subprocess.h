@@ -1,0 +1,34 @@
+#ifndef TESTS_INTEGRATION_SUBPROCESS_H_
+#define TESTS_INTEGRATION_SUBPROCESS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace tests {
+
+struct ProcessResult {
+  bool exited = false;     // exited normally (else killed by a signal, see term_signal)
+  int exit_status = -1;
+  int term_signal = 0;
+  bool timed_out = false;  // killed by RunProcess after `timeout`
+  std::string out;
+  std::string err;
+};
+
+struct ProcessOptions {
+  std::string stdin_data;   // written to the child's stdin, which is then closed
+  bool keep_stdin_open = false;  // leave stdin open (until the child exits) after writing
+  absl::Duration timeout = absl::Seconds(60);
+  // If set, the signal is sent once `signal_after_output` appears on stdout.
+  int signal = 0;
+  std::string signal_after_output;
+};
+
+// Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the timeout.
+ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOptions& options = {});
+
+}  // namespace tests
+
+#endif  // TESTS_INTEGRATION_SUBPROCESS_H_
