@@ -62,6 +62,9 @@ void VcpuRunner::Loop() {
     }
     exit_count_.fetch_add(1, std::memory_order_relaxed);
     if (!HandleExit()) break;
+    // Once the VM is stopping (this exit was the guest's exit-port write, a reset, or another vCPU
+    // failed), no vCPU goes back into the guest: nothing it does after that may be observed.
+    if (exit_latch_.triggered()) break;
   }
   exited_.store(true);
 }

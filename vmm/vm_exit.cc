@@ -14,6 +14,7 @@ void ExitLatch::Trigger(VmExit exit) {
     absl::MutexLock lock(&mutex_);
     if (exit_.has_value()) return;
     exit_ = std::move(exit);
+    triggered_.store(true, std::memory_order_release);
   }
   const uint64_t one = 1;
   // The eventfd counter cannot overflow from one write; nothing useful to do if it fails.

@@ -1,6 +1,7 @@
 #ifndef VMM_VM_EXIT_H_
 #define VMM_VM_EXIT_H_
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -31,13 +32,15 @@ class ExitLatch {
   ExitLatch();
   void Trigger(VmExit exit);
   std::optional<VmExit> Get() const;
-  bool triggered() const { return Get().has_value(); }
+  // Cheap enough to check after every vCPU exit.
+  bool triggered() const { return triggered_.load(std::memory_order_acquire); }
   int fd() const { return event_fd_.get(); }
 
  private:
   ScopedFd event_fd_;
   mutable absl::Mutex mutex_;
   std::optional<VmExit> exit_ ABSL_GUARDED_BY(mutex_);
+  std::atomic<bool> triggered_{false};
 };
 
 }  // namespace vmm
