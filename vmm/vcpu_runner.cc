@@ -4,6 +4,7 @@
 
 #include <span>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace vmm {
@@ -12,6 +13,24 @@ namespace {
 int KickSignal() { return SIGRTMIN; }
 
 void IgnoreKick(int) {}
+
+// KVM_EXIT_INTERNAL_ERROR in words; for an emulation failure, with the instruction bytes KVM could
+// not emulate (struct emulation_failure, an ABI overlay of `internal`).
+std::string DescribeInternalError(const kvm_run& run) {
+  if (run.internal.suberror != KVM_INTERNAL_ERROR_EMULATION) {
+    return absl::StrFormat("KVM internal error, suberror %u", run.internal.suberror);
+  }
+  std::string message = "KVM could not emulate an instruction (KVM_INTERNAL_ERROR_EMULATION)";
+  const auto& failure = run.emulation_failure;
+  if (failure.ndata >= 3 && (failure.flags & KVM_INTERNAL_ERROR_EMULATION_FLAG_INSTRUCTION_BYTES)) {
+    const uint32_t size = std::min<uint32_t>(failure.insn_size, sizeof(failure.insn_bytes));
+    absl::StrAppend(&message, "; instruction bytes:");
+    for (uint32_t i = 0; i < size; ++i) {
+      absl::StrAppend(&message, absl::StrFormat(" %02x", failure.insn_bytes[i]));
+    }
+  }
+  return message;
+}
 
 }  // namespace
 
@@ -111,7 +130,7 @@ bool VcpuRunner::HandleExit() {
           return false;
       }
     case KVM_EXIT_INTERNAL_ERROR:
-      Fatal(absl::StrFormat("KVM internal error, suberror %u", run->internal.suberror));
+      Fatal(DescribeInternalError(*run));
       return false;
     case KVM_EXIT_FAIL_ENTRY:
       Fatal(absl::StrFormat("KVM could not enter the guest (hardware reason 0x%x)",
