@@ -169,6 +169,63 @@ absl::Status VmFd::SetIrqLine(uint32_t irq, bool level) {
   return absl::OkStatus();
 }
 
+absl::Status VmFd::SetGsiRouting(const std::vector<kvm_irq_routing_entry>& entries) {
+  ArrayBuffer<kvm_irq_routing_entry> buffer(entries);
+  if (ioctl(fd_.get(), kvm_abi::kSetGsiRouting, buffer.data()) < 0) {
+    return IoctlError("KVM_SET_GSI_ROUTING");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VmFd::RegisterIrqfd(int event_fd, uint32_t gsi) {
+  kvm_irqfd irqfd{};
+  irqfd.fd = static_cast<uint32_t>(event_fd);
+  irqfd.gsi = gsi;
+  if (ioctl(fd_.get(), KVM_IRQFD, &irqfd) < 0) return IoctlError("KVM_IRQFD");
+  return absl::OkStatus();
+}
+
+absl::Status VmFd::UnregisterIrqfd(int event_fd, uint32_t gsi) {
+  kvm_irqfd irqfd{};
+  irqfd.fd = static_cast<uint32_t>(event_fd);
+  irqfd.gsi = gsi;
+  irqfd.flags = KVM_IRQFD_FLAG_DEASSIGN;
+  if (ioctl(fd_.get(), KVM_IRQFD, &irqfd) < 0) return IoctlError("KVM_IRQFD (deassign)");
+  return absl::OkStatus();
+}
+
+namespace {
+
+kvm_ioeventfd IoeventfdFor(int event_fd, const VmFd::IoEventSpec& spec) {
+  kvm_ioeventfd ioeventfd{};
+  ioeventfd.addr = spec.address;
+  ioeventfd.len = spec.length;
+  ioeventfd.fd = event_fd;
+  if (spec.pio) ioeventfd.flags |= KVM_IOEVENTFD_FLAG_PIO;
+  if (spec.datamatch) {
+    ioeventfd.flags |= KVM_IOEVENTFD_FLAG_DATAMATCH;
+    ioeventfd.datamatch = *spec.datamatch;
+  }
+  return ioeventfd;
+}
+
+}  // namespace
+
+absl::Status VmFd::RegisterIoeventfd(int event_fd, const IoEventSpec& spec) {
+  kvm_ioeventfd ioeventfd = IoeventfdFor(event_fd, spec);
+  if (ioctl(fd_.get(), KVM_IOEVENTFD, &ioeventfd) < 0) return IoctlError("KVM_IOEVENTFD");
+  return absl::OkStatus();
+}
+
+absl::Status VmFd::UnregisterIoeventfd(int event_fd, const IoEventSpec& spec) {
+  kvm_ioeventfd ioeventfd = IoeventfdFor(event_fd, spec);
+  ioeventfd.flags |= KVM_IOEVENTFD_FLAG_DEASSIGN;
+  if (ioctl(fd_.get(), KVM_IOEVENTFD, &ioeventfd) < 0) {
+    return IoctlError("KVM_IOEVENTFD (deassign)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<VcpuFd> VmFd::CreateVcpu(uint32_t id) {
   ScopedFd fd(ioctl(fd_.get(), KVM_CREATE_VCPU, static_cast<unsigned long>(id)));
   if (!fd.valid()) return IoctlError("KVM_CREATE_VCPU");

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,22 @@ class VmFd {
   // KVM_IRQ_LINE on the in-kernel irqchip (PIC + IOAPIC pin `irq`).
   absl::Status SetIrqLine(uint32_t irq, bool level);
   absl::StatusOr<VcpuFd> CreateVcpu(uint32_t id);
+
+  // KVM_SET_GSI_ROUTING: replaces the whole routing table.
+  absl::Status SetGsiRouting(const std::vector<kvm_irq_routing_entry>& entries);
+  // KVM_IRQFD: a write to `event_fd` raises `gsi`.
+  absl::Status RegisterIrqfd(int event_fd, uint32_t gsi);
+  absl::Status UnregisterIrqfd(int event_fd, uint32_t gsi);
+  // KVM_IOEVENTFD: a guest write of `length` bytes to `address` (port I/O or MMIO) signals `event_fd`
+  // in the kernel, without an exit to the VMM. With `datamatch`, only writes of that value do.
+  struct IoEventSpec {
+    uint64_t address = 0;
+    uint32_t length = 0;  // 0 (any length, MMIO only), 1, 2, 4 or 8
+    bool pio = false;
+    std::optional<uint64_t> datamatch;
+  };
+  absl::Status RegisterIoeventfd(int event_fd, const IoEventSpec& spec);
+  absl::Status UnregisterIoeventfd(int event_fd, const IoEventSpec& spec);
 
  private:
   friend class Kvm;

@@ -1,5 +1,9 @@
 #include "vmm/kvm.h"
 
+#include <sys/eventfd.h>
+
+#include "vmm/kvm_msi.h"
+
 #include <unistd.h>
 
 #include "gtest/gtest.h"
@@ -39,6 +43,43 @@ TEST(KvmTest, CreatesVmAndVcpu) {
   // The architectural reset vector: RIP 0xfff0 with CS base 0xffff0000.
   EXPECT_EQ(regs->rip, 0xfff0u);
   EXPECT_NE(vcpu->DumpRegisters().find("rip=000000000000fff0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vmm
+
+namespace vmm {
+namespace {
+
+TEST(KvmTest, IoeventfdIrqfdAndMsiRouting) {
+  if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "SKIPPED: /dev/kvm is not available";
+  auto kvm = Kvm::Open();
+  ASSERT_TRUE(kvm.ok());
+  auto vm = kvm->CreateVm();
+  ASSERT_TRUE(vm.ok());
+  ASSERT_TRUE(vm->CreateIrqchip().ok());
+  ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  VmFd::IoEventSpec spec;
+  spec.address = 0xc0001000;
+  spec.length = 2;
+  spec.datamatch = 3;
+  EXPECT_TRUE(vm->RegisterIoeventfd(event.get(), spec).ok());
+  // The same registration twice is refused by KVM.
+  EXPECT_FALSE(vm->RegisterIoeventfd(event.get(), spec).ok());
+  EXPECT_TRUE(vm->UnregisterIoeventfd(event.get(), spec).ok());
+
+  KvmMsiController msi(*vm);
+  auto first = msi.AllocateVector();
+  auto second = msi.AllocateVector();
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_NE((*first)->event_fd(), (*second)->event_fd());
+  // The routing table keeps the legacy pins and adds the programmed vectors.
+  EXPECT_TRUE((*first)->SetMessage(0xfee00000, 0x4041).ok());
+  EXPECT_TRUE((*second)->SetMessage(0xfee01000, 0x4042).ok());
+  (*first)->Trigger();
+  EXPECT_TRUE((*first)->SetMessage(0, 0).ok());
+  second->reset();
+  EXPECT_TRUE((*first)->SetMessage(0xfee00000, 0x4043).ok());
 }
 
 }  // namespace
