@@ -1,0 +1,195 @@
+#include "devices/iothread.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+
+namespace devices {
+namespace {
+
+// Adaptive polling constants, as QEMU's defaults (util/aio-posix.c): start at 4 µs, double on
+// growth, halve on shrink.
+constexpr int64_t kInitialPollNs = 4000;
+constexpr int64_t kPollGrow = 2;
+constexpr int64_t kPollShrink = 2;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Signal(int fd) {
+  const uint64_t one = 1;
+  (void)!write(fd, &one, sizeof(one));
+}
+
+void Drain(int fd) {
+  uint64_t value;
+  (void)!read(fd, &value, sizeof(value));
+}
+
+}  // namespace
+
+IoThread::IoThread(std::string name, IoThreadOptions options)
+    : name_(std::move(name)),
+      options_(options),
+      epoll_(epoll_create1(EPOLL_CLOEXEC)),
+      wakeup_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+IoThread::~IoThread() { Stop(); }
+
+absl::Status IoThread::Start() {
+  if (!epoll_.valid() || !wakeup_.valid()) {
+    return absl::InternalError(absl::StrFormat("%s: epoll/eventfd: %s", name_, strerror(errno)));
+  }
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = wakeup_.get();
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &event) != 0) {
+    return absl::InternalError(absl::StrFormat("%s: epoll_ctl: %s", name_, strerror(errno)));
+  }
+  absl::Notification started;
+  thread_ = std::thread([this, &started] {
+    thread_id_.store(std::this_thread::get_id());
+    // Thread names are at most 15 characters.
+    pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+    started.Notify();
+    Loop();
+  });
+  started.WaitForNotification();
+  return absl::OkStatus();
+}
+
+void IoThread::Stop() {
+  if (!thread_.joinable()) return;
+  stopping_.store(true);
+  Signal(wakeup_.get());
+  thread_.join();
+  thread_id_.store(std::thread::id());
+}
+
+void IoThread::RunSync(absl::AnyInvocable<void()> fn) {
+  if (!thread_.joinable() || OnLoopThread()) {
+    fn();
+    return;
+  }
+  absl::Notification done;
+  Post([&fn, &done] {
+    fn();
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
+void IoThread::Post(absl::AnyInvocable<void()> fn) {
+  {
+    absl::MutexLock lock(&posted_mutex_);
+    posted_.push_back(std::move(fn));
+  }
+  Signal(wakeup_.get());
+}
+
+absl::Status IoThread::AddFd(int fd, absl::AnyInvocable<void()> on_readable) {
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.fd = fd;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+    return absl::InternalError(
+        absl::StrFormat("%s: cannot watch fd %d: %s", name_, fd, strerror(errno)));
+  }
+  handlers_[fd] = std::move(on_readable);
+  return absl::OkStatus();
+}
+
+void IoThread::RemoveFd(int fd) {
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  handlers_.erase(fd);
+}
+
+int IoThread::AddPoller(absl::AnyInvocable<bool()> poll) {
+  const int id = next_poller_id_++;
+  pollers_[id] = std::move(poll);
+  return id;
+}
+
+void IoThread::RemovePoller(int id) { pollers_.erase(id); }
+
+bool IoThread::RunPollers() {
+  bool progress = false;
+  for (auto& [id, poll] : pollers_) progress |= poll();
+  return progress;
+}
+
+void IoThread::RunPosted() {
+  std::deque<absl::AnyInvocable<void()>> work;
+  {
+    absl::MutexLock lock(&posted_mutex_);
+    work.swap(posted_);
+  }
+  for (auto& fn : work) fn();
+}
+
+int64_t NextPollWindow(int64_t poll_ns, int64_t blocked_ns, int64_t poll_max_ns) {
+  // A wait no longer than the window means polling is right-sized; a wait beyond the maximum means
+  // polling would not have caught it, so poll less; in between, poll longer.
+  if (blocked_ns <= poll_ns) return poll_ns;
+  if (blocked_ns > poll_max_ns) {
+    poll_ns /= kPollShrink;
+    return poll_ns < kInitialPollNs ? 0 : poll_ns;
+  }
+  poll_ns = poll_ns == 0 ? kInitialPollNs : poll_ns * kPollGrow;
+  return poll_ns > poll_max_ns ? poll_max_ns : poll_ns;
+}
+
+void IoThread::Loop() {
+  constexpr int kMaxEvents = 32;
+  epoll_event events[kMaxEvents];
+  while (!stopping_.load()) {
+    // Busy-poll first when the window is open: an avail-ring check is far cheaper than a sleep and
+    // wake-up through the ioeventfd.
+    const int64_t window = poll_ns_.load(std::memory_order_relaxed);
+    bool polled_progress = false;
+    if (options_.poll_max_ns > 0 && !pollers_.empty() && window > 0) {
+      const int64_t deadline = NowNs() + window;
+      do {
+        polled_progress = RunPollers();
+      } while (!polled_progress && NowNs() < deadline && !stopping_.load());
+    }
+    const int64_t before = NowNs();
+    const int count = epoll_wait(epoll_.get(), events, kMaxEvents, polled_progress ? 0 : -1);
+    if (options_.poll_max_ns > 0 && !polled_progress && count > 0) {
+      poll_ns_.store(NextPollWindow(window, NowNs() - before + window, options_.poll_max_ns),
+                     std::memory_order_relaxed);
+    }
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < count; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == wakeup_.get()) {
+        Drain(fd);
+        RunPosted();
+        continue;
+      }
+      auto handler = handlers_.find(fd);
+      if (handler != handlers_.end()) handler->second();
+    }
+    // Pollers also run after events: the ring may hold more work than the notification said.
+    if (!pollers_.empty() && options_.poll_max_ns > 0) RunPollers();
+  }
+  // Drop handlers on this thread: they may own state that belongs to it.
+  handlers_.clear();
+  pollers_.clear();
+}
+
+}  // namespace devices

@@ -1,0 +1,89 @@
+#ifndef DEVICES_IOTHREAD_H_
+#define DEVICES_IOTHREAD_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "vmm/scoped_fd.h"
+
+namespace devices {
+
+struct IoThreadOptions {
+  // Adaptive polling (QEMU's iothread poll-max-ns is the model): before sleeping in epoll, call the
+  // pollers for up to this long; the window grows while polling finds work in time and shrinks when
+  // waits are longer than the window. 0 disables polling.
+  int64_t poll_max_ns = 0;
+};
+
+// QEMU's adaptive polling rule: the next polling window after a wait of `blocked_ns` with window
+// `poll_ns` and limit `poll_max_ns`.
+int64_t NextPollWindow(int64_t poll_ns, int64_t blocked_ns, int64_t poll_max_ns);
+
+// An event loop on its own thread: epoll over registered fds (ioeventfds, io_uring eventfds), plus
+// pollers for adaptive busy-polling, plus functions posted from other threads. Devices keep all
+// per-queue state on one IoThread, so their hot path takes no lock.
+class IoThread {
+ public:
+  IoThread(std::string name, IoThreadOptions options = {});
+  ~IoThread();  // Stop()s.
+  IoThread(const IoThread&) = delete;
+  IoThread& operator=(const IoThread&) = delete;
+
+  absl::Status Start();
+  // Ends the loop and joins the thread. Handlers still registered are dropped (not called).
+  void Stop();
+
+  // Runs `fn` on the loop thread and waits for it (or runs it at once when called on the loop thread
+  // or before Start()). Use for setting up and tearing down per-thread state.
+  void RunSync(absl::AnyInvocable<void()> fn);
+  // Queues `fn` to run on the loop thread.
+  void Post(absl::AnyInvocable<void()> fn);
+
+  // Level-triggered: `on_readable` runs on the loop thread while `fd` is readable; it must consume
+  // the readiness (read the eventfd). Call on the loop thread (RunSync) or before Start().
+  absl::Status AddFd(int fd, absl::AnyInvocable<void()> on_readable);
+  void RemoveFd(int fd);
+  // A poller returns true when it found (and handled) work. Returns an id for RemovePoller().
+  int AddPoller(absl::AnyInvocable<bool()> poll);
+  void RemovePoller(int id);
+
+  bool OnLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
+  const std::string& name() const { return name_; }
+  // The current adaptive polling window (for statistics and tests).
+  int64_t poll_ns() const { return poll_ns_.load(std::memory_order_relaxed); }
+
+ private:
+  void Loop();
+  bool RunPollers();
+  void RunPosted();
+
+  const std::string name_;
+  const IoThreadOptions options_;
+  vmm::ScopedFd epoll_;
+  vmm::ScopedFd wakeup_;  // eventfd: posted work or stop
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> poll_ns_{0};
+
+  // Touched only on the loop thread (or before Start()).
+  std::map<int, absl::AnyInvocable<void()>> handlers_;
+  std::map<int, absl::AnyInvocable<bool()>> pollers_;
+  int next_poller_id_ = 1;
+
+  absl::Mutex posted_mutex_;
+  std::deque<absl::AnyInvocable<void()>> posted_ ABSL_GUARDED_BY(posted_mutex_);
+};
+
+}  // namespace devices
+
+#endif  // DEVICES_IOTHREAD_H_

@@ -1,0 +1,107 @@
+#include "devices/iothread.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace devices {
+namespace {
+
+void Signal(int fd) {
+  const uint64_t one = 1;
+  ASSERT_EQ(write(fd, &one, sizeof(one)), 8);
+}
+
+TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
+  IoThread thread("test-io");
+  ASSERT_TRUE(thread.Start().ok());
+  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  absl::Notification fired;
+  std::atomic<bool> on_thread{false};
+  thread.RunSync([&] {
+    ASSERT_TRUE(thread
+                    .AddFd(event.get(),
+                           [&] {
+                             uint64_t value;
+                             (void)!read(event.get(), &value, sizeof(value));
+                             on_thread = thread.OnLoopThread();
+                             if (!fired.HasBeenNotified()) fired.Notify();
+                           })
+                    .ok());
+  });
+  Signal(event.get());
+  ASSERT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(on_thread);
+  thread.RunSync([&] { thread.RemoveFd(event.get()); });
+  thread.Stop();
+}
+
+TEST(IoThreadTest, PostAndRunSync) {
+  IoThread thread("test-io");
+  ASSERT_TRUE(thread.Start().ok());
+  int counter = 0;  // touched only on the loop thread, then read after RunSync
+  for (int i = 0; i < 100; ++i) thread.Post([&] { ++counter; });
+  thread.RunSync([&] { ++counter; });
+  EXPECT_EQ(counter, 101);
+  EXPECT_FALSE(thread.OnLoopThread());
+}
+
+TEST(IoThreadTest, AdaptivePollingGrowsWhenPollsFindWork) {
+  IoThreadOptions options;
+  options.poll_max_ns = 50'000'000;  // generous, so a loaded machine still grows the window
+  IoThread thread("test-poll", options);
+  std::atomic<int> pending{0};
+  std::atomic<int> found_by_polling{0};
+  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  ASSERT_TRUE(thread
+                  .AddFd(event.get(),
+                         [&] {
+                           uint64_t value;
+                           (void)!read(event.get(), &value, sizeof(value));
+                           pending = 0;
+                         })
+                  .ok());
+  thread.AddPoller([&] {
+    if (pending.exchange(0) == 0) return false;
+    ++found_by_polling;
+    return true;
+  });
+  ASSERT_TRUE(thread.Start().ok());
+  // Work arriving every ~100 µs: waits are short, so the window grows and polling catches work
+  // before the loop sleeps.
+  for (int i = 0; i < 300; ++i) {
+    pending = 1;
+    Signal(event.get());
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  EXPECT_GT(found_by_polling.load(), 0);
+  thread.Stop();
+}
+
+TEST(IoThreadTest, PollWindowFollowsQemusRule) {
+  const int64_t max = 32000;
+  EXPECT_EQ(NextPollWindow(0, 10000, max), 4000);       // room to grow: start at 4 µs
+  EXPECT_EQ(NextPollWindow(4000, 10000, max), 8000);    // and double
+  EXPECT_EQ(NextPollWindow(16000, 20000, max), 32000);
+  EXPECT_EQ(NextPollWindow(32000, 30000, max), 32000);  // long enough already
+  EXPECT_EQ(NextPollWindow(8000, 5000, max), 8000);
+  EXPECT_EQ(NextPollWindow(32000, 100000, max), 16000);  // waits beyond the max: poll less
+  EXPECT_EQ(NextPollWindow(4000, 100000, max), 0);
+  EXPECT_EQ(NextPollWindow(0, 100000, max), 0);
+}
+
+TEST(IoThreadTest, StopIsIdempotentAndHandlersAreDropped) {
+  IoThread thread("test-io");
+  ASSERT_TRUE(thread.Start().ok());
+  thread.Stop();
+  thread.Stop();
+  IoThread never_started("unused");
+}
+
+}  // namespace
+}  // namespace devices
