@@ -1,0 +1,79 @@
+#ifndef BLOCK_RAW_RAW_FILE_BACKEND_H_
+#define BLOCK_RAW_RAW_FILE_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "block/backend.h"
+#include "block/cache_mode.h"
+#include "block/raw/scoped_fd.h"
+#include "block/raw/uring_ops.h"
+
+namespace block::raw {
+
+struct RawFileOptions {
+  // Only decides whether the file is opened with O_DIRECT (UsesDirectIo()). The rest of the cache
+  // policy (WCE, ignoring flushes in "unsafe", FUA on every write in "writethrough") is the drive
+  // layer's: this backend does what each request asks.
+  CacheMode cache_mode = CacheMode::kWriteback;
+  // Open O_RDONLY; writes and discards then fail with EROFS.
+  bool read_only = false;
+  // kNative: a write with Request::fua is one pwritev2(2)-style write with RWF_DSYNC. kEmulate:
+  // info().native_fua is false, the drive layer emulates FUA (write, then flush) and the backend
+  // ignores Request::fua.
+  FuaMode fua_mode = FuaMode::kNative;
+  // Submission queue entries per io_uring (one ring per queue, that is per iothread). Requests
+  // beyond what the ring holds wait in a FIFO inside the queue.
+  unsigned ring_entries = 128;
+};
+
+// A raw image (regular file or block device) served through io_uring. Thread-safe as BlockBackend
+// requires: after Open() it is immutable, and each queue owns its own ring.
+class RawFileBackend final : public BlockBackend,
+                             public std::enable_shared_from_this<RawFileBackend> {
+ public:
+  // Opens `path` with O_CLOEXEC, O_RDWR (or O_RDONLY when options.read_only) and O_DIRECT when
+  // UsesDirectIo(options.cache_mode). Errors: NotFound (no such file), FailedPrecondition (a
+  // read-only file or file system opened read-write, a directory, not a regular file or block
+  // device, a file system without O_DIRECT), InvalidArgument (bad options), others from errno.
+  static absl::StatusOr<std::shared_ptr<RawFileBackend>> Open(const std::string& path,
+                                                              const RawFileOptions& options);
+
+  const BackendInfo& info() const override { return info_; }
+  absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override;
+
+  // Test seam: a queue driving `ring` (for example a RecordingRing round CreateLiburingOps()).
+  absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueueWithRing(CompletionHandler handler,
+                                                                  std::unique_ptr<UringOps> ring);
+
+  // How the file was opened and what O_DIRECT demands of it (for diagnostics and tests).
+  const std::string& path() const { return path_; }
+  bool direct_io() const { return direct_io_; }
+  // Alignment O_DIRECT needs of buffer addresses and lengths (1 without O_DIRECT); a request whose
+  // buffers miss it goes through a bounce buffer.
+  uint32_t memory_alignment() const { return memory_alignment_; }
+  int fd() const { return fd_.get(); }
+
+  // Use Open(). (Public for std::make_shared; Token keeps it out of reach.)
+  struct Token {
+   private:
+    explicit Token() = default;
+    friend class RawFileBackend;
+  };
+  RawFileBackend(Token, std::string path, ScopedFd fd, BackendInfo info, bool direct_io,
+                 uint32_t memory_alignment, unsigned ring_entries);
+
+ private:
+  std::string path_;
+  ScopedFd fd_;
+  BackendInfo info_;
+  bool direct_io_;
+  uint32_t memory_alignment_;
+  unsigned ring_entries_;
+};
+
+}  // namespace block::raw
+
+#endif  // BLOCK_RAW_RAW_FILE_BACKEND_H_
