@@ -55,7 +55,8 @@ struct MediaEvent {
 };
 
 // Notified after every change, in order, on the thread that made it. Must not block, and must not
-// change the media from inside the callback (changes are serialized; that would deadlock).
+// change the media, nor add or remove listeners, from inside the callback (changes are serialized
+// and listeners are called under a lock; either would deadlock).
 class MediaListener {
  public:
   virtual ~MediaListener() = default;
@@ -72,19 +73,22 @@ class RemovableMedia {
   // The current snapshot: one atomic load, no host access.
   std::shared_ptr<const MediaState> Current() const;
 
-  // Inserts a medium and closes the tray. FailedPrecondition if a medium is present.
+  // Inserts a medium and closes the tray. FailedPrecondition if a medium is present. Publishes one
+  // step at a time: kTrayOpened (if it was closed), kInserted, kTrayClosed.
   absl::Status Insert(std::shared_ptr<BlockBackend> backend, std::string source);
   // Removes the medium (if any) and leaves the tray open. FailedPrecondition if the guest locked the
-  // drive and `force` is false.
+  // drive and `force` is false. Publishes kTrayOpened (if it was closed), then kRemoved (if a medium
+  // was present).
   absl::Status Eject(bool force);
-  // Opens or closes the tray without changing the medium (FailedPrecondition when locked, unless
-  // forced).
+  // Opens or closes the tray without changing the medium. Opening is FailedPrecondition when
+  // locked, unless forced; closing is always allowed (the lock prevents removal only).
   absl::Status SetTrayOpen(bool open, bool force);
-  // The guest's PREVENT ALLOW MEDIUM REMOVAL.
+  // The guest's PREVENT ALLOW MEDIUM REMOVAL. kLockChanged only when the value changes.
   void SetLocked(bool locked, bool by_guest);
-  // The guest's START STOP UNIT with LoEj: opens (eject) or closes (load) the tray. Refused while
-  // locked (FailedPrecondition; the device answers with the MMC error) and then reported to the
-  // listeners as kEjectRequested.
+  // The guest's START STOP UNIT with LoEj: opens (eject) or closes (load) the tray; the medium
+  // stays in the open tray. An eject is refused while locked (FailedPrecondition; the device
+  // answers with the MMC error) and then reported to the listeners as kEjectRequested; a load is
+  // never refused.
   absl::Status GuestLoadEject(bool eject);
 
   void AddListener(MediaListener* listener);

@@ -1,0 +1,519 @@
+#include "block/drive.h"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace block {
+
+struct Drive::Shared {
+  DriveOptions options;
+  // Exactly one of `backend` (a fixed drive) and `media` (a removable one) is set.
+  std::shared_ptr<BlockBackend> backend;
+  BackendInfo backend_info;  // the fixed backend's, read once
+  std::shared_ptr<RemovableMedia> media;
+  Stats stats;
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Owns a file descriptor. (vmm/ has one too, but block/ depends on nothing above it.)
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+DriveInfo MakeInfo(const DriveOptions& options, bool removable, const BackendInfo* backend) {
+  DriveInfo info;
+  info.removable = removable;
+  info.write_cache_enabled = WriteCacheEnabled(options.cache_mode);
+  info.read_only = options.read_only;
+  if (backend != nullptr) {
+    info.size_bytes = backend->size_bytes;
+    info.logical_block_size = backend->logical_block_size;
+    info.read_only = info.read_only || backend->read_only;
+    info.discard = backend->discard;
+  }
+  return info;
+}
+
+// The BlockQueue a Drive hands to a device. One per iothread, used only there: the hot path takes no
+// lock and makes no system call beyond what the backend makes.
+//
+// Completion fds: the queue owns an epoll fd (its completion_fd()) holding its own eventfd and the
+// completion fd of every backend queue beneath it. An epoll fd is readable while any fd in its set
+// is (level-triggered), so the device's epoll sees one fd for the whole drive, however many backend
+// queues (media generations) are live. The own eventfd carries completions the drive makes itself
+// (rejections, ignored flushes, no-op discards), written at Submit(), and media-change wake-ups.
+// ProcessCompletions() clears the eventfd and calls ProcessCompletions() on every backend queue,
+// which clears theirs.
+//
+// Completions are collected while the backend queues run their handlers and delivered to the
+// device's handler afterwards, so the device may Enqueue()/Submit() from its handler without
+// re-entering a backend queue from inside that queue's own handler.
+class DriveQueue final : public BlockQueue, private MediaListener {
+ public:
+  static absl::StatusOr<std::unique_ptr<BlockQueue>> Create(std::shared_ptr<Drive::Shared> shared,
+                                                            CompletionHandler handler);
+
+  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, Fd epoll_fd,
+             Fd event_fd)
+      : shared_(std::move(shared)),
+        removable_(shared_->media != nullptr),
+        handler_(std::move(handler)),
+        epoll_fd_(std::move(epoll_fd)),
+        event_fd_(std::move(event_fd)) {}
+  ~DriveQueue() override;
+
+  void Enqueue(const Request& request, uint64_t cookie) override;
+  void Submit() override;
+  int completion_fd() const override { return epoll_fd_.get(); }
+  void ProcessCompletions() override;
+  size_t in_flight() const override { return in_flight_; }
+
+ private:
+  // What a finished request adds to the stats besides its type and outcome.
+  enum class Note : uint8_t { kNone, kFuaNative, kFuaEmulated, kFlushIgnored, kFuaIgnored };
+
+  // The backend queue of one medium (a fixed drive has exactly one, for its lifetime).
+  struct Backing {
+    uint64_t generation = 0;
+    std::shared_ptr<BlockBackend> backend;  // declared before `queue`, so it outlives it
+    BackendInfo info;                       // read once, when the medium is first seen
+    std::unique_ptr<BlockQueue> queue;      // null if creating it failed: requests get EIO
+    absl::Status status;                    // why `queue` is null
+    size_t in_flight = 0;                   // requests of ours in `queue`
+    bool needs_submit = false;
+    std::vector<uint32_t> deferred_flushes;  // emulated-FUA writes done, flush not yet enqueued
+  };
+
+  // A request in a backend queue; the backend's cookie is its index in ops_.
+  struct Op {
+    uint64_t cookie = 0;
+    uint64_t bytes = 0;
+    Clock::time_point start;
+    Backing* backing = nullptr;
+    RequestType type = RequestType::kRead;
+    Note note = Note::kNone;
+    bool emulate_fua = false;  // write, then flush, then complete
+    bool flushing = false;     // the write is done; the flush is in the backend
+  };
+
+  // A request ready for the device's handler.
+  struct Done {
+    uint64_t cookie;
+    uint64_t bytes;
+    Clock::time_point start;
+    int error;
+    RequestType type;
+    Note note;
+  };
+
+  Backing* AddBacking(uint64_t generation, std::shared_ptr<BlockBackend> backend,
+                      const BackendInfo& info);
+  Backing* BackingFor(const MediaState& state);
+  // Destroys the backend queues of old media once nothing of ours is in them.
+  void RetireIdle();
+  void CompleteNow(uint64_t cookie, RequestType type, uint64_t bytes, int error,
+                   Clock::time_point start, Note note = Note::kNone) {
+    immediate_.push_back(Done{cookie, bytes, start, error, type, note});
+  }
+  void Forward(Backing* backing, const Request& request, uint64_t cookie, uint64_t bytes,
+               Clock::time_point start, Note note, bool emulate_fua);
+  void OnBackendCompletion(Backing* backing, uint64_t slot, Completion completion);
+  void Signal() const;
+  void Deliver(const Done& done);
+  // MediaListener: runs on the thread changing the media.
+  void OnMediaEvent(const MediaEvent& event) override;
+
+  const std::shared_ptr<Drive::Shared> shared_;
+  const bool removable_;
+  CompletionHandler handler_;
+  const Fd epoll_fd_;
+  const Fd event_fd_;
+
+  std::vector<std::unique_ptr<Backing>> backings_;
+  Backing* current_ = nullptr;  // the medium requests go to; null until one is seen
+  std::vector<Op> ops_;
+  std::vector<uint32_t> free_ops_;
+  std::vector<Done> immediate_;   // completed by the drive, waiting for ProcessCompletions()
+  std::vector<Done> done_;        // collected during ProcessCompletions()
+  std::vector<Done> delivering_;  // being handed to the device's handler
+  size_t in_flight_ = 0;
+  bool signalled_ = false;   // event_fd_ written by Submit() and not yet read
+  bool processing_ = false;  // inside ProcessCompletions()
+  bool destroying_ = false;
+};
+
+absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
+    std::shared_ptr<Drive::Shared> shared, CompletionHandler handler) {
+  Fd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd.valid()) return absl::ErrnoToStatus(errno, "epoll_create1");
+  Fd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
+  epoll_event event{};
+  event.events = EPOLLIN;
+  if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, event_fd.get(), &event) != 0) {
+    return absl::ErrnoToStatus(errno, "epoll_ctl");
+  }
+  auto queue = std::make_unique<DriveQueue>(std::move(shared), std::move(handler),
+                                            std::move(epoll_fd), std::move(event_fd));
+  Drive::Shared& s = *queue->shared_;
+  if (s.backend != nullptr) {
+    Backing* backing = queue->AddBacking(0, s.backend, s.backend_info);
+    if (backing->queue == nullptr) return backing->status;
+    queue->current_ = backing;
+  } else {
+    // Without this the queue would notice an eject only at its next request, and meanwhile keep
+    // the ejected medium's backend (an open image or host device) alive.
+    s.media->AddListener(queue.get());
+  }
+  return queue;
+}
+
+DriveQueue::~DriveQueue() {
+  if (removable_) shared_->media->RemoveListener(this);
+  destroying_ = true;  // a backend queue may report cancellations while it is destroyed
+  for (const std::unique_ptr<Backing>& backing : backings_) {
+    if (backing->queue != nullptr) {
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, backing->queue->completion_fd(), nullptr);
+    }
+  }
+  backings_.clear();
+}
+
+DriveQueue::Backing* DriveQueue::AddBacking(uint64_t generation,
+                                            std::shared_ptr<BlockBackend> backend,
+                                            const BackendInfo& info) {
+  auto backing = std::make_unique<Backing>();
+  Backing* b = backing.get();
+  b->generation = generation;
+  b->backend = std::move(backend);
+  b->info = info;
+  absl::StatusOr<std::unique_ptr<BlockQueue>> queue = b->backend->CreateQueue(
+      [this, b](uint64_t slot, Completion completion) { OnBackendCompletion(b, slot, completion); });
+  if (!queue.ok()) {
+    b->status = queue.status();
+  } else {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, (*queue)->completion_fd(), &event) != 0) {
+      b->status = absl::ErrnoToStatus(errno, "epoll_ctl");
+    } else {
+      b->queue = *std::move(queue);
+    }
+  }
+  backings_.push_back(std::move(backing));
+  return b;
+}
+
+DriveQueue::Backing* DriveQueue::BackingFor(const MediaState& state) {
+  if (current_ != nullptr && current_->generation == state.generation) return current_;
+  current_ = nullptr;
+  for (const std::unique_ptr<Backing>& backing : backings_) {
+    if (backing->generation == state.generation) current_ = backing.get();
+  }
+  if (current_ == nullptr) {
+    // A new medium: the one time this queue asks its backend anything outside the I/O itself. If
+    // the queue cannot be created the medium answers EIO until it changes (no retry per request).
+    current_ = AddBacking(state.generation, state.backend, state.backend->info());
+  }
+  RetireIdle();
+  return current_;
+}
+
+void DriveQueue::RetireIdle() {
+  for (auto it = backings_.begin(); it != backings_.end();) {
+    Backing* backing = it->get();
+    if (backing == current_ || backing->in_flight > 0) {
+      ++it;
+      continue;
+    }
+    if (backing->queue != nullptr) {
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, backing->queue->completion_fd(), nullptr);
+    }
+    it = backings_.erase(it);
+  }
+}
+
+void DriveQueue::Enqueue(const Request& request, uint64_t cookie) {
+  const Clock::time_point start = Clock::now();
+  ++in_flight_;
+  const uint64_t length = request.type == RequestType::kFlush ? 0 : request.length();
+  Backing* backing = current_;
+  if (removable_) {
+    // One atomic load: the request runs on this snapshot's medium until it completes, whatever
+    // happens to the drive meanwhile. Nothing here asks the host whether a medium is present.
+    const std::shared_ptr<const MediaState> state = shared_->media->Current();
+    if (!state->ready()) {
+      if (current_ != nullptr && current_->generation != state->generation) {
+        current_ = nullptr;
+        RetireIdle();
+      }
+      return CompleteNow(cookie, request.type, length, ENOMEDIUM, start);
+    }
+    backing = BackingFor(*state);
+  }
+  if (backing->queue == nullptr) return CompleteNow(cookie, request.type, length, EIO, start);
+
+  const BackendInfo& info = backing->info;
+  const DriveOptions& options = shared_->options;
+  const bool read_only = options.read_only || info.read_only;
+  switch (request.type) {
+    case RequestType::kFlush: {
+      if (IgnoresFlushes(options.cache_mode)) {
+        return CompleteNow(cookie, request.type, 0, 0, start, Note::kFlushIgnored);
+      }
+      // Nothing was written through a read-only drive, so nothing needs making durable (and a host
+      // CD-ROM need not implement flush at all).
+      if (read_only) return CompleteNow(cookie, request.type, 0, 0, start);
+      Request flush;
+      flush.type = RequestType::kFlush;
+      return Forward(backing, flush, cookie, 0, start, Note::kNone, false);
+    }
+    case RequestType::kRead:
+    case RequestType::kWrite:
+    case RequestType::kDiscard:
+      break;
+    default:
+      return CompleteNow(cookie, request.type, length, EINVAL, start);
+  }
+
+  if (request.type != RequestType::kRead && read_only) {
+    return CompleteNow(cookie, request.type, length, EROFS, start);
+  }
+  // Written so that offset + length cannot overflow. It comes before the zero-length case, so a
+  // zero-length request may start at the end of the medium but not beyond it (as QEMU's
+  // scsi-disk check_lba_range(); SBC-4: a zero transfer length is no error, the LBA still counts).
+  if (request.offset > info.size_bytes || length > info.size_bytes - request.offset) {
+    return CompleteNow(cookie, request.type, length, ERANGE, start);
+  }
+  const uint32_t block = info.logical_block_size;
+  if (block != 0 && (request.offset % block != 0 || length % block != 0)) {
+    return CompleteNow(cookie, request.type, length, EINVAL, start);
+  }
+  if (length == 0) return CompleteNow(cookie, request.type, 0, 0, start);
+
+  Request out = request;
+  out.fua = false;
+  Note note = Note::kNone;
+  bool emulate_fua = false;
+  if (request.type == RequestType::kDiscard && !info.discard) {
+    // A discard is advisory: the data of a discarded range may stay as it was (request.h; SBC-4
+    // UNMAP lets "mapped" blocks remain mapped; virtio-blk DISCARD likewise). So a backend that
+    // cannot deallocate completes it as a successful no-op rather than failing the guest.
+    return CompleteNow(cookie, request.type, length, 0, start);
+  }
+  if (request.type == RequestType::kWrite) {
+    const CacheMode mode = options.cache_mode;
+    if (IgnoresFlushes(mode)) {
+      if (request.fua) note = Note::kFuaIgnored;
+    } else if (request.fua || EveryWriteDurable(mode)) {
+      if (options.fua_mode == FuaMode::kNative && info.native_fua) {
+        out.fua = true;  // one RWF_DSYNC write
+        note = Note::kFuaNative;
+      } else {
+        emulate_fua = true;  // write, then flush (the backend's FUA cannot be relied on)
+        note = Note::kFuaEmulated;
+      }
+    }
+  }
+  Forward(backing, out, cookie, length, start, note, emulate_fua);
+}
+
+void DriveQueue::Forward(Backing* backing, const Request& request, uint64_t cookie, uint64_t bytes,
+                         Clock::time_point start, Note note, bool emulate_fua) {
+  uint32_t slot;
+  if (!free_ops_.empty()) {
+    slot = free_ops_.back();
+    free_ops_.pop_back();
+  } else {
+    slot = static_cast<uint32_t>(ops_.size());
+    ops_.emplace_back();
+  }
+  ops_[slot] = Op{cookie, bytes, start, backing, request.type, note, emulate_fua, false};
+  ++backing->in_flight;
+  backing->needs_submit = true;
+  backing->queue->Enqueue(request, slot);
+}
+
+void DriveQueue::OnBackendCompletion(Backing* backing, uint64_t slot, Completion completion) {
+  if (destroying_) return;
+  Op& op = ops_[slot];
+  if (op.emulate_fua && !op.flushing && completion.ok()) {
+    // The write is done; the guest's completion waits for the flush that makes it durable. A failed
+    // write completes at once with its error: there is nothing to make durable.
+    op.flushing = true;
+    backing->deferred_flushes.push_back(static_cast<uint32_t>(slot));
+    return;
+  }
+  // A failed flush fails the FUA write with the flush's error: the data may not be durable.
+  --backing->in_flight;
+  done_.push_back(Done{op.cookie, op.bytes, op.start, completion.error, op.type, op.note});
+  free_ops_.push_back(static_cast<uint32_t>(slot));
+}
+
+void DriveQueue::Submit() {
+  for (const std::unique_ptr<Backing>& backing : backings_) {
+    if (!backing->needs_submit) continue;
+    backing->needs_submit = false;
+    backing->queue->Submit();
+  }
+  if (!immediate_.empty() && !signalled_) {
+    Signal();
+    signalled_ = true;
+  }
+}
+
+void DriveQueue::Signal() const {
+  const uint64_t one = 1;
+  // An eventfd write fails only if the counter would overflow (2^64 - 2 writes without a read).
+  [[maybe_unused]] ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
+}
+
+void DriveQueue::ProcessCompletions() {
+  if (processing_) return;  // called from inside its own handler: the outer call delivers
+  processing_ = true;
+  // A removable drive's eventfd is also written by media listeners on other threads, which this
+  // thread cannot know of without reading it; a fixed drive reads it only after its own Submit().
+  if (signalled_ || removable_) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &count, sizeof(count));
+    signalled_ = false;
+  }
+  done_.insert(done_.end(), immediate_.begin(), immediate_.end());
+  immediate_.clear();
+
+  for (size_t i = 0; i < backings_.size(); ++i) {
+    Backing& backing = *backings_[i];
+    if (backing.queue == nullptr) continue;
+    backing.queue->ProcessCompletions();
+    if (!backing.deferred_flushes.empty()) {
+      Request flush;
+      flush.type = RequestType::kFlush;
+      for (uint32_t slot : backing.deferred_flushes) backing.queue->Enqueue(flush, slot);
+      backing.deferred_flushes.clear();
+      backing.queue->Submit();
+    }
+  }
+
+  if (removable_ && current_ != nullptr &&
+      current_->generation != shared_->media->Current()->generation) {
+    current_ = nullptr;  // the medium changed: release the old one once it is idle
+  }
+  RetireIdle();
+
+  delivering_.swap(done_);
+  for (const Done& done : delivering_) Deliver(done);
+  delivering_.clear();
+  processing_ = false;
+}
+
+void DriveQueue::Deliver(const Done& done) {
+  const uint64_t latency_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - done.start).count());
+  Stats& stats = shared_->stats;
+  stats.RecordCompletion(done.type, done.bytes, done.error, latency_ns);
+  if (done.error == 0) {
+    switch (done.note) {
+      case Note::kNone:
+        break;
+      case Note::kFuaNative:
+        stats.RecordFuaNative();
+        break;
+      case Note::kFuaEmulated:
+        stats.RecordFuaEmulated();
+        break;
+      case Note::kFlushIgnored:
+        stats.RecordFlushIgnored();
+        break;
+      case Note::kFuaIgnored:
+        stats.RecordFuaIgnored();
+        break;
+    }
+  }
+  --in_flight_;
+  handler_(done.cookie, Completion{done.error});
+}
+
+void DriveQueue::OnMediaEvent(const MediaEvent& event) {
+  // Only the eventfd is touched here (another thread); the queue's thread does the rest in
+  // ProcessCompletions().
+  if (event.type == MediaEventType::kInserted || event.type == MediaEventType::kRemoved) Signal();
+}
+
+}  // namespace
+
+Drive::Drive(Key, std::shared_ptr<Shared> shared) : shared_(std::move(shared)) {}
+Drive::~Drive() = default;
+
+absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateFixed(DriveOptions options,
+                                                          std::shared_ptr<BlockBackend> backend) {
+  if (backend == nullptr) return absl::InvalidArgumentError("drive without a backend");
+  auto shared = std::make_shared<Shared>();
+  shared->backend_info = backend->info();
+  const uint32_t block = shared->backend_info.logical_block_size;
+  if (!std::has_single_bit(block)) {
+    return absl::InvalidArgumentError(absl::StrCat("drive \"", options.name,
+                                                   "\": logical block size ", block,
+                                                   " is not a power of two"));
+  }
+  shared->options = std::move(options);
+  shared->backend = std::move(backend);
+  return std::make_unique<Drive>(Key(), std::move(shared));
+}
+
+absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateRemovable(
+    DriveOptions options, std::shared_ptr<RemovableMedia> media) {
+  if (media == nullptr) return absl::InvalidArgumentError("removable drive without media");
+  auto shared = std::make_shared<Shared>();
+  shared->options = std::move(options);
+  shared->media = std::move(media);
+  return std::make_unique<Drive>(Key(), std::move(shared));
+}
+
+const DriveOptions& Drive::options() const { return shared_->options; }
+
+bool Drive::removable() const { return shared_->media != nullptr; }
+
+DriveInfo Drive::info() const {
+  if (!removable()) return MakeInfo(shared_->options, false, &shared_->backend_info);
+  return InfoFor(*shared_->media->Current());
+}
+
+DriveInfo Drive::InfoFor(const MediaState& state) const {
+  if (!removable()) return info();
+  return MakeInfo(shared_->options, true,
+                  state.backend != nullptr ? &state.backend->info() : nullptr);
+}
+
+RemovableMedia* Drive::media() const { return shared_->media.get(); }
+
+const Stats& Drive::stats() const { return shared_->stats; }
+
+absl::StatusOr<std::unique_ptr<BlockQueue>> Drive::CreateQueue(CompletionHandler handler) {
+  return DriveQueue::Create(shared_, std::move(handler));
+}
+
+}  // namespace block

@@ -1,0 +1,121 @@
+#ifndef BLOCK_DRIVE_H_
+#define BLOCK_DRIVE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "block/backend.h"
+#include "block/cache_mode.h"
+#include "block/media.h"
+#include "block/stats.h"
+
+namespace block {
+
+struct DriveOptions {
+  CacheMode cache_mode = CacheMode::kWriteback;
+  FuaMode fua_mode = FuaMode::kNative;
+  // Refuse writes and discards even if the backend could do them.
+  bool read_only = false;
+  // For status reports and stats ("disk0", "cd0").
+  std::string name;
+};
+
+// What a device tells its guest about the drive.
+struct DriveInfo {
+  // Of the medium; 0 for a removable drive without one.
+  uint64_t size_bytes = 0;
+  // Offsets and lengths of reads, writes and discards must be multiples of this (else EINVAL).
+  uint32_t logical_block_size = 512;
+  // The drive or the backend (medium) is read-only.
+  bool read_only = false;
+  // The volatile write cache the device reports (SCSI caching mode page WCE, ATA IDENTIFY word 85,
+  // virtio-blk VIRTIO_BLK_F_CONFIG_WCE): WriteCacheEnabled(cache_mode).
+  bool write_cache_enabled = true;
+  bool removable = false;
+  // The backend deallocates discarded ranges. Without it the drive still accepts discards and
+  // completes them as no-ops (see DriveQueue), so a device may advertise discard either way.
+  bool discard = false;
+};
+
+// The policy layer between a device and its storage: read-only and range checks, cache modes, FUA
+// (native or emulated), removable media and stats. Every block device (virtio-blk, SCSI disk and
+// CD-ROM, IDE/ATAPI) does its I/O through a Drive's queues.
+//
+// A Drive is either fixed (a disk: one backend for its lifetime) or removable (a CD-ROM: the medium
+// is whatever RemovableMedia holds when a request starts). Its methods are thread-safe; its queues
+// are not (one per iothread, like the backend's). Queues share the drive's state by reference
+// count, so the Drive may be destroyed before its queues.
+class Drive {
+ public:
+  // A disk. InvalidArgument for a null backend or a logical block size that is not a power of two.
+  static absl::StatusOr<std::unique_ptr<Drive>> CreateFixed(DriveOptions options,
+                                                            std::shared_ptr<BlockBackend> backend);
+  // A removable-media drive.
+  static absl::StatusOr<std::unique_ptr<Drive>> CreateRemovable(
+      DriveOptions options, std::shared_ptr<RemovableMedia> media);
+
+  ~Drive();
+  Drive(const Drive&) = delete;
+  Drive& operator=(const Drive&) = delete;
+
+  const DriveOptions& options() const;
+  const std::string& name() const { return options().name; }
+  bool removable() const;
+
+  // For a removable drive, from the current media snapshot (one atomic load; no host access).
+  DriveInfo info() const;
+  // As info(), for a given media snapshot (e.g. the state carried by a MediaEvent), so a device
+  // reports the capacity of the medium it is signalling about.
+  DriveInfo InfoFor(const MediaState& state) const;
+
+  // Null for a fixed drive.
+  RemovableMedia* media() const;
+  const Stats& stats() const;
+
+  // A queue for the calling iothread. For a fixed drive it creates the backend's queue at once (and
+  // fails if that fails); a removable drive creates one per medium on first use, on this thread.
+  //
+  // What the queue does with each request, before any I/O (errors complete through the handler at
+  // the next ProcessCompletions(), never inside Enqueue()):
+  //   - removable drive without a ready medium (none, or the tray open): ENOMEDIUM;
+  //   - a write or discard on a read-only drive or medium: EROFS;
+  //   - a range past the end of the medium (overflow-safe; a zero-length request may start at the
+  //     end): ERANGE; an offset or length not a multiple of the logical block size: EINVAL;
+  //   - zero-length reads, writes and discards: success, no I/O;
+  //   - a discard the backend cannot do: success, no I/O (a discard is advisory);
+  //   - a flush on a read-only drive: success, no I/O (nothing was written through it).
+  // Cache modes: writethrough and directsync send every write with FUA; unsafe completes flushes at
+  // once and drops FUA, without host I/O. FUA is native (one write with fua=true) when fua_mode is
+  // kNative and the backend has native_fua; otherwise write, then flush once the write succeeded,
+  // then complete (a failed write completes with its error, unflushed; a failed flush fails the
+  // write). A removable drive's request runs on the medium of the snapshot it saw at Enqueue(),
+  // even if the medium changes before it completes.
+  //
+  // The queue's completion_fd() is an epoll fd: it is readable when the drive has completions of
+  // its own (rejections, ignored flushes) or any backend queue beneath it has. A device adds that
+  // one fd to its own epoll set (nested epoll) and calls ProcessCompletions() when it is readable;
+  // it never sees the backend's fds. A removable drive's fd also wakes on a medium change, so the
+  // queue can release the old medium when idle: a ProcessCompletions() with nothing to deliver is
+  // normal. The handler may Enqueue() and Submit(). Destroying a queue with requests in flight drops
+  // their completions (drain first); do not destroy it from inside its handler or from a media
+  // listener.
+  absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler);
+
+  struct Shared;  // state shared with the queues (drive.cc)
+
+  // Only CreateFixed() and CreateRemovable() can make the key.
+  class Key {
+    friend class Drive;
+    Key() = default;
+  };
+  Drive(Key, std::shared_ptr<Shared> shared);
+
+ private:
+  const std::shared_ptr<Shared> shared_;
+};
+
+}  // namespace block
+
+#endif  // BLOCK_DRIVE_H_

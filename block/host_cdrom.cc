@@ -1,0 +1,459 @@
+#include "block/host_cdrom.h"
+
+#include <fcntl.h>
+#include <linux/cdrom.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace block {
+namespace {
+
+// Owns a file descriptor; closes it on destruction. (block/ has no shared fd wrapper and must not
+// depend on vmm/.)
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  OwnedFd& operator=(OwnedFd&&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+absl::Status ErrnoStatus(int error, absl::string_view what) {
+  return absl::Status(absl::ErrnoToStatusCode(error),
+                      absl::StrCat(what, ": ", std::strerror(error)));
+}
+
+// "/dev/sr0" -> "sr0"; a symlink such as /dev/cdrom is resolved first, since uevents name the
+// kernel's device, not the link.
+std::string KernelName(const std::string& path) {
+  std::string resolved = path;
+  if (char* real = ::realpath(path.c_str(), nullptr); real != nullptr) {
+    resolved = real;
+    std::free(real);
+  }
+  size_t slash = resolved.find_last_of('/');
+  return slash == std::string::npos ? resolved : resolved.substr(slash + 1);
+}
+
+// The real drive: ioctls on an fd of the device node, opened O_RDONLY | O_NONBLOCK.
+class LinuxCdromDevice : public CdromDevice {
+ public:
+  LinuxCdromDevice(std::string path, std::string kernel_name, OwnedFd fd)
+      : path_(std::move(path)), kernel_name_(std::move(kernel_name)), fd_(std::move(fd)) {}
+
+  const std::string& path() const override { return path_; }
+  std::string kernel_name() const override { return kernel_name_; }
+  absl::StatusOr<HostDriveStatus> DriveStatus() override;
+  absl::StatusOr<uint64_t> CapacityBytes() override;
+  absl::Status LockDoor(bool locked) override;
+  absl::Status Eject() override;
+  absl::Status CloseTray() override;
+
+ private:
+  const std::string path_;
+  const std::string kernel_name_;
+  const OwnedFd fd_;
+};
+
+}  // namespace
+
+const char* HostDriveStatusName(HostDriveStatus status) {
+  switch (status) {
+    case HostDriveStatus::kNoInfo: return "no info";
+    case HostDriveStatus::kNoDisc: return "no disc";
+    case HostDriveStatus::kTrayOpen: return "tray open";
+    case HostDriveStatus::kNotReady: return "drive not ready";
+    case HostDriveStatus::kDiscOk: return "disc ok";
+  }
+  return "?";
+}
+
+// ---- LinuxCdromDevice ---------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::string& path) {
+  OwnedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) {
+    int error = errno;
+    if (error == ENOENT) {
+      return absl::NotFoundError(absl::StrCat("host CD-ROM ", path, ": no such device node"));
+    }
+    if (error == ENXIO || error == ENODEV) {
+      // A node without a driver behind it (sr_mod not loaded, drive unplugged).
+      return absl::NotFoundError(
+          absl::StrCat("host CD-ROM ", path, ": no such device: ", std::strerror(error)));
+    }
+    return ErrnoStatus(error, absl::StrCat("host CD-ROM ", path, ": open"));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("host CD-ROM ", path, ": fstat"));
+  }
+  if (!S_ISBLK(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host CD-ROM ", path, " is not a CD-ROM drive: not a block device (expected /dev/sr*)"));
+  }
+  // Only the uniform CD-ROM driver (drivers/cdrom/cdrom.c) answers CDROM_GET_CAPABILITY; any other
+  // block device fails it (ENOTTY/EINVAL), which is the cheapest "is this a CD-ROM?" there is.
+  if (::ioctl(fd.get(), CDROM_GET_CAPABILITY, 0) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host CD-ROM ", path, " is not a CD-ROM drive: CDROM_GET_CAPABILITY: ",
+                     std::strerror(errno)));
+  }
+  return std::make_unique<LinuxCdromDevice>(path, KernelName(path), std::move(fd));
+}
+
+absl::StatusOr<HostDriveStatus> LinuxCdromDevice::DriveStatus() {
+  // CDSL_CURRENT: the drive's own slot (only changers have others). cdrom-standard.rst: the driver
+  // returns CDS_NO_INFO when it cannot tell, and for CDROM_DRIVE_STATUS the uniform driver sends
+  // TEST UNIT READY / GET EVENT STATUS NOTIFICATION to the drive: a real command, hence probed
+  // only on demand.
+  int status = ::ioctl(fd_.get(), CDROM_DRIVE_STATUS, CDSL_CURRENT);
+  if (status < 0) return ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_DRIVE_STATUS"));
+  switch (status) {
+    case CDS_NO_INFO: return HostDriveStatus::kNoInfo;
+    case CDS_NO_DISC: return HostDriveStatus::kNoDisc;
+    case CDS_TRAY_OPEN: return HostDriveStatus::kTrayOpen;
+    case CDS_DRIVE_NOT_READY: return HostDriveStatus::kNotReady;
+    case CDS_DISC_OK: return HostDriveStatus::kDiscOk;
+    default:
+      return absl::InternalError(
+          absl::StrCat(path_, ": CDROM_DRIVE_STATUS returned unknown status ", status));
+  }
+}
+
+absl::StatusOr<uint64_t> LinuxCdromDevice::CapacityBytes() {
+  // A fresh open, not our long-lived fd: the sr driver re-reads the capacity of a changed disc when
+  // the device is opened (drivers/scsi/sr.c, sr_block_open -> disk_check_media_change ->
+  // sr_revalidate_disk), and our fd was opened before the change. O_NONBLOCK as at Open().
+  OwnedFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(path_, ": open"));
+  uint64_t bytes = 0;
+  if (::ioctl(fd.get(), BLKGETSIZE64, &bytes) != 0) {
+    return ErrnoStatus(errno, absl::StrCat(path_, ": BLKGETSIZE64"));
+  }
+  return bytes;
+}
+
+absl::Status LinuxCdromDevice::LockDoor(bool locked) {
+  // cdrom.c refuses to unlock (EBUSY) while someone else has the drive open unless the caller has
+  // CAP_SYS_ADMIN; the backend reading the disc is such an opener. Best effort by design.
+  if (::ioctl(fd_.get(), CDROM_LOCKDOOR, locked ? 1 : 0) != 0) {
+    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_LOCKDOOR ", locked ? 1 : 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LinuxCdromDevice::Eject() {
+  // Unlock first. Opening the drive for data locks its door (cdrom.c open_for_data, CDO_LOCK is on
+  // by default), and since Linux 5.18 sr_block_ioctl sends CDROMEJECT straight to scsi_ioctl as
+  // START STOP UNIT, skipping cdrom_ioctl_eject, which used to unlock (and which refused with EBUSY
+  // whenever another opener existed). Failure to unlock is not final: the eject says what happened.
+  (void)::ioctl(fd_.get(), CDROM_LOCKDOOR, 0);
+  if (::ioctl(fd_.get(), CDROMEJECT, 0) != 0) {
+    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROMEJECT"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LinuxCdromDevice::CloseTray() {
+  if (::ioctl(fd_.get(), CDROMCLOSETRAY, 0) != 0) {
+    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROMCLOSETRAY"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- HostCdrom ----------------------------------------------------------------------------------
+
+HostCdrom::HostCdrom(std::unique_ptr<CdromDevice> device, RemovableMedia* media, Options options)
+    : device_(std::move(device)), media_(media), options_(std::move(options)) {}
+
+absl::StatusOr<std::unique_ptr<HostCdrom>> HostCdrom::Create(std::unique_ptr<CdromDevice> device,
+                                                             RemovableMedia* media,
+                                                             Options options) {
+  if (device == nullptr || media == nullptr) {
+    return absl::InvalidArgumentError("HostCdrom needs a device and a RemovableMedia");
+  }
+  if (!options.backend_factory) {
+    return absl::InvalidArgumentError("HostCdrom needs a backend factory");
+  }
+  std::unique_ptr<HostCdrom> cdrom(new HostCdrom(std::move(device), media, std::move(options)));
+  cdrom->worker_ = std::thread([raw = cdrom.get()] { raw->WorkerLoop(); });
+  media->AddListener(cdrom.get());
+  return cdrom;
+}
+
+HostCdrom::~HostCdrom() {
+  // No new commands once unregistered; the worker finishes those queued (a guest's unlock should
+  // still reach the drive) and exits.
+  media_->RemoveListener(this);
+  {
+    absl::MutexLock lock(&queue_mutex_);
+    stopping_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+}
+
+absl::Status HostCdrom::Refresh() {
+  absl::MutexLock lock(&refresh_mutex_);
+  return RefreshLocked(/*media_changed=*/false);
+}
+
+absl::Status HostCdrom::RefreshLocked(bool media_changed) {
+  absl::StatusOr<HostDriveStatus> status;
+  {
+    absl::MutexLock device_lock(&device_mutex_);
+    status = device_->DriveStatus();
+  }
+  {
+    absl::MutexLock state_lock(&state_mutex_);
+    ++stats_.refreshes;
+    if (status.ok()) last_status_ = *status;
+  }
+  if (!status.ok()) return status.status();
+
+  switch (*status) {
+    case HostDriveStatus::kNotReady:
+      // Spinning up or reading the TOC. Publishing "no medium" now would make the guest see a
+      // spurious removal; the kernel sends DISK_MEDIA_CHANGE once the drive settles.
+      return absl::OkStatus();
+    case HostDriveStatus::kDiscOk:
+      return PublishDisc(media_changed);
+    case HostDriveStatus::kTrayOpen:
+      return PublishEmpty(/*tray_open=*/true);
+    case HostDriveStatus::kNoDisc:
+      return PublishEmpty(/*tray_open=*/false);
+    case HostDriveStatus::kNoInfo: {
+      // The driver cannot report the tray: a disc with a capacity is a disc.
+      absl::StatusOr<uint64_t> capacity;
+      {
+        absl::MutexLock device_lock(&device_mutex_);
+        capacity = device_->CapacityBytes();
+      }
+      if (capacity.ok() && *capacity > 0) return PublishDisc(media_changed);
+      return PublishEmpty(/*tray_open=*/false);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostCdrom::PublishDisc(bool replace) {
+  std::shared_ptr<const MediaState> current = media_->Current();
+  absl::StatusOr<uint64_t> capacity;
+  {
+    absl::MutexLock device_lock(&device_mutex_);
+    capacity = device_->CapacityBytes();
+  }
+  const bool same_disc = !replace && current->present && current->backend != nullptr &&
+                         current->source == device_->path() && capacity.ok() &&
+                         *capacity == current->size_bytes();
+  if (same_disc) {
+    // The disc we published is still there. A tray the guest opened while the host's did not
+    // move (the forwarded eject failed) is closed again: the host is the truth for a passthrough
+    // drive, and the medium did not change, so no new generation.
+    if (!current->tray_open) return absl::OkStatus();
+    absl::Status closed = media_->SetTrayOpen(false, /*force=*/true);
+    if (closed.ok()) {
+      absl::MutexLock state_lock(&state_mutex_);
+      ++stats_.changes_published;
+    }
+    return closed;
+  }
+
+  absl::StatusOr<std::shared_ptr<BlockBackend>> backend = options_.backend_factory(device_->path());
+  if (!backend.ok() || *backend == nullptr) {
+    absl::Status error =
+        backend.ok() ? absl::InternalError("backend factory returned null") : backend.status();
+    // Whatever was published before is not what the drive holds now: show no medium rather than a
+    // stale one.
+    if (current->present) (void)media_->Eject(/*force=*/true);
+    return absl::Status(error.code(), absl::StrCat("host CD-ROM ", device_->path(),
+                                                   ": cannot open the disc: ", error.message()));
+  }
+  if (current->present) {
+    // Forced: the guest's PREVENT ALLOW MEDIUM REMOVAL cannot keep a disc the host already took.
+    absl::Status ejected = media_->Eject(/*force=*/true);
+    if (!ejected.ok()) return ejected;
+  }
+  absl::Status inserted = media_->Insert(*std::move(backend), device_->path());
+  if (inserted.ok()) {
+    absl::MutexLock state_lock(&state_mutex_);
+    ++stats_.changes_published;
+  }
+  return inserted;
+}
+
+absl::Status HostCdrom::PublishEmpty(bool tray_open) {
+  std::shared_ptr<const MediaState> current = media_->Current();
+  bool changed = false;
+  if (current->present) {
+    absl::Status ejected = media_->Eject(/*force=*/true);  // leaves the tray open
+    if (!ejected.ok()) return ejected;
+    changed = true;
+    current = media_->Current();
+  }
+  if (current->tray_open != tray_open) {
+    absl::Status moved = media_->SetTrayOpen(tray_open, /*force=*/true);
+    if (!moved.ok()) return moved;
+    changed = true;
+  }
+  if (changed) {
+    absl::MutexLock state_lock(&state_mutex_);
+    ++stats_.changes_published;
+  }
+  return absl::OkStatus();
+}
+
+void HostCdrom::HandleUevent(const Uevent& event) {
+  absl::Status status;
+  if (event.lost_events || event.IsMediaChange() || event.action == "add") {
+    absl::MutexLock lock(&refresh_mutex_);
+    status = RefreshLocked(/*media_changed=*/true);
+  } else if (event.IsEjectRequest()) {
+    // block/disk-events.c reports the button only while removal is prevented: the drive itself
+    // ignores it then. Whoever prevents removal decides.
+    if (media_->Current()->locked) {
+      if (options_.on_eject_request) {
+        options_.on_eject_request();
+      } else {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "host CD-ROM ", device_->path(),
+            ": eject button pressed, but the guest prevents medium removal"));
+      }
+    } else {
+      // The host (not the guest) holds the door locked, e.g. because opening the drive for data
+      // locked it (cdrom.c, CDO_LOCK): honour the button. The worker re-probes afterwards.
+      Enqueue(HostCommand::kEject);
+    }
+  } else if (event.action == "remove") {
+    absl::MutexLock lock(&refresh_mutex_);
+    absl::Status emptied = PublishEmpty(/*tray_open=*/false);
+    status = absl::UnavailableError(absl::StrCat("host CD-ROM ", device_->path(), " was removed",
+                                                 emptied.ok() ? "" : "; ", emptied.message()));
+  }
+  if (!status.ok()) ReportError(status);
+}
+
+std::unique_ptr<HostCdrom::UeventWatch> HostCdrom::WatchUevents(UeventMonitor* monitor) {
+  UeventMonitor::WatchId id = monitor->Watch(device_->kernel_name(),
+                                             [this](const Uevent& event) { HandleUevent(event); });
+  return std::make_unique<UeventWatch>(monitor, id);
+}
+
+void HostCdrom::OnMediaEvent(const MediaEvent& event) {
+  // Our own publications (by_guest == false) describe the host; sending them back would loop.
+  if (!event.by_guest) return;
+  switch (event.type) {
+    case MediaEventType::kLockChanged:
+      Enqueue(event.state != nullptr && event.state->locked ? HostCommand::kLock
+                                                            : HostCommand::kUnlock);
+      break;
+    case MediaEventType::kTrayOpened:
+      Enqueue(HostCommand::kEject);
+      break;
+    case MediaEventType::kTrayClosed:
+      Enqueue(HostCommand::kCloseTray);
+      break;
+    case MediaEventType::kInserted:
+    case MediaEventType::kRemoved:
+    case MediaEventType::kEjectRequested:
+      // A guest cannot insert; its refused eject (while it prevents removal) is for the API.
+      break;
+  }
+}
+
+void HostCdrom::Enqueue(HostCommand command) {
+  absl::MutexLock lock(&queue_mutex_);
+  queue_.push_back(command);
+  ++commands_queued_;
+}
+
+void HostCdrom::WaitForHostCommands() {
+  struct Waiting {
+    const uint64_t* done;
+    uint64_t target;
+  };
+  absl::MutexLock lock(&queue_mutex_);
+  Waiting waiting{&commands_done_, commands_queued_};
+  queue_mutex_.Await(absl::Condition(
+      +[](Waiting* w) { return *w->done >= w->target; }, &waiting));
+}
+
+void HostCdrom::WorkerLoop() {
+  while (true) {
+    HostCommand command;
+    {
+      absl::MutexLock lock(&queue_mutex_);
+      queue_mutex_.Await(absl::Condition(
+          +[](HostCdrom* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return self->stopping_ || !self->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopping, and everything queued was done
+      command = queue_.front();
+      queue_.pop_front();
+    }
+    absl::Status status = RunHostCommand(command);
+    {
+      absl::MutexLock state_lock(&state_mutex_);
+      ++stats_.host_commands;
+      if (!status.ok()) ++stats_.host_command_errors;
+    }
+    if (!status.ok()) ReportError(status);
+    if (command == HostCommand::kEject || command == HostCommand::kCloseTray) {
+      // The tray moved (or failed to): look at the drive once, so the guest sees what the host has
+      // even when the host sends no uevents (the kernel polls removable drives only when
+      // events_poll_msecs is set, which udev does, not the kernel: block/disk-events.c).
+      absl::MutexLock lock(&refresh_mutex_);
+      absl::Status refreshed = RefreshLocked(/*media_changed=*/false);
+      if (!refreshed.ok()) ReportError(refreshed);
+    }
+    absl::MutexLock lock(&queue_mutex_);
+    ++commands_done_;
+  }
+}
+
+absl::Status HostCdrom::RunHostCommand(HostCommand command) {
+  absl::MutexLock device_lock(&device_mutex_);
+  switch (command) {
+    case HostCommand::kLock: return device_->LockDoor(true);
+    case HostCommand::kUnlock: return device_->LockDoor(false);
+    case HostCommand::kEject: return device_->Eject();
+    case HostCommand::kCloseTray: return device_->CloseTray();
+  }
+  return absl::InternalError("unknown host command");
+}
+
+void HostCdrom::ReportError(const absl::Status& status) {
+  if (options_.on_error) options_.on_error(status);
+}
+
+HostDriveStatus HostCdrom::last_host_status() const {
+  absl::MutexLock lock(&state_mutex_);
+  return last_status_;
+}
+
+HostCdrom::Stats HostCdrom::stats() const {
+  absl::MutexLock lock(&state_mutex_);
+  return stats_;
+}
+
+}  // namespace block
