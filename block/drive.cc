@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "block/scoped_fd.h"
 
 namespace block {
 
@@ -27,22 +28,6 @@ struct Drive::Shared {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Owns a file descriptor. (vmm/ has one too, but block/ depends on nothing above it.)
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 
 DriveInfo MakeInfo(const DriveOptions& options, bool removable, const BackendInfo* backend) {
   DriveInfo info;
@@ -77,8 +62,8 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   static absl::StatusOr<std::unique_ptr<BlockQueue>> Create(std::shared_ptr<Drive::Shared> shared,
                                                             CompletionHandler handler);
 
-  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, Fd epoll_fd,
-             Fd event_fd)
+  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, ScopedFd epoll_fd,
+             ScopedFd event_fd)
       : shared_(std::move(shared)),
         removable_(shared_->media != nullptr),
         handler_(std::move(handler)),
@@ -150,8 +135,8 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   const std::shared_ptr<Drive::Shared> shared_;
   const bool removable_;
   CompletionHandler handler_;
-  const Fd epoll_fd_;
-  const Fd event_fd_;
+  const ScopedFd epoll_fd_;
+  const ScopedFd event_fd_;
 
   std::vector<std::unique_ptr<Backing>> backings_;
   Backing* current_ = nullptr;  // the medium requests go to; null until one is seen
@@ -168,9 +153,9 @@ class DriveQueue final : public BlockQueue, private MediaListener {
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
     std::shared_ptr<Drive::Shared> shared, CompletionHandler handler) {
-  Fd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
+  ScopedFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd.valid()) return absl::ErrnoToStatus(errno, "epoll_create1");
-  Fd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  ScopedFd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
   epoll_event event{};
   event.events = EPOLLIN;

@@ -15,33 +15,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "block/scoped_fd.h"
 
 namespace block {
 namespace {
-
-// Owns a file descriptor; closes it on destruction. (block/ has no shared fd wrapper and must not
-// depend on vmm/.)
-class OwnedFd {
- public:
-  OwnedFd() = default;
-  ~OwnedFd() { Reset(); }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-absl::Status ErrnoStatus(int error, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(error),
-                      absl::StrCat(what, ": ", std::strerror(error)));
-}
 
 // SplitMix64 (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014):
 // a stateless hash of (seed, request number) makes probabilistic faults reproducible and needs no
@@ -260,9 +237,9 @@ class FaultInjectingQueue : public BlockQueue {
   FaultInjectingBackend* const backend_;
   FaultInjectingBackend::RuleCache rule_cache_;
   CompletionHandler handler_;
-  OwnedFd event_fd_;
-  OwnedFd timer_fd_;
-  OwnedFd epoll_fd_;
+  ScopedFd event_fd_;
+  ScopedFd timer_fd_;
+  ScopedFd epoll_fd_;
   size_t in_flight_ = 0;
   // Requests at the inner backend, by inner cookie. A slot's torn_buffers keeps its heap array
   // when slots_ grows (vector move), so the inner backend's span stays valid.

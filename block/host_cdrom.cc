@@ -14,33 +14,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "block/scoped_fd.h"
 
 namespace block {
 namespace {
-
-// Owns a file descriptor; closes it on destruction. (block/ has no shared fd wrapper and must not
-// depend on vmm/.)
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  ~OwnedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OwnedFd(OwnedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  OwnedFd& operator=(OwnedFd&&) = delete;
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
-
-absl::Status ErrnoStatus(int error, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(error),
-                      absl::StrCat(what, ": ", std::strerror(error)));
-}
 
 // "/dev/sr0" -> "sr0"; a symlink such as /dev/cdrom is resolved first, since uevents name the
 // kernel's device, not the link.
@@ -57,7 +34,7 @@ std::string KernelName(const std::string& path) {
 // The real drive: ioctls on an fd of the device node, opened O_RDONLY | O_NONBLOCK.
 class LinuxCdromDevice : public CdromDevice {
  public:
-  LinuxCdromDevice(std::string path, std::string kernel_name, OwnedFd fd)
+  LinuxCdromDevice(std::string path, std::string kernel_name, ScopedFd fd)
       : path_(std::move(path)), kernel_name_(std::move(kernel_name)), fd_(std::move(fd)) {}
 
   const std::string& path() const override { return path_; }
@@ -71,7 +48,7 @@ class LinuxCdromDevice : public CdromDevice {
  private:
   const std::string path_;
   const std::string kernel_name_;
-  const OwnedFd fd_;
+  const ScopedFd fd_;
 };
 
 }  // namespace
@@ -90,7 +67,7 @@ const char* HostDriveStatusName(HostDriveStatus status) {
 // ---- LinuxCdromDevice ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::string& path) {
-  OwnedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     int error = errno;
     if (error == ENOENT) {
@@ -144,7 +121,7 @@ absl::StatusOr<uint64_t> LinuxCdromDevice::CapacityBytes() {
   // A fresh open, not our long-lived fd: the sr driver re-reads the capacity of a changed disc when
   // the device is opened (drivers/scsi/sr.c, sr_block_open -> disk_check_media_change ->
   // sr_revalidate_disk), and our fd was opened before the change. O_NONBLOCK as at Open().
-  OwnedFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  ScopedFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(path_, ": open"));
   uint64_t bytes = 0;
   if (::ioctl(fd.get(), BLKGETSIZE64, &bytes) != 0) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "block/scoped_fd.h"
 
 namespace block {
 namespace {
@@ -44,11 +45,6 @@ class FdGuard {
  private:
   int fd_;
 };
-
-absl::Status ErrnoStatus(int error, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(error),
-                      absl::StrCat(what, ": ", std::strerror(error)));
-}
 
 }  // namespace
 

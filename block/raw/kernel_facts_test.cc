@@ -21,7 +21,7 @@
 #include "block/backend.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/raw_file_backend.h"
-#include "block/raw/scoped_fd.h"
+#include "block/scoped_fd.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
 

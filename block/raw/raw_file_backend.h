@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "block/backend.h"
 #include "block/cache_mode.h"
-#include "block/raw/scoped_fd.h"
+#include "block/scoped_fd.h"
 #include "block/raw/uring_ops.h"
 
 namespace block::raw {

@@ -21,7 +21,7 @@
 #include "block/cache_mode.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/recording_ring.h"
-#include "block/raw/scoped_fd.h"
+#include "block/scoped_fd.h"
 #include "block/raw/uring_ops.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
