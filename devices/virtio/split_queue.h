@@ -77,9 +77,13 @@ class SplitQueue {
 
   const vmm::GuestMemory* memory_;
   QueueConfig config_;
+  // Host addresses of the three areas, checked by Create() to lie wholly inside one region each.
+  uint8_t* descriptor_table_host_ = nullptr;
+  uint8_t* available_ring_host_ = nullptr;
+  uint8_t* used_ring_host_ = nullptr;
   uint16_t next_available_ = 0;  // last available index consumed
   uint16_t next_used_ = 0;       // used index the next PushUsed writes
-  uint16_t signalled_used_ = 0;  // used index at the last ShouldInterrupt() that said yes
+  uint16_t signalled_used_ = 0;  // used index at the last ShouldInterrupt() call
   bool signalled_used_valid_ = false;
 };
 

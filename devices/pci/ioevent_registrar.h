@@ -1,0 +1,30 @@
+#ifndef DEVICES_PCI_IOEVENT_REGISTRAR_H_
+#define DEVICES_PCI_IOEVENT_REGISTRAR_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+
+namespace devices::pci {
+
+// Where a guest write should signal an eventfd without an exit to the VMM (KVM_IOEVENTFD). Devices
+// use this to turn doorbell registers (virtio notify addresses) into eventfds their iothreads poll.
+// An interface so device tests can fake it; KvmIoEventRegistrar is the real one.
+class IoEventRegistrar {
+ public:
+  struct Spec {
+    uint64_t address = 0;
+    uint32_t length = 0;  // 0 (any length, MMIO only), 1, 2, 4 or 8
+    bool pio = false;
+    std::optional<uint64_t> datamatch;
+  };
+  virtual ~IoEventRegistrar() = default;
+  virtual absl::Status Register(int event_fd, const Spec& spec) = 0;
+  // Must be given the same spec as the Register() call it undoes.
+  virtual absl::Status Unregister(int event_fd, const Spec& spec) = 0;
+};
+
+}  // namespace devices::pci
+
+#endif  // DEVICES_PCI_IOEVENT_REGISTRAR_H_
