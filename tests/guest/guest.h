@@ -35,11 +35,16 @@ struct guest_test {
 };
 
 #define GUEST_TEST(test_name, test_description)                                                   \
-  static void guest_test_fn_##test_name(void);                                                    \
-  static const struct guest_test guest_test_entry_##test_name                                     \
+  GUEST_TEST_NAMED(test_name, #test_name, test_description)
+
+/* The same with a command-line name that is not a C identifier (e.g. "scsi-rw"):
+ *   GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "...") { ... } */
+#define GUEST_TEST_NAMED(fn_name, name_string, test_description)                                  \
+  static void guest_test_fn_##fn_name(void);                                                      \
+  static const struct guest_test guest_test_entry_##fn_name                                       \
       __attribute__((used, section("guest_tests"), aligned(8))) = {                               \
-          #test_name, test_description, guest_test_fn_##test_name};                               \
-  static void guest_test_fn_##test_name(void)
+          name_string, test_description, guest_test_fn_##fn_name};                                \
+  static void guest_test_fn_##fn_name(void)
 
 /* Exit statuses (the VMM exits with them; QEMU's isa-debug-exit with (status << 1) | 1). */
 #define GUEST_EXIT_PASS 0
@@ -277,14 +282,15 @@ void cpu_wait_for_interrupt(void);
 #define LAPIC_ICR_LOW 0x300
 #define LAPIC_ICR_HIGH 0x310
 #define LAPIC_LVT_TIMER 0x320
+#define LAPIC_LVT_LINT0 0x350
 #define LAPIC_TIMER_INITIAL 0x380
 #define LAPIC_TIMER_CURRENT 0x390
 #define LAPIC_TIMER_DIVIDE 0x3e0
 extern uint64_t lapic_base;
 static inline uint32_t lapic_read(unsigned reg) { return mmio_read32(lapic_base + reg); }
 static inline void lapic_write(unsigned reg, uint32_t v) { mmio_write32(lapic_base + reg, v); }
-/* Software-enables this CPU's LAPIC (SVR bit 8, spurious vector 0xff). Each CPU must call it
- * before it can take LAPIC interrupts. */
+/* Software-enables this CPU's LAPIC (SVR bit 8, spurious vector 0xff) and masks LINT0 (no
+ * ExtINT from a legacy 8259 PIC). Each CPU must call it before it can take LAPIC interrupts. */
 void lapic_enable(void);
 /* This CPU's APIC ID (also its index for per-CPU data). */
 unsigned this_cpu(void);

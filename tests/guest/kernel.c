@@ -199,6 +199,10 @@ void wrmsr(uint32_t msr, uint64_t value) {
 void lapic_enable(void) {
   uint32_t svr = lapic_read(LAPIC_SVR);
   lapic_write(LAPIC_SVR, (svr & ~0xffu) | 0x100 | SPURIOUS_VECTOR); /* bit 8: APIC enable */
+  /* Mask LINT0. Firmware (SeaBIOS under QEMU -M pc) leaves it in ExtINT mode with the 8259 PIC's
+   * base at vector 8, so the PIT's IRQ 0 would arrive as "vector 8" (taken for a #DF) as soon as
+   * a CPU enables interrupts. This guest uses LAPIC/MSI vectors only. */
+  lapic_write(LAPIC_LVT_LINT0, 1u << 16);
 }
 
 unsigned this_cpu(void) {

@@ -1,0 +1,276 @@
+#!/bin/bash
+# Runs the test guest's virtio-scsi driver against QEMU's virtio-scsi-pci (the known-good reference):
+# scsi-probe, scsi-rw, scsi-cd, scsi-queues, scsi-irq, scsi-errors, scsi-media (medium change driven
+# through the HMP monitor when the guest prints @@EJECT cd / @@INSERT cd) and scsi-bench (numbers
+# are printed, never judged). See docs/test-guest.md, "virtio-scsi".
+# Skips (exit 0, "SKIPPED: ...") when /dev/kvm or qemu-system-x86_64 is missing.
+#
+# Usage: qemu_scsi_test.sh [path/to/test_guest [path/to/make-pattern-image]]
+#   QEMU_RUN_TIMEOUT  seconds per QEMU run (default 60; a run takes 2-5 s)
+#   QEMU_SCSI_KEEP=1  keep the work directory (outside Bazel)
+set -u
+trap '' PIPE
+
+GUEST="${1:-tests/guest/test_guest}"
+MKIMG="${2:-tools/make-pattern-image}"
+RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
+
+if [[ ! -e /dev/kvm ]]; then
+  echo "SKIPPED: /dev/kvm is absent"
+  exit 0
+fi
+if [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then
+  echo "SKIPPED: /dev/kvm is not readable and writable by $(id -un)"
+  exit 0
+fi
+QEMU_BIN="$(command -v qemu-system-x86_64 || true)"
+if [[ -z "$QEMU_BIN" ]]; then
+  echo "SKIPPED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)"
+  exit 0
+fi
+PYTHON="$(command -v python3 || true)"
+if [[ -z "$PYTHON" ]]; then
+  echo "SKIPPED: python3 is missing (tools/make-pattern-image and the monitor client need it)"
+  exit 0
+fi
+for f in "$GUEST" "$MKIMG"; do
+  if [[ ! -f "$f" ]]; then
+    echo "FAIL: '$f' not found"
+    exit 1
+  fi
+done
+
+if [[ -n "${TEST_TMPDIR:-}" ]]; then
+  WORK="$TEST_TMPDIR"
+else
+  WORK="$(mktemp -d)"
+fi
+# The monitor socket path must fit sockaddr_un (108 bytes); TEST_TMPDIR is often longer.
+SOCKDIR="$(mktemp -d /tmp/mvm-scsi.XXXXXX)"
+cleanup() {
+  rm -rf "$SOCKDIR"
+  if [[ -z "${TEST_TMPDIR:-}" && -z "${QEMU_SCSI_KEEP:-}" ]]; then rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+echo "QEMU: $("$QEMU_BIN" --version | head -n 1)"
+
+# Images: every 512-byte block carries {"MVMPATRN", seed, block number} and a fill the guest can
+# recompute (tools/make-pattern-image).
+DISK_SEED=11 CD_SEED=22 NEW_SEED=33
+DISK_BLOCKS=131072  # 64 MiB
+"$PYTHON" "$MKIMG" --seed "$DISK_SEED" --size 64M "$WORK/disk-pristine.img" || { echo "FAIL: make-pattern-image"; exit 1; }
+"$PYTHON" "$MKIMG" --seed "$CD_SEED" --size 8M "$WORK/cd.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
+"$PYTHON" "$MKIMG" --seed "$NEW_SEED" --size 3M "$WORK/new.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
+
+# cache=none,aio=io_uring as the benchmark setup uses; fall back when the filesystem or the
+# kernel refuses (O_DIRECT on tmpfs, io_uring disabled).
+DRIVE_OPTS="cache=none,aio=io_uring"
+probe_drive() {
+  printf 'quit\n' | timeout 20 "$QEMU_BIN" -M none -nodefaults -display none -monitor stdio \
+    -drive "file=$WORK/disk-pristine.img,if=none,id=d0,format=raw,$1" >/dev/null 2>&1
+}
+if ! probe_drive "$DRIVE_OPTS"; then
+  for opts in "cache=none,aio=threads" "cache=writeback,aio=threads"; do
+    if probe_drive "$opts"; then
+      echo "note: $DRIVE_OPTS refused here; using $opts"
+      DRIVE_OPTS="$opts"
+      break
+    fi
+  done
+fi
+
+COMMON=(-M pc -enable-kvm -cpu host,-arch-capabilities -m 256M -nodefaults -display none
+        -serial stdio -device isa-debug-exit,iobase=0xf4,iosize=1 -no-reboot -kernel "$GUEST")
+
+FAILURES=0
+OUT=""
+
+fail() {
+  echo "FAIL: $*"
+  if [[ -n "$OUT" && -f "$OUT" ]]; then
+    sed 's/^/    | /' "$OUT"
+  fi
+  FAILURES=$((FAILURES + 1))
+}
+
+check_status() {  # name actual expected
+  if [[ "$2" -ne "$3" ]]; then
+    fail "$1: QEMU exit status $2, expected $3"
+    return 1
+  fi
+}
+
+expect_line() {  # name line: the output must contain exactly this line
+  grep -Fxq -- "$2" "$OUT" || fail "$1: missing line '$2'"
+}
+
+expect_match() {  # name regex: some line must match this extended regex
+  grep -Eq -- "$2" "$OUT" || fail "$1: no line matches '$2'"
+}
+
+guest_status() { echo $((($1 << 1) | 1)); }
+
+# The controller (two request queues), a scsi-hd (LUN 0, DPO/FUA advertised) and a scsi-cd
+# (LUN 1); a fresh copy of the pristine disk for every run. $SCSI_DEV_OPTS adds virtio-scsi-pci
+# properties.
+devices() {
+  cp "$WORK/disk-pristine.img" "$WORK/disk.img"
+  DEVICES=(-device "virtio-scsi-pci,id=scsi0,num_queues=2${SCSI_DEV_OPTS:-}"
+           -drive "file=$WORK/disk.img,if=none,id=d0,format=raw,$DRIVE_OPTS"
+           -device scsi-hd,drive=d0,bus=scsi0.0,scsi-id=0,lun=0,dpofua=on
+           -drive "file=$WORK/cd.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on"
+           -device scsi-cd,drive=cd0,bus=scsi0.0,scsi-id=0,lun=1)
+}
+
+# run NAME EXPECTED_STATUS "GUEST ARGS" [QEMU ARGS...]; the serial output ends up in $OUT.
+run() {
+  local name="$1" expected="$2" args="$3"
+  shift 3
+  OUT="$WORK/$name.out"
+  devices
+  local start=$SECONDS
+  timeout "$RUN_TIMEOUT" "$QEMU_BIN" "${COMMON[@]}" "${DEVICES[@]}" "$@" -append "$args" \
+    </dev/null >"$OUT" 2>&1
+  local status=$?
+  echo "ran $name ($args): status $status in $((SECONDS - start)) s"
+  check_status "$name" "$status" "$expected"
+}
+
+PASS_STATUS="$(guest_status 0)"
+
+if run probe "$PASS_STATUS" "test=scsi-probe disk_blocks=$DISK_BLOCKS dpofua=1 wce=1"; then
+  expect_line probe "TEST scsi-probe: PASS"
+  expect_line probe 'scsi-probe: disk 0:0 INQUIRY: type 0x00, not removable, vendor "QEMU" product "QEMU HARDDISK" revision "2.5+", version 0x05, response format 2'
+  expect_match probe '^scsi-probe: disk 0:0 "QEMU" "QEMU HARDDISK": 131072 x 512-byte blocks, WCE=1, DPOFUA=1, WP=0, VPD pages: 00 83 b0 b1 b2$'
+  expect_line probe "scsi-probe: disk TEST UNIT READY -> CHECK CONDITION 06/29/00 (UNIT ATTENTION: POWER ON, RESET, OR BUS DEVICE RESET OCCURRED)"
+  expect_line probe "scsi-probe: disk Mode Sense: 63 00 10 08"
+  expect_line probe 'scsi-probe: cd 0:1 "QEMU" "QEMU CD-ROM": 4096 x 2048-byte blocks'
+  expect_line probe "scsi-cd: current profile 0x0008 (CD-ROM)"
+fi
+
+if run rw "$PASS_STATUS" "test=scsi-rw seed=$DISK_SEED full=1"; then
+  expect_line rw "TEST scsi-rw: PASS"
+  expect_match rw '^scsi-rw: WRITE\(16\) FUA LBA 1000 x256 in 32 segment\(s\), READ\(10\) FUA: verified$'
+  expect_match rw '^scsi-rw: full check: 131072 blocks verified'
+fi
+
+# The same without indirect descriptors and event indices: once declined by the guest, once not
+# offered by the device.
+if run rw-plain-ring "$PASS_STATUS" "test=scsi-rw seed=$DISK_SEED indirect=0 event_idx=0"; then
+  expect_line rw-plain-ring "TEST scsi-rw: PASS"
+fi
+SCSI_DEV_OPTS=",indirect_desc=off,event_idx=off" run rw-device-plain "$PASS_STATUS" \
+  "test=scsi-rw seed=$DISK_SEED verbose=1" && expect_line rw-device-plain "TEST scsi-rw: PASS"
+
+if run cd "$PASS_STATUS" "test=scsi-cd seed=$CD_SEED"; then
+  expect_line cd "TEST scsi-cd: PASS"
+  expect_match cd "^scsi-cd: read and verified 4096 sectors \(8192 KiB\) from LBA 0 in [0-9]+ ms \([0-9]+ KiB/s\), seed $CD_SEED$"
+  expect_line cd "scsi-cd: TOC: tracks 1-1, track 1 (ADR/control 0x14) at LBA 0, lead-out at LBA 4096 = MSF 00:56:46"
+fi
+
+if run queues-smp "$PASS_STATUS" "test=scsi-queues cpus=2" -smp 2; then
+  expect_line queues-smp "TEST scsi-queues: PASS"
+  expect_match queues-smp "one CPU per queue, polled$"
+fi
+if run queues-smp-irq "$PASS_STATUS" "test=scsi-queues cpus=2 irq=1" -smp 2; then
+  expect_line queues-smp-irq "TEST scsi-queues: PASS"
+fi
+if run queues-one-cpu "$PASS_STATUS" "test=scsi-queues count=500"; then
+  expect_line queues-one-cpu "TEST scsi-queues: PASS"
+  expect_match queues-one-cpu "one CPU alternating, polled$"
+fi
+
+if run irq "$PASS_STATUS" "test=scsi-irq"; then
+  expect_line irq "TEST scsi-irq: PASS"
+  expect_match irq '^scsi-irq: masked vector: 0 interrupts while masked, PBA pending bit set, [1-9][0-9]* delivered after unmask$'
+fi
+
+if run errors "$PASS_STATUS" "test=scsi-errors"; then
+  expect_line errors "TEST scsi-errors: PASS"
+  expect_line errors "scsi-errors: disk READ(10) LBA 131072 (= capacity) -> CHECK CONDITION 05/21/00 (ILLEGAL REQUEST: LOGICAL BLOCK ADDRESS OUT OF RANGE)"
+  expect_line errors "scsi-errors: disk opcode 0xff -> CHECK CONDITION 05/20/00 (ILLEGAL REQUEST: INVALID COMMAND OPERATION CODE)"
+  expect_line errors "scsi-errors: cd WRITE(10) LBA 0 -> CHECK CONDITION 07/27/00 (DATA PROTECT: WRITE PROTECTED)"
+  expect_line errors "scsi-errors: TEST UNIT READY 1:0 (no such target) -> virtio response BAD_TARGET (3)"
+fi
+
+# scsi-media: the guest prints @@EJECT cd / @@INSERT cd; we answer through the HMP monitor.
+hmp() {  # socket command: one HMP command, the reply (escape sequences stripped) on stdout
+  "$PYTHON" - "$1" "$2" <<'PY'
+import re, socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+for _ in range(100):
+    try:
+        sock.connect(sys.argv[1])
+        break
+    except OSError:
+        time.sleep(0.1)
+else:
+    sys.exit("cannot connect to the monitor at " + sys.argv[1])
+sock.settimeout(10)
+def until_prompt():
+    data = b""
+    while not data.endswith(b"(qemu) "):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+until_prompt()
+sock.sendall(sys.argv[2].encode() + b"\n")
+reply = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", until_prompt())
+lines = [l for l in reply.replace("\r", "").split("\n") if l.strip() and l.strip() != "(qemu)"]
+print("\n".join(lines[1:]) if len(lines) > 1 else "")
+PY
+}
+
+wait_for_line() {  # line pid: 0 when the guest printed it, 1 when QEMU ended first or on timeout
+  local i
+  for ((i = 0; i < RUN_TIMEOUT * 10; i++)); do
+    grep -Fxq -- "$1" "$OUT" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+OUT="$WORK/media.out"
+MON="$SOCKDIR/mon.sock"
+devices
+start=$SECONDS
+timeout "$RUN_TIMEOUT" "$QEMU_BIN" "${COMMON[@]}" "${DEVICES[@]}" \
+  -monitor "unix:$MON,server,nowait" -append "test=scsi-media seed=$CD_SEED newseed=$NEW_SEED" \
+  </dev/null >"$OUT" 2>&1 &
+qemu_pid=$!
+if wait_for_line "@@EJECT cd" "$qemu_pid"; then
+  reply="$(hmp "$MON" "eject -f cd0")"
+  echo "monitor: eject -f cd0${reply:+ -> $reply}"
+  if wait_for_line "@@INSERT cd" "$qemu_pid"; then
+    reply="$(hmp "$MON" "change cd0 $WORK/new.iso raw read-only")"
+    echo "monitor: change cd0 new.iso raw read-only${reply:+ -> $reply}"
+  fi
+fi
+wait "$qemu_pid"
+status=$?
+echo "ran media: status $status in $((SECONDS - start)) s"
+if check_status media "$status" "$PASS_STATUS"; then
+  expect_line media "TEST scsi-media: PASS"
+  expect_match media '^scsi-media: \+[0-9]+ ms TEST UNIT READY -> CHECK CONDITION 02/3A/'
+  expect_match media '^scsi-media: \+[0-9]+ ms TEST UNIT READY -> CHECK CONDITION 06/28/00 '
+  expect_line media "scsi-media: new medium: 1536 sectors (was 4096)"
+  expect_match media "^scsi-media: read and verified 1536 sectors .*, seed $NEW_SEED$"
+fi
+
+# scsi-bench: a report, not a pass/fail timing.
+for qd in 1 16; do
+  if run "bench-qd$qd" "$PASS_STATUS" "test=scsi-bench qd=$qd count=$((qd == 1 ? 1000 : 4000))"; then
+    expect_line "bench-qd$qd" "TEST scsi-bench: PASS"
+    expect_match "bench-qd$qd" "^scsi-bench: qd=$qd queues=1 mode=fua bs=4096 ops=[0-9]+ iops=[0-9]+ "
+    grep -E '^scsi-bench: qd=' "$OUT" | sed 's/^/    /'
+  fi
+done
+
+if [[ $FAILURES -ne 0 ]]; then
+  echo "$FAILURES check(s) failed"
+  exit 1
+fi
+echo "all virtio-scsi QEMU reference checks passed"
