@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/vm.h"
 
@@ -36,6 +37,21 @@ ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree 
 ABSL_FLAG(bool, boot_report, false,
           "Print start-up time (launch to first ring-3 instruction) and peak RSS on exit, to stderr.");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
+ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues.");
+ABSL_FLAG(std::string, test_media, "",
+          "Tests only: enables the test-control port (0xf5), through which the guest can eject "
+          "CD-ROM N (0x10|N) or insert this file into it (0x20|N).");
+ABSL_FLAG(uint32_t, iothreads, 1,
+          "iothreads serving the virtio-scsi request queues (queue i on iothread i % N).");
+ABSL_FLAG(int64_t, poll_max_ns, 0,
+          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off).");
+// --disk and --cdrom may repeat; they are taken out of argv before absl parses it (see
+// ExtractDriveFlags). These definitions only document them in --help.
+ABSL_FLAG(std::string, disk, "",
+          "A virtio-scsi disk: PATH[,cache=none|writeback|writethrough|directsync|unsafe]"
+          "[,fua=native|emulate][,readonly]. Repeat for more disks.");
+ABSL_FLAG(std::string, cdrom, "", "A virtio-scsi CD/DVD-ROM with the ISO at PATH (empty: no medium). "
+                                  "Repeatable.");
 
 namespace {
 
@@ -61,7 +77,7 @@ bool ParseMemorySize(absl::string_view text, uint64_t* bytes) {
 
 // absl flags are named with underscores; users type dashes (--cpu-features, --dump-dtb), as with
 // QEMU and Firecracker. Accept both by rewriting the name part of every "--name[=value]" argument.
-std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
+void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
   storage.assign(argv, argv + argc);
   for (size_t i = 1; i < storage.size(); ++i) {
     std::string& arg = storage[i];
@@ -70,9 +86,42 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
     const size_t name_end = std::min(arg.find('='), arg.size());
     std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(name_end), '-', '_');
   }
-  std::vector<char*> pointers;
-  for (std::string& arg : storage) pointers.push_back(arg.data());
-  return pointers;
+}
+
+// Takes every --disk and --cdrom out of `args` (they repeat, which absl flags do not), in order.
+absl::StatusOr<std::vector<vmm::DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args) {
+  std::vector<vmm::DriveSpec> drives;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    vmm::DriveSpec::Kind kind;
+    std::string name;
+    if (absl::StartsWith(arg, "--disk")) {
+      kind = vmm::DriveSpec::Kind::kDisk;
+      name = "--disk";
+    } else if (absl::StartsWith(arg, "--cdrom")) {
+      kind = vmm::DriveSpec::Kind::kCdrom;
+      name = "--cdrom";
+    } else {
+      rest.push_back(arg);
+      continue;
+    }
+    std::string value;
+    if (arg.size() > name.size() && arg[name.size()] == '=') {
+      value = arg.substr(name.size() + 1);
+    } else if (arg.size() == name.size()) {
+      // "--disk PATH"; a bare --cdrom (last, or followed by another flag) is an empty drive.
+      if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) value = args[++i];
+    } else {
+      rest.push_back(arg);  // some other flag that merely starts with the name
+      continue;
+    }
+    auto spec = vmm::ParseDriveSpec(kind, value);
+    if (!spec.ok()) return spec.status();
+    drives.push_back(*std::move(spec));
+  }
+  args = std::move(rest);
+  return drives;
 }
 
 int Fail(const std::string& message) {
@@ -88,7 +137,11 @@ int main(int argc, char** argv) {
       "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
       "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
   std::vector<std::string> storage;
-  std::vector<char*> normalized = NormalizeFlagNames(argc, argv, storage);
+  NormalizeFlagNames(argc, argv, storage);
+  auto drives = ExtractDriveFlags(storage);
+  if (!drives.ok()) return Fail(std::string(drives.status().message()));
+  std::vector<char*> normalized;
+  for (std::string& arg : storage) normalized.push_back(arg.data());
   absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
 
   vmm::VmConfig config;
@@ -99,6 +152,11 @@ int main(int argc, char** argv) {
   config.vcpus = absl::GetFlag(FLAGS_vcpus);
   config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
   config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
+  config.storage.drives = *std::move(drives);
+  config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
+  config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
+  config.test_media_path = absl::GetFlag(FLAGS_test_media);
   if (config.kernel_path.empty()) return Fail("--kernel is required");
   if (!ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
     return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",

@@ -8,7 +8,12 @@
 #include <csignal>
 
 #include "absl/strings/str_format.h"
+#include "devices/pci/bar_allocator.h"
+#include "devices/pci/kvm_ioevent_registrar.h"
+#include "devices/pci/pci_root_bus.h"
+#include "devices/virtio/virtio_pci.h"
 #include "vmm/fdt/machine_fdt.h"
+#include "vmm/kvm_msi.h"
 #include "vmm/layout.h"
 #include "vmm/legacy/i8042.h"
 #include "vmm/legacy/port_devices.h"
@@ -67,8 +72,10 @@ void WriteByte(int fd, uint8_t byte) {
 Vm::Vm(const VmConfig& config) : config_(config) {}
 
 Vm::~Vm() {
-  // Runners first: their threads use the buses, devices and memory below.
+  // Runners first: their threads use the buses, devices and memory below. Then the PCI devices
+  // stop their iothreads and unregister their doorbells while the VM fd still exists.
   vcpus_.clear();
+  if (pci_root_) pci_root_->Shutdown();
 }
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
@@ -97,6 +104,7 @@ absl::Status Vm::Initialize() {
   if (status.ok()) status = vm_fd_->CreatePit2();
   if (status.ok()) status = SetUpMemory();
   if (status.ok()) status = SetUpLegacyDevices();
+  if (status.ok()) status = SetUpPci();
   if (status.ok()) status = LoadGuest();
   if (status.ok()) status = CreateVcpus();
   return status;
@@ -162,7 +170,40 @@ absl::Status Vm::SetUpLegacyDevices() {
       std::make_shared<legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); }));
   if (!status.ok()) return status;
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
+
+  if (!config_.test_media_path.empty()) {
+    status = pio_bus_.Register(
+        kTestControlPort, 1,
+        std::make_shared<legacy::WriteOnlyPort>([this](uint8_t command) { OnTestControl(command); }));
+    if (!status.ok()) return status;
+    machine_.devices.push_back(
+        PortDevice("test-control", {"microvm,test-control"}, {{kTestControlPort, 1}}));
+  }
   return absl::OkStatus();
+}
+
+absl::Status Vm::SetUpPci() {
+  auto root = devices::pci::PciRootBus::Create(pio_bus_, mmio_bus_);
+  if (!root.ok()) return root.status();
+  pci_root_ = *std::move(root);
+  machine_.devices.push_back(devices::pci::PciRootBus::Describe());
+  msi_ = std::make_unique<KvmMsiController>(*vm_fd_);
+  ioevents_ = std::make_unique<devices::pci::KvmIoEventRegistrar>(*vm_fd_);
+
+  auto storage = Storage::Create(config_.storage);
+  if (!storage.ok()) return storage.status();
+  storage_ = *std::move(storage);
+  std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
+  if (scsi == nullptr) return absl::OkStatus();
+  auto transport = devices::virtio::VirtioPciTransport::Create(std::move(scsi), *memory_, *msi_,
+                                                               ioevents_.get());
+  if (!transport.ok()) return transport.status();
+  // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
+  devices::pci::BarAllocator allocator = devices::pci::BarAllocator::ForX86();
+  absl::Status status = (*transport)->AssignBars(allocator);
+  if (!status.ok()) return status;
+  auto slot = pci_root_->AddDevice(*transport);
+  return slot.ok() ? absl::OkStatus() : slot.status();
 }
 
 absl::Status Vm::LoadGuest() {
@@ -243,6 +284,30 @@ void Vm::OnPostCode(uint8_t code) {
   if (!report_.first_ring3_instruction) {
     report_.first_ring3_instruction = absl::Now() - config_.launch_time;
   }
+}
+
+void Vm::OnTestControl(uint8_t command) {
+  const std::string name = absl::StrFormat("cd%u", command & 0x0f);
+  const AttachedDrive* drive = storage_ ? storage_->Find(name) : nullptr;
+  if (drive == nullptr || drive->media == nullptr) {
+    absl::FPrintF(stderr, "microvm: test control: no CD-ROM %s\n", name);
+    return;
+  }
+  absl::Status status;
+  switch (command & 0xf0) {
+    case 0x10:
+      status = drive->media->Eject(/*force=*/true);
+      break;
+    case 0x20: {
+      auto medium = Storage::OpenMedium(config_.test_media_path);
+      status = medium.ok() ? drive->media->Insert(*std::move(medium), config_.test_media_path)
+                           : medium.status();
+      break;
+    }
+    default:
+      status = absl::InvalidArgumentError(absl::StrFormat("unknown command 0x%02x", command));
+  }
+  if (!status.ok()) absl::FPrintF(stderr, "microvm: test control: %s\n", status.message());
 }
 
 BootReport Vm::boot_report() const {

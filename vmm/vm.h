@@ -15,8 +15,14 @@
 #include "vmm/machine_description.h"
 #include "vmm/scoped_fd.h"
 #include "vmm/vcpu_runner.h"
+#include "vmm/storage.h"
 #include "vmm/vm_exit.h"
 #include "vmm/x86/boot_cpu.h"
+
+namespace devices::pci {
+class IoEventRegistrar;
+class PciRootBus;
+}  // namespace devices::pci
 
 namespace vmm {
 
@@ -24,6 +30,8 @@ namespace legacy {
 class Serial;
 class I8042;
 }  // namespace legacy
+
+class KvmMsiController;
 
 struct VmConfig {
   std::string kernel_path;
@@ -37,6 +45,12 @@ struct VmConfig {
   int serial_input_fd = -1;
   std::string cpu_features;  // --cpu-features, e.g. "-xsave,-cx16"
   std::string kvm_path = "/dev/kvm";
+  // Disks and CD-ROMs on a virtio-scsi controller, and its queues and iothreads.
+  StorageConfig storage;
+  // Test hook (--test-media=PATH): a port at 0xf5 through which the guest asks the VMM to eject
+  // (0x10 | N) or insert this medium into (0x20 | N) CD-ROM N, through the block layer's media
+  // events, as the API does. Only for tests that script a media change from inside the guest.
+  std::string test_media_path;
   // When the process started, for the start-up report.
   absl::Time launch_time = absl::Now();
 };
@@ -58,6 +72,7 @@ class Vm {
   // The flattened device tree describing this machine (also handed to the guest).
   const std::vector<uint8_t>& device_tree() const { return device_tree_; }
   const MachineDescription& machine() const { return machine_; }
+  Storage& storage() { return *storage_; }
 
   // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM, or -1) ends the VM too.
   VmExit Run(int signal_fd);
@@ -68,9 +83,11 @@ class Vm {
   absl::Status Initialize();
   absl::Status SetUpMemory();
   absl::Status SetUpLegacyDevices();
+  absl::Status SetUpPci();
   absl::Status LoadGuest();
   absl::Status CreateVcpus();
   void OnPostCode(uint8_t code);
+  void OnTestControl(uint8_t command);
   void ForwardSerialInput(int stop_fd);
 
   const VmConfig config_;
@@ -84,6 +101,10 @@ class Vm {
   std::vector<uint8_t> device_tree_;
   std::shared_ptr<legacy::Serial> serial_;
   std::shared_ptr<legacy::I8042> i8042_;
+  std::unique_ptr<KvmMsiController> msi_;
+  std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
+  std::shared_ptr<devices::pci::PciRootBus> pci_root_;
+  std::unique_ptr<Storage> storage_;
   std::vector<std::unique_ptr<VcpuRunner>> vcpus_;
   x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
   uint64_t entry_address_ = 0;

@@ -1,0 +1,611 @@
+#include "devices/virtio/scsi/virtio_scsi.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "devices/scsi/iovec_util.h"
+#include "devices/scsi/lun.h"
+#include "devices/virtio/scsi/wire.h"
+#include "devices/virtio/split_queue.h"
+
+namespace devices::virtio::scsi {
+
+namespace sc = ::devices::scsi;
+
+namespace {
+
+// The largest sense and CDB sizes a driver may configure that this device honours; larger values
+// are clamped (§5.6.4 lets the device use its own limits).
+constexpr uint32_t kMaxSenseSize = 252;
+constexpr uint32_t kMaxCdbSize = sc::kMaxCdbSize;
+constexpr uint16_t kControlQueueSize = 128;
+
+void DrainEventFd(int fd) {
+  uint64_t value;
+  while (read(fd, &value, sizeof(value)) == sizeof(value)) {
+  }
+}
+
+// Splits `buffers` after `prefix` bytes: the first part into `head`, the rest into `tail`.
+// Requires TotalLength(buffers) >= prefix.
+void SplitAt(std::span<const iovec> buffers, uint64_t prefix, std::vector<iovec>* head,
+             std::vector<iovec>* tail) {
+  head->clear();
+  tail->clear();
+  for (const iovec& buffer : buffers) {
+    if (prefix >= buffer.iov_len) {
+      if (buffer.iov_len != 0) head->push_back(buffer);
+      prefix -= buffer.iov_len;
+      continue;
+    }
+    if (prefix > 0) {
+      head->push_back({buffer.iov_base, prefix});
+      tail->push_back({static_cast<uint8_t*>(buffer.iov_base) + prefix, buffer.iov_len - prefix});
+      prefix = 0;
+      continue;
+    }
+    tail->push_back(buffer);
+  }
+}
+
+// The SAM LUN the task carries: bytes 2..7 of the virtio lun field, big-endian, in the top six
+// bytes (devices/scsi/lun.h).
+uint64_t SamLun(const uint8_t lun[8]) {
+  uint64_t value = 0;
+  for (int i = 2; i < 8; ++i) value = (value << 8) | lun[i];
+  return value << 16;
+}
+
+}  // namespace
+
+// Everything of one activation that lives on one iothread.
+struct VirtioScsi::ThreadState {
+  IoThread* thread = nullptr;
+  std::map<uint8_t, std::unique_ptr<sc::TargetQueue>> target_queues;
+  std::vector<std::unique_ptr<RequestWorker>> workers;
+  std::unique_ptr<ControlWorker> control;
+  std::vector<int> fds;  // registered with the thread
+  std::vector<int> pollers;
+
+  void SubmitAll() {
+    for (auto& [id, queue] : target_queues) queue->Submit();
+  }
+  size_t InFlight() const {
+    size_t total = 0;
+    for (const auto& [id, queue] : target_queues) total += queue->in_flight();
+    return total;
+  }
+  void ProcessCompletions();
+  // Waits (on this thread) until no command is in flight.
+  void Drain();
+};
+
+// One request queue (§5.6.6).
+class VirtioScsi::RequestWorker {
+ public:
+  RequestWorker(VirtioScsi& device, ThreadState& state, SplitQueue queue, const VirtioQueue& spec,
+                VirtioDeviceEvents* events)
+      : device_(device),
+        state_(state),
+        queue_(std::move(queue)),
+        interrupt_(spec.interrupt),
+        notify_fd_(spec.notify_fd),
+        events_(events),
+        slots_(queue_.size()) {
+    for (Slot& slot : slots_) {
+      slot.worker = this;
+      slot.task.user_data = &slot;
+    }
+  }
+
+  int notify_fd() const { return notify_fd_; }
+
+  void OnNotify() {
+    DrainEventFd(notify_fd_);
+    ProcessAvailable();
+  }
+
+  // Pops and starts every available request; true if there was any.
+  bool ProcessAvailable() {
+    if (broken_) return false;
+    bool progress = false;
+    while (true) {
+      queue_.DisableNotifications();
+      while (true) {
+        absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
+        if (!chain.ok()) {
+          Break(chain.status().message());
+          return progress;
+        }
+        if (!chain->has_value()) break;
+        progress = true;
+        Start(**chain);
+        if (broken_) return progress;
+      }
+      if (!queue_.EnableNotifications()) break;
+    }
+    if (progress) state_.SubmitAll();
+    FlushInterrupt();
+    return progress;
+  }
+
+  // TargetQueue's completion handler: back to the worker that owns the task's slot.
+  static void OnTaskComplete(sc::Task& task) {
+    static_cast<Slot*>(task.user_data)->worker->Complete(task);
+  }
+
+  // A command finished.
+  void Complete(sc::Task& task) {
+    Slot& slot = *static_cast<Slot*>(task.user_data);
+    const uint32_t sense_size = slot.sense_size;
+    if (task.overrun()) {
+      // The command needed more buffer than the driver gave: QEMU answers VIRTIO_SCSI_S_OVERRUN
+      // (§5.6.6.1), and Linux turns it into DID_ERROR.
+      RespondError(slot, kResponseOverrun);
+      return;
+    }
+    CommandResponse response{};
+    response.status = static_cast<uint8_t>(task.status());
+    response.response = kResponseOk;
+    const bool has_sense = task.status() != sc::Status::kGood;
+    const auto sense = task.sense_data();
+    response.sense_len = has_sense ? std::min<uint32_t>(sense_size, sense.size()) : 0;
+    const uint64_t residual = !slot.data_in.empty() ? task.data_in_residual()
+                                                     : task.data_out_residual();
+    response.residual = static_cast<uint32_t>(std::min<uint64_t>(residual, UINT32_MAX));
+    const uint64_t data_in_written = sc::TotalLength(slot.data_in) - task.data_in_residual();
+    Respond(slot, response, std::span<const uint8_t>(sense.data(), response.sense_len),
+            data_in_written);
+  }
+
+  void FlushInterrupt() {
+    if (pushed_ && queue_.ShouldInterrupt()) interrupt_->Signal();
+    pushed_ = false;
+  }
+
+ private:
+  struct Slot {
+    RequestWorker* worker = nullptr;
+    sc::Task task;
+    bool busy = false;
+    uint16_t head = 0;
+    uint32_t sense_size = kDefaultSenseSize;
+    std::vector<iovec> header;    // readable: CommandHeader + CDB
+    std::vector<iovec> data_out;  // readable rest
+    std::vector<iovec> response;  // writable: CommandResponse + sense
+    std::vector<iovec> data_in;   // writable rest
+  };
+
+  void Break(absl::string_view why) {
+    broken_ = true;
+    absl::FPrintF(stderr, "virtio-scsi: request queue needs reset: %s\n", why);
+    events_->NeedsReset();
+  }
+
+  void Start(const DescriptorChain& chain) {
+    Slot& slot = slots_[chain.head];
+    if (slot.busy) {
+      // The driver made a descriptor available again while the device still owns it (§2.7.13).
+      Break("a descriptor chain in use was made available again");
+      return;
+    }
+    const uint32_t cdb_size = std::min(device_.cdb_size_.load(std::memory_order_relaxed), kMaxCdbSize);
+    slot.sense_size = std::min(device_.sense_size_.load(std::memory_order_relaxed), kMaxSenseSize);
+    const uint64_t header_size = sizeof(CommandHeader) + cdb_size;
+    const uint64_t response_size = sizeof(CommandResponse) + slot.sense_size;
+    slot.head = chain.head;
+    if (chain.writable_bytes < response_size) {
+      // Not even room for a response: the driver broke §5.6.6's layout.
+      Break(absl::StrFormat("response buffer of %u bytes, need %u", chain.writable_bytes,
+                            response_size));
+      return;
+    }
+    slot.busy = true;
+    SplitAt(chain.writable, response_size, &slot.response, &slot.data_in);
+    if (chain.readable_bytes < header_size) {
+      RespondError(slot, kResponseFailure);
+      return;
+    }
+    SplitAt(chain.readable, header_size, &slot.header, &slot.data_out);
+    uint8_t header_bytes[sizeof(CommandHeader) + kMaxCdbSize];
+    sc::GatherFrom(slot.header, std::span<uint8_t>(header_bytes, header_size));
+    CommandHeader header;
+    std::memcpy(&header, header_bytes, sizeof(header));
+    const LunAddress address = DecodeLun(header.lun);
+    auto target = state_.target_queues.find(address.target);
+    if (!address.valid || target == state_.target_queues.end()) {
+      RespondError(slot, kResponseBadTarget);
+      return;
+    }
+    if (!slot.data_in.empty() && !slot.data_out.empty()) {
+      // Bidirectional commands need VIRTIO_SCSI_F_INOUT, which is not offered.
+      RespondError(slot, kResponseFailure);
+      return;
+    }
+    sc::Task& task = slot.task;
+    task.SetCdb(std::span<const uint8_t>(header_bytes + sizeof(CommandHeader), cdb_size));
+    task.lun = SamLun(header.lun);
+    task.data_in = slot.data_in;
+    task.data_out = slot.data_out;
+    if (target->second->Execute(task) == sc::Execution::kCompleted) Complete(task);
+  }
+
+  void RespondError(Slot& slot, uint8_t code) {
+    CommandResponse response{};
+    response.response = code;
+    Respond(slot, response, {}, 0);
+  }
+
+  void Respond(Slot& slot, const CommandResponse& response, std::span<const uint8_t> sense,
+               uint64_t data_in_written) {
+    uint8_t bytes[sizeof(CommandResponse) + kMaxSenseSize] = {};
+    std::memcpy(bytes, &response, sizeof(response));
+    std::memcpy(bytes + sizeof(response), sense.data(), sense.size());
+    const uint64_t response_size = sizeof(CommandResponse) + slot.sense_size;
+    sc::ScatterTo(slot.response, std::span<const uint8_t>(bytes, response_size));
+    slot.busy = false;
+    const uint64_t written = response_size + data_in_written;
+    absl::Status status =
+        queue_.PushUsed(slot.head, static_cast<uint32_t>(std::min<uint64_t>(written, UINT32_MAX)));
+    if (!status.ok()) {
+      Break(status.message());
+      return;
+    }
+    pushed_ = true;
+  }
+
+  VirtioScsi& device_;
+  ThreadState& state_;
+  SplitQueue queue_;
+  VirtioInterrupt* const interrupt_;
+  const int notify_fd_;
+  VirtioDeviceEvents* const events_;
+  std::vector<Slot> slots_;  // by descriptor head
+  bool pushed_ = false;
+  bool broken_ = false;
+};
+
+// The control queue (§5.6.6.2): task management and asynchronous-notification requests, answered
+// on iothread 0. Task management functions first complete every command in flight on every queue
+// (commands are never cancelled half-way: a task that is "aborted" has finished by the time the
+// function answers, which SAM-5 7.3 allows), then act.
+class VirtioScsi::ControlWorker {
+ public:
+  ControlWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
+                VirtioDeviceEvents* events)
+      : device_(device),
+        queue_(std::move(queue)),
+        interrupt_(spec.interrupt),
+        notify_fd_(spec.notify_fd),
+        events_(events) {}
+
+  int notify_fd() const { return notify_fd_; }
+
+  void OnNotify() {
+    DrainEventFd(notify_fd_);
+    if (broken_) return;
+    bool pushed = false;
+    // As on the request queues: consume everything, then re-arm notifications (avail_event with
+    // EVENT_IDX) and look again, or the driver's next request would not be notified.
+    do {
+      queue_.DisableNotifications();
+      while (true) {
+        absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
+        if (!chain.ok()) {
+          Break();
+          return;
+        }
+        if (!chain->has_value()) break;
+        std::optional<uint32_t> written = Handle(**chain);
+        if (!written || !queue_.PushUsed((*chain)->head, *written).ok()) {
+          Break();
+          return;
+        }
+        pushed = true;
+      }
+    } while (queue_.EnableNotifications());
+    if (pushed && queue_.ShouldInterrupt()) interrupt_->Signal();
+  }
+
+ private:
+  void Break() {
+    broken_ = true;
+    events_->NeedsReset();
+  }
+
+  // Returns the bytes written, or nullopt for a request too malformed to answer.
+  std::optional<uint32_t> Handle(const DescriptorChain& chain) {
+    uint32_t type = 0;
+    if (sc::GatherFrom(chain.readable, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&type),
+                                                          sizeof(type))) != sizeof(type)) {
+      return std::nullopt;
+    }
+    if (type == kControlTmf) {
+      TmfRequest request{};
+      if (chain.readable_bytes < sizeof(request) || chain.writable_bytes < 1) return std::nullopt;
+      sc::GatherFrom(chain.readable,
+                     std::span<uint8_t>(reinterpret_cast<uint8_t*>(&request), sizeof(request)));
+      const uint8_t response = TaskManagement(request);
+      sc::ScatterTo(chain.writable, std::span<const uint8_t>(&response, 1));
+      return 1;
+    }
+    if (type == kControlAnQuery || type == kControlAnSubscribe) {
+      AnRequest request{};
+      if (chain.readable_bytes < sizeof(request) || chain.writable_bytes < sizeof(AnResponse)) {
+        return std::nullopt;
+      }
+      // No asynchronous notifications are offered: event_actual is empty (§5.6.6.2.1), and Linux
+      // polls media with GET EVENT STATUS NOTIFICATION instead.
+      AnResponse response{};
+      response.event_actual = 0;
+      response.response = kResponseOk;
+      sc::ScatterTo(chain.writable, std::span<const uint8_t>(
+                                        reinterpret_cast<const uint8_t*>(&response), sizeof(response)));
+      return sizeof(response);
+    }
+    // Unknown control request: answer with the first byte of a response, as far as one fits.
+    if (chain.writable_bytes < 1) return std::nullopt;
+    const uint8_t response = kResponseFailure;
+    sc::ScatterTo(chain.writable, std::span<const uint8_t>(&response, 1));
+    return 1;
+  }
+
+  uint8_t TaskManagement(const TmfRequest& request) {
+    const LunAddress address = DecodeLun(request.lun);
+    auto target = device_.targets_.find(address.target);
+    if (!address.valid || target == device_.targets_.end()) return kResponseBadTarget;
+    const uint16_t lun = address.lun;
+    switch (request.subtype) {
+      case kTmfAbortTask:
+      case kTmfAbortTaskSet:
+      case kTmfClearTaskSet:
+        device_.DrainAllRequests();
+        return kTmfFunctionComplete;
+      case kTmfQueryTask:
+      case kTmfQueryTaskSet:
+        // After a drain nothing is in flight: "no such task" is FUNCTION COMPLETE (SAM-5 7.6).
+        device_.DrainAllRequests();
+        return kTmfFunctionComplete;
+      case kTmfLogicalUnitReset: {
+        std::shared_ptr<sc::LogicalUnit> unit = target->second->Find(lun);
+        if (unit == nullptr) return kTmfIncorrectLun;
+        device_.DrainAllRequests();
+        unit->Reset();
+        return kTmfFunctionComplete;
+      }
+      case kTmfItNexusReset:
+        device_.DrainAllRequests();
+        target->second->Reset();
+        return kTmfFunctionComplete;
+      case kTmfClearAca:
+      default:
+        return kTmfFunctionRejected;
+    }
+  }
+
+  VirtioScsi& device_;
+  SplitQueue queue_;
+  VirtioInterrupt* const interrupt_;
+  const int notify_fd_;
+  VirtioDeviceEvents* const events_;
+  bool broken_ = false;
+};
+
+void VirtioScsi::ThreadState::ProcessCompletions() {
+  for (auto& [id, queue] : target_queues) queue->ProcessCompletions();
+  // Completions may have been followed by new requests their handlers issued.
+  SubmitAll();
+  for (auto& worker : workers) worker->FlushInterrupt();
+}
+
+void VirtioScsi::ThreadState::Drain() {
+  while (InFlight() > 0) {
+    std::vector<pollfd> fds;
+    for (auto& [id, queue] : target_queues) {
+      for (int fd : queue->completion_fds()) fds.push_back({fd, POLLIN, 0});
+    }
+    poll(fds.data(), fds.size(), 100);
+    ProcessCompletions();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<VirtioScsi>> VirtioScsi::Create(
+    VirtioScsiOptions options, std::map<uint8_t, std::shared_ptr<sc::Target>> targets) {
+  if (options.num_request_queues == 0 || options.num_request_queues > 1024) {
+    return absl::InvalidArgumentError("virtio-scsi needs 1 to 1024 request queues");
+  }
+  if (options.num_iothreads == 0 || options.num_iothreads > 64) {
+    return absl::InvalidArgumentError("virtio-scsi needs 1 to 64 iothreads");
+  }
+  if (!options.queue_to_iothread.empty()) {
+    if (options.queue_to_iothread.size() != options.num_request_queues) {
+      return absl::InvalidArgumentError("the queue to iothread mapping needs one entry per queue");
+    }
+    for (uint32_t thread : options.queue_to_iothread) {
+      if (thread >= options.num_iothreads) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("queue mapped to iothread %u of %u", thread, options.num_iothreads));
+      }
+    }
+  }
+  if (options.queue_size == 0 || (options.queue_size & (options.queue_size - 1)) != 0 ||
+      options.queue_size > 32768) {
+    return absl::InvalidArgumentError("virtio-scsi queue size must be a power of two <= 32768");
+  }
+  std::unique_ptr<VirtioScsi> device(new VirtioScsi(std::move(options), std::move(targets)));
+  for (uint32_t i = 0; i < device->options_.num_iothreads; ++i) {
+    IoThreadOptions thread_options;
+    thread_options.poll_max_ns = device->options_.poll_max_ns;
+    auto thread = std::make_unique<IoThread>(absl::StrFormat("scsi-io%u", i), thread_options);
+    absl::Status status = thread->Start();
+    if (!status.ok()) return status;
+    device->iothreads_.push_back(std::move(thread));
+    device->thread_states_.push_back(std::make_unique<ThreadState>());
+    device->thread_states_.back()->thread = device->iothreads_.back().get();
+  }
+  return device;
+}
+
+VirtioScsi::VirtioScsi(VirtioScsiOptions options,
+                       std::map<uint8_t, std::shared_ptr<sc::Target>> targets)
+    : options_(std::move(options)),
+      targets_(std::move(targets)),
+      sense_size_(kDefaultSenseSize),
+      cdb_size_(kDefaultCdbSize) {}
+
+VirtioScsi::~VirtioScsi() {
+  StopWorkers();
+  for (auto& thread : iothreads_) thread->Stop();
+}
+
+std::vector<uint16_t> VirtioScsi::queue_max_sizes() const {
+  std::vector<uint16_t> sizes = {kControlQueueSize, kControlQueueSize};
+  sizes.insert(sizes.end(), options_.num_request_queues, options_.queue_size);
+  return sizes;
+}
+
+uint32_t VirtioScsi::config_size() const { return sizeof(Config); }
+
+void VirtioScsi::ReadConfig(uint32_t offset, std::span<uint8_t> data) {
+  Config config{};
+  config.num_queues = options_.num_request_queues;
+  // §5.6.4: seg_max is the most segments in one command; two descriptors carry header and response.
+  config.seg_max = options_.queue_size - 2;
+  config.max_sectors = 0xffff;
+  config.cmd_per_lun = options_.queue_size;
+  config.event_info_size = 16;
+  config.sense_size = sense_size_.load();
+  config.cdb_size = cdb_size_.load();
+  config.max_channel = 0;
+  config.max_target = targets_.empty() ? 0 : targets_.rbegin()->first;
+  config.max_lun = sc::kMaxLun;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&config);
+  for (size_t i = 0; i < data.size(); ++i) {
+    data[i] = offset + i < sizeof(config) ? bytes[offset + i] : 0;
+  }
+}
+
+void VirtioScsi::WriteConfig(uint32_t offset, std::span<const uint8_t> data) {
+  // Only sense_size and cdb_size are driver-writable (§5.6.4), as whole 32-bit fields.
+  if (data.size() != 4) return;
+  uint32_t value;
+  std::memcpy(&value, data.data(), sizeof(value));
+  if (offset == kConfigSenseSizeOffset) sense_size_.store(value);
+  if (offset == kConfigCdbSizeOffset) cdb_size_.store(value);
+}
+
+uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
+  if (!options_.queue_to_iothread.empty()) return options_.queue_to_iothread[request_queue];
+  return request_queue % options_.num_iothreads;
+}
+
+absl::Status VirtioScsi::Activate(VirtioActivation activation) {
+  if (active_) return absl::FailedPreconditionError("virtio-scsi is already active");
+  // Each thread's target queues and completion handling, set up on that thread.
+  for (auto& state_ptr : thread_states_) {
+    ThreadState* state = state_ptr.get();
+    absl::Status status;
+    state->thread->RunSync([&] {
+      for (const auto& [id, target] : targets_) {
+        auto queue = target->CreateQueue(&RequestWorker::OnTaskComplete);
+        if (!queue.ok()) {
+          status = queue.status();
+          return;
+        }
+        for (int fd : (*queue)->completion_fds()) {
+          status = state->thread->AddFd(fd, [state] { state->ProcessCompletions(); });
+          if (!status.ok()) return;
+          state->fds.push_back(fd);
+        }
+        state->target_queues[id] = *std::move(queue);
+      }
+    });
+    if (!status.ok()) {
+      active_ = true;  // let StopWorkers() undo the partial set-up
+      StopWorkers();
+      return status;
+    }
+  }
+
+  absl::Status status;
+  for (const VirtioQueue& spec : activation.queues) {
+    auto queue = SplitQueue::Create(*activation.memory, spec.config);
+    if (!queue.ok()) {
+      status = queue.status();
+      break;
+    }
+    if (spec.index == kEventQueue) continue;  // no events are sent (no hotplug)
+    if (spec.index == kControlQueue) {
+      ThreadState* state = thread_states_[0].get();
+      state->thread->RunSync([&] {
+        state->control = std::make_unique<ControlWorker>(*this, *std::move(queue), spec,
+                                                         activation.events);
+        ControlWorker* control = state->control.get();
+        status = state->thread->AddFd(spec.notify_fd, [control] { control->OnNotify(); });
+        if (status.ok()) state->fds.push_back(spec.notify_fd);
+      });
+    } else {
+      const uint32_t request_queue = spec.index - kFirstRequestQueue;
+      if (request_queue >= options_.num_request_queues) continue;
+      ThreadState* state = thread_states_[IothreadFor(request_queue)].get();
+      state->thread->RunSync([&] {
+        state->workers.push_back(std::make_unique<RequestWorker>(*this, *state, *std::move(queue),
+                                                                 spec, activation.events));
+        RequestWorker* worker = state->workers.back().get();
+        status = state->thread->AddFd(spec.notify_fd, [worker] { worker->OnNotify(); });
+        if (status.ok()) state->fds.push_back(spec.notify_fd);
+        if (options_.poll_max_ns > 0) {
+          state->pollers.push_back(
+              state->thread->AddPoller([worker] { return worker->ProcessAvailable(); }));
+        }
+        // Requests the driver queued before DRIVER_OK.
+        worker->ProcessAvailable();
+      });
+    }
+    if (!status.ok()) break;
+  }
+  active_ = true;
+  if (!status.ok()) StopWorkers();
+  return status;
+}
+
+void VirtioScsi::StopWorkers() {
+  if (!active_) return;
+  active_ = false;
+  for (auto& state_ptr : thread_states_) {
+    ThreadState* state = state_ptr.get();
+    state->thread->RunSync([state] {
+      state->Drain();
+      for (int fd : state->fds) state->thread->RemoveFd(fd);
+      for (int id : state->pollers) state->thread->RemovePoller(id);
+      state->fds.clear();
+      state->pollers.clear();
+      state->control.reset();
+      state->workers.clear();
+      state->target_queues.clear();
+    });
+  }
+}
+
+void VirtioScsi::DrainAllRequests() {
+  for (auto& state_ptr : thread_states_) {
+    ThreadState* state = state_ptr.get();
+    state->thread->RunSync([state] { state->Drain(); });
+  }
+}
+
+void VirtioScsi::Reset() {
+  StopWorkers();
+  // A device reset is a bus reset for the units behind it (unit attention 06/29/00).
+  for (const auto& [id, target] : targets_) target->Reset();
+  sense_size_.store(kDefaultSenseSize);
+  cdb_size_.store(kDefaultCdbSize);
+}
+
+}  // namespace devices::virtio::scsi

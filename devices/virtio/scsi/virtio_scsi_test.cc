@@ -1,0 +1,365 @@
+#include "devices/virtio/scsi/virtio_scsi.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "block/drive.h"
+#include "block/memory_backend.h"
+#include "devices/scsi/disk.h"
+#include "devices/virtio/scsi/wire.h"
+#include "devices/virtio/split_queue_test_util.h"
+#include "gtest/gtest.h"
+#include "vmm/scoped_fd.h"
+
+namespace devices::virtio::scsi {
+namespace {
+
+using ::devices::virtio::testing::Buffer;
+using ::devices::virtio::testing::DriverQueue;
+using ::devices::virtio::testing::GuestAllocator;
+using ::devices::virtio::testing::MakeGuestMemory;
+using ::devices::virtio::testing::UsedElement;
+using vmm::GuestAddress;
+
+class CountingInterrupt : public VirtioInterrupt {
+ public:
+  void Signal() override { ++count; }
+  std::atomic<int> count{0};
+};
+
+class RecordingEvents : public VirtioDeviceEvents {
+ public:
+  void ConfigChanged() override { ++config_changes; }
+  void NeedsReset() override { ++needs_reset; }
+  std::atomic<int> config_changes{0};
+  std::atomic<int> needs_reset{0};
+};
+
+constexpr uint32_t kSenseSize = kDefaultSenseSize;
+constexpr uint32_t kCdbSize = kDefaultCdbSize;
+constexpr uint16_t kQueueSize = 64;
+
+// A guest with a virtio-scsi driver's rings: control, event and `request_queues` request queues.
+class VirtioScsiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    memory_.emplace(MakeGuestMemory({{0, 16 << 20}}));
+    block::MemoryBackendOptions backend_options;
+    backend_options.size_bytes = 8 << 20;
+    backend_options.native_fua = true;
+    backend_ = std::make_shared<block::MemoryBackend>(backend_options);
+    block::DriveOptions drive_options;
+    drive_options.cache_mode = block::CacheMode::kNone;
+    drive_options.name = "disk0";
+    auto drive = block::Drive::CreateFixed(drive_options, backend_);
+    ASSERT_TRUE(drive.ok());
+    auto disk = devices::scsi::Disk::Create(std::shared_ptr<block::Drive>(*std::move(drive)));
+    ASSERT_TRUE(disk.ok()) << disk.status();
+    target_ = std::make_shared<devices::scsi::Target>();
+    ASSERT_TRUE(target_->AddLogicalUnit(0, *disk).ok());
+  }
+
+  void StartDevice(uint32_t request_queues, uint32_t iothreads) {
+    VirtioScsiOptions options;
+    options.num_request_queues = request_queues;
+    options.num_iothreads = iothreads;
+    options.queue_size = kQueueSize;
+    auto device = VirtioScsi::Create(options, {{0, target_}});
+    ASSERT_TRUE(device.ok()) << device.status();
+    device_ = *std::move(device);
+    GuestAllocator rings(GuestAddress(0x10000), GuestAddress(0x100000));
+    VirtioActivation activation;
+    activation.memory = &*memory_;
+    activation.events = &events_;
+    const uint16_t total = static_cast<uint16_t>(2 + request_queues);
+    interrupts_ = std::vector<CountingInterrupt>(total);
+    for (uint16_t index = 0; index < total; ++index) {
+      const GuestAddress base = rings.Allocate(DriverQueue::LayoutBytes(kQueueSize), 4096);
+      const QueueConfig config = DriverQueue::Layout(kQueueSize, base, /*event_idx=*/true);
+      drivers_.push_back(std::make_unique<DriverQueue>(*memory_, config));
+      notify_fds_.emplace_back(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+      VirtioQueue queue;
+      queue.index = index;
+      queue.config = config;
+      queue.notify_fd = notify_fds_.back().get();
+      queue.interrupt = &interrupts_[index];
+      activation.queues.push_back(queue);
+    }
+    ASSERT_TRUE(device_->Activate(activation).ok());
+  }
+
+  void TearDown() override {
+    if (device_) device_->Reset();
+  }
+
+  struct Command {
+    GuestAddress request;
+    GuestAddress response;
+    GuestAddress data;
+    uint16_t head = 0;
+  };
+
+  // Builds a request (header + CDB [+ data-out]) and response (+ data-in) chain on `queue`.
+  Command Submit(uint16_t queue, std::array<uint8_t, 8> lun, std::span<const uint8_t> cdb,
+                 uint32_t data_in = 0, std::span<const uint8_t> data_out = {},
+                 uint32_t response_bytes = sizeof(CommandResponse) + kSenseSize,
+                 uint32_t request_bytes = sizeof(CommandHeader) + kCdbSize) {
+    Command command;
+    command.request = allocator_.Allocate(request_bytes + data_out.size());
+    std::vector<uint8_t> request(request_bytes, 0);
+    std::memcpy(request.data(), lun.data(), std::min<size_t>(8, request.size()));
+    if (request.size() >= sizeof(CommandHeader)) {
+      std::memcpy(request.data() + sizeof(CommandHeader), cdb.data(),
+                  std::min<size_t>(cdb.size(), request.size() - sizeof(CommandHeader)));
+    }
+    EXPECT_TRUE(memory_->Write(command.request, request).ok());
+    std::vector<Buffer> chain = {{command.request, request_bytes, false}};
+    if (!data_out.empty()) {
+      const GuestAddress out = command.request + request_bytes;
+      EXPECT_TRUE(memory_->Write(out, data_out).ok());
+      chain.push_back({out, static_cast<uint32_t>(data_out.size()), false});
+    }
+    command.response = allocator_.Allocate(response_bytes);
+    chain.push_back({command.response, response_bytes, true});
+    if (data_in > 0) {
+      command.data = allocator_.Allocate(data_in);
+      chain.push_back({command.data, data_in, true});
+    }
+    auto head = drivers_[queue]->AddChain(chain);
+    EXPECT_TRUE(head.ok());
+    command.head = *head;  // AddChain() exposed it
+    const uint64_t one = 1;
+    EXPECT_EQ(write(notify_fds_[queue].get(), &one, sizeof(one)), 8);
+    return command;
+  }
+
+  // Waits for the next used element on `queue`.
+  std::optional<UsedElement> WaitUsed(uint16_t queue) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (auto used = drivers_[queue]->CollectUsed()) return used;
+      absl::SleepFor(absl::Microseconds(100));
+    }
+    return std::nullopt;
+  }
+
+  CommandResponse ResponseOf(const Command& command) {
+    return *memory_->ReadObject<CommandResponse>(command.response);
+  }
+  std::array<uint8_t, 18> SenseOf(const Command& command) {
+    return *memory_->ReadObject<std::array<uint8_t, 18>>(command.response + sizeof(CommandResponse));
+  }
+
+  static constexpr std::array<uint8_t, 8> kLun0 = {1, 0, 0x40, 0, 0, 0, 0, 0};
+
+  std::optional<vmm::GuestMemory> memory_;
+  std::shared_ptr<block::MemoryBackend> backend_;
+  std::shared_ptr<devices::scsi::Target> target_;
+  std::unique_ptr<VirtioScsi> device_;
+  RecordingEvents events_;
+  std::vector<CountingInterrupt> interrupts_;
+  std::vector<std::unique_ptr<DriverQueue>> drivers_;
+  std::vector<vmm::ScopedFd> notify_fds_;
+  GuestAllocator allocator_{GuestAddress(0x200000), GuestAddress(16 << 20)};
+};
+
+TEST_F(VirtioScsiTest, ConfigReportsQueuesAndDefaults) {
+  StartDevice(2, 1);
+  Config config{};
+  device_->ReadConfig(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&config), sizeof(config)));
+  EXPECT_EQ(config.num_queues, 2u);
+  EXPECT_EQ(config.sense_size, 96u);
+  EXPECT_EQ(config.cdb_size, 32u);
+  EXPECT_EQ(config.seg_max, kQueueSize - 2u);
+  EXPECT_EQ(device_->queue_max_sizes().size(), 4u);
+  const uint32_t sense = 64;
+  device_->WriteConfig(kConfigSenseSizeOffset,
+                       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&sense), 4));
+  device_->ReadConfig(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&config), sizeof(config)));
+  EXPECT_EQ(config.sense_size, 64u);
+  device_->Reset();
+  device_->ReadConfig(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&config), sizeof(config)));
+  EXPECT_EQ(config.sense_size, 96u);
+  device_.reset();
+}
+
+TEST_F(VirtioScsiTest, InquiryThroughTheRequestQueue) {
+  StartDevice(1, 1);
+  const uint8_t inquiry[6] = {0x12, 0, 0, 0, 96, 0};
+  Command command = Submit(2, kLun0, inquiry, 96);
+  auto used = WaitUsed(2);
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->id, command.head);
+  const CommandResponse response = ResponseOf(command);
+  EXPECT_EQ(response.response, kResponseOk);
+  EXPECT_EQ(response.status, 0);
+  auto data = *memory_->ReadObject<std::array<uint8_t, 36>>(command.data);
+  EXPECT_EQ(data[0] & 0x1f, 0);  // direct-access block device
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(&data[8]), 7), "MICROVM");
+  EXPECT_EQ(used->len, sizeof(CommandResponse) + kSenseSize + 96 - response.residual);
+  EXPECT_GT(interrupts_[2].count.load(), 0);
+}
+
+TEST_F(VirtioScsiTest, FuaWriteReachesTheBackendAndReadsBack) {
+  StartDevice(1, 1);
+  // The first command after power-on reports the unit attention.
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Command first = Submit(2, kLun0, tur);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(first).status, 2);  // CHECK CONDITION
+  EXPECT_EQ(SenseOf(first)[2] & 0x0f, 6);  // UNIT ATTENTION
+  EXPECT_EQ(ResponseOf(first).sense_len, 18u);
+
+  std::vector<uint8_t> block(4096);
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<uint8_t>(i * 7);
+  // WRITE(10) with FUA: LBA 16, 8 blocks.
+  const uint8_t write10[10] = {0x2a, 0x08, 0, 0, 0, 16, 0, 0, 8, 0};
+  Command write = Submit(2, kLun0, write10, 0, block);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(write).status, 0);
+  EXPECT_EQ(ResponseOf(write).residual, 0u);
+  bool saw_fua = false;
+  for (const auto& op : backend_->operations()) {
+    if (op.type == block::RequestType::kWrite && op.offset == 16 * 512) saw_fua = op.fua;
+  }
+  EXPECT_TRUE(saw_fua);
+
+  const uint8_t read10[10] = {0x28, 0, 0, 0, 0, 16, 0, 0, 8, 0};
+  Command read = Submit(2, kLun0, read10, 4096);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(read).status, 0);
+  std::vector<uint8_t> back(4096);
+  ASSERT_TRUE(memory_->Read(read.data, back).ok());
+  EXPECT_EQ(back, block);
+}
+
+TEST_F(VirtioScsiTest, UnknownTargetIsBadTarget) {
+  StartDevice(1, 1);
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Command command = Submit(2, {1, 5, 0x40, 0, 0, 0, 0, 0}, tur);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(command).response, kResponseBadTarget);
+  Command malformed = Submit(2, {2, 0, 0x40, 0, 0, 0, 0, 0}, tur);
+  auto used = WaitUsed(2);
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->id, malformed.head) << "first head " << command.head;
+  EXPECT_EQ(ResponseOf(malformed).response, kResponseBadTarget);
+}
+
+TEST_F(VirtioScsiTest, ShortRequestHeaderGetsAFailureResponse) {
+  StartDevice(1, 1);
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Command command = Submit(2, kLun0, tur, 0, {}, sizeof(CommandResponse) + kSenseSize,
+                           /*request_bytes=*/10);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(command).response, kResponseFailure);
+  EXPECT_EQ(events_.needs_reset.load(), 0);
+  // The queue keeps working.
+  const uint8_t inquiry[6] = {0x12, 0, 0, 0, 36, 0};
+  Command next = Submit(2, kLun0, inquiry, 36);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(next).response, kResponseOk);
+}
+
+TEST_F(VirtioScsiTest, ResponseBufferTooShortNeedsReset) {
+  StartDevice(1, 1);
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Submit(2, kLun0, tur, 0, {}, /*response_bytes=*/8);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (events_.needs_reset.load() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(events_.needs_reset.load(), 1);
+}
+
+TEST_F(VirtioScsiTest, DescriptorLoopNeedsResetAndTheDeviceSurvivesReset) {
+  StartDevice(1, 1);
+  // A descriptor that chains to itself.
+  const GuestAddress buffer = allocator_.Allocate(64);
+  drivers_[2]->WriteDescriptor(0, {buffer.value(), 64, testing::kDescNext, 0});
+  drivers_[2]->Publish(0);
+  const uint64_t one = 1;
+  ASSERT_EQ(write(notify_fds_[2].get(), &one, sizeof(one)), 8);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (events_.needs_reset.load() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(events_.needs_reset.load(), 1);
+  device_->Reset();
+}
+
+TEST_F(VirtioScsiTest, LogicalUnitResetRaisesAUnitAttention) {
+  StartDevice(1, 1);
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Submit(2, kLun0, tur);  // consumes the power-on unit attention
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  Command clean = Submit(2, kLun0, tur);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  ASSERT_EQ(ResponseOf(clean).status, 0);
+
+  TmfRequest tmf{};
+  tmf.type = kControlTmf;
+  tmf.subtype = kTmfLogicalUnitReset;
+  std::memcpy(tmf.lun, kLun0.data(), 8);
+  const GuestAddress request = allocator_.Allocate(sizeof(tmf));
+  const GuestAddress response = allocator_.Allocate(1);
+  ASSERT_TRUE(memory_->WriteObject(request, tmf).ok());
+  ASSERT_TRUE(memory_->WriteObject<uint8_t>(response, 0xff).ok());
+  const std::vector<Buffer> chain = {{request, sizeof(tmf), false}, {response, 1, true}};
+  auto head = drivers_[0]->AddChain(chain);
+  ASSERT_TRUE(head.ok());
+  const uint64_t one = 1;
+  ASSERT_EQ(write(notify_fds_[0].get(), &one, sizeof(one)), 8);
+  ASSERT_TRUE(WaitUsed(0).has_value());
+  EXPECT_EQ(*memory_->ReadObject<uint8_t>(response), kTmfFunctionComplete);
+
+  Command after = Submit(2, kLun0, tur);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(after).status, 2);
+  EXPECT_EQ(SenseOf(after)[2] & 0x0f, 6);
+  EXPECT_EQ(SenseOf(after)[12], 0x29);  // POWER ON, RESET, OR BUS DEVICE RESET OCCURRED
+}
+
+TEST_F(VirtioScsiTest, TwoQueuesOnTwoIothreads) {
+  StartDevice(2, 2);
+  const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+  Submit(2, kLun0, tur);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  // 40 writes spread over both queues, then each block read back through the other queue.
+  std::vector<Command> writes;
+  for (int i = 0; i < 40; ++i) {
+    std::vector<uint8_t> block(512, static_cast<uint8_t>(i + 1));
+    const uint8_t lba = static_cast<uint8_t>(i);
+    const uint8_t write10[10] = {0x2a, 0, 0, 0, 0, lba, 0, 0, 1, 0};
+    writes.push_back(Submit(static_cast<uint16_t>(2 + i % 2), kLun0, write10, 0, block));
+  }
+  int completed = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (completed < 40 && absl::Now() < deadline) {
+    for (uint16_t q : {2, 3}) {
+      while (drivers_[q]->CollectUsed()) ++completed;
+    }
+  }
+  ASSERT_EQ(completed, 40);
+  for (const Command& write : writes) EXPECT_EQ(ResponseOf(write).status, 0);
+  for (int i = 0; i < 40; ++i) {
+    const uint8_t lba = static_cast<uint8_t>(i);
+    const uint8_t read10[10] = {0x28, 0, 0, 0, 0, lba, 0, 0, 1, 0};
+    const uint16_t q = static_cast<uint16_t>(2 + (i + 1) % 2);
+    Command read = Submit(q, kLun0, read10, 512);
+    ASSERT_TRUE(WaitUsed(q).has_value());
+    EXPECT_EQ(*memory_->ReadObject<uint8_t>(read.data + 100), static_cast<uint8_t>(i + 1));
+  }
+  EXPECT_GT(interrupts_[2].count.load(), 0);
+  EXPECT_GT(interrupts_[3].count.load(), 0);
+}
+
+}  // namespace
+}  // namespace devices::virtio::scsi

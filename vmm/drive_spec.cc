@@ -1,0 +1,41 @@
+#include "vmm/drive_spec.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace vmm {
+
+absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text) {
+  DriveSpec spec;
+  spec.kind = kind;
+  const char* flag = kind == DriveSpec::Kind::kDisk ? "--disk" : "--cdrom";
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+  spec.path = std::string(parts[0]);
+  if (kind == DriveSpec::Kind::kDisk && spec.path.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " needs a path: ", flag, "=PATH[,...]"));
+  }
+  if (kind == DriveSpec::Kind::kCdrom) spec.read_only = true;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const absl::string_view option = parts[i];
+    std::pair<absl::string_view, absl::string_view> key_value = absl::StrSplit(option, '=');
+    if (key_value.first == "cache" && kind == DriveSpec::Kind::kDisk) {
+      auto mode = block::ParseCacheMode(key_value.second);
+      if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", mode.status().message()));
+      spec.cache_mode = *mode;
+    } else if (key_value.first == "fua" && kind == DriveSpec::Kind::kDisk) {
+      auto mode = block::ParseFuaMode(key_value.second);
+      if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", mode.status().message()));
+      spec.fua_mode = *mode;
+    } else if (option == "readonly" || option == "ro") {
+      spec.read_only = true;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": unknown option \"", option, "\" in \"", text, "\""));
+    }
+  }
+  return spec;
+}
+
+}  // namespace vmm

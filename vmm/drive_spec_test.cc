@@ -1,0 +1,40 @@
+#include "vmm/drive_spec.h"
+
+#include "gtest/gtest.h"
+
+namespace vmm {
+namespace {
+
+TEST(DriveSpecTest, ParsesDisksWithOptions) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kDisk, "/var/disk.img,cache=none,fua=emulate,readonly");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->path, "/var/disk.img");
+  EXPECT_EQ(spec->cache_mode, block::CacheMode::kNone);
+  EXPECT_EQ(spec->fua_mode, block::FuaMode::kEmulate);
+  EXPECT_TRUE(spec->read_only);
+  auto plain = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->cache_mode, block::CacheMode::kWriteback);
+  EXPECT_EQ(plain->fua_mode, block::FuaMode::kNative);
+  EXPECT_FALSE(plain->read_only);
+}
+
+TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE(spec->path.empty());
+  EXPECT_TRUE(spec->read_only);
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,cache=none").ok());
+}
+
+TEST(DriveSpecTest, RejectsBadInput) {
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "").ok());
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,cache=fast").ok());
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,fua=maybe").ok());
+  auto unknown = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,turbo");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("turbo"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace vmm

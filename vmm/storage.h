@@ -1,0 +1,59 @@
+#ifndef VMM_STORAGE_H_
+#define VMM_STORAGE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "block/backend.h"
+#include "block/drive.h"
+#include "block/media.h"
+#include "devices/virtio/scsi/virtio_scsi.h"
+#include "vmm/drive_spec.h"
+
+namespace vmm {
+
+struct StorageConfig {
+  std::vector<DriveSpec> drives;
+  uint32_t scsi_queues = 1;
+  uint32_t iothreads = 1;
+  int64_t poll_max_ns = 0;
+};
+
+// One drive as the VMM wired it: the block layer's Drive, its media (CD-ROMs), and where the guest
+// finds it (virtio-scsi target 0, `lun`).
+struct AttachedDrive {
+  std::string name;  // disk0, disk1, ..., cd0, cd1, ...
+  DriveSpec spec;
+  std::shared_ptr<block::Drive> drive;
+  std::shared_ptr<block::RemovableMedia> media;  // null for disks
+  uint16_t lun = 0;
+};
+
+// The storage of a VM: each --disk and --cdrom becomes a block-layer drive (raw file on io_uring)
+// and a SCSI logical unit on one virtio-scsi controller, in command-line order (LUN 0, 1, ...).
+class Storage {
+ public:
+  static absl::StatusOr<std::unique_ptr<Storage>> Create(const StorageConfig& config);
+
+  // The virtio-scsi device to put behind a transport (once; null afterwards or without drives).
+  std::unique_ptr<devices::virtio::scsi::VirtioScsi> TakeScsiDevice() {
+    return std::move(scsi_device_);
+  }
+  const std::vector<AttachedDrive>& drives() const { return drives_; }
+  const AttachedDrive* Find(const std::string& name) const;
+
+  // Opens `path` as a CD/DVD medium (read-only raw file), for an insert.
+  static absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path);
+
+ private:
+  Storage() = default;
+  std::vector<AttachedDrive> drives_;
+  std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
+};
+
+}  // namespace vmm
+
+#endif  // VMM_STORAGE_H_
