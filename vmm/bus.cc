@@ -39,6 +39,15 @@ absl::Status Bus::Unregister(uint64_t base) {
   return absl::OkStatus();
 }
 
+void Bus::Clear() {
+  std::map<uint64_t, Range> ranges;
+  {
+    absl::MutexLock lock(&mutex_);
+    ranges.swap(ranges_);
+  }
+  // Devices are destroyed here, outside the lock: a destructor may touch the bus.
+}
+
 std::shared_ptr<BusDevice> Bus::Find(uint64_t address, uint64_t length, uint64_t* offset) const {
   absl::ReaderMutexLock lock(&mutex_);
   auto after = ranges_.upper_bound(address);

@@ -32,6 +32,8 @@ class Bus {
 
   absl::Status Register(uint64_t base, uint64_t size, std::shared_ptr<BusDevice> device);
   absl::Status Unregister(uint64_t base);
+  // Drops every registration (and with it the bus's references to the devices).
+  void Clear();
 
   // Return false when nothing is mapped at `address` or the access runs past the device's range;
   // such reads see all-ones, as on an unclaimed ISA/PCI bus.

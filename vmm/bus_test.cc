@@ -82,3 +82,20 @@ TEST(BusTest, UnregisterFreesTheRange) {
 
 }  // namespace
 }  // namespace vmm
+
+namespace vmm {
+namespace {
+
+TEST(BusTest, ClearDropsTheDevices) {
+  Bus bus("pio");
+  auto device = std::make_shared<RecordingDevice>();
+  ASSERT_TRUE(bus.Register(0x10, 4, device).ok());
+  EXPECT_EQ(device.use_count(), 2);
+  bus.Clear();
+  EXPECT_EQ(device.use_count(), 1);
+  std::array<uint8_t, 1> data{};
+  EXPECT_FALSE(bus.Read(0x10, data));
+}
+
+}  // namespace
+}  // namespace vmm

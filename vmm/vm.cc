@@ -76,6 +76,15 @@ Vm::~Vm() {
   // stop their iothreads and unregister their doorbells while the VM fd still exists.
   vcpus_.clear();
   if (pci_root_) pci_root_->Shutdown();
+  // The buses hold the devices; the devices hold MSI vectors and doorbells that need the MSI
+  // controller, the registrar and the VM fd, which are destroyed before the buses as members.
+  // So the devices go first, explicitly.
+  pio_bus_.Clear();
+  mmio_bus_.Clear();
+  pci_root_.reset();
+  storage_.reset();
+  ioevents_.reset();
+  msi_.reset();
 }
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
