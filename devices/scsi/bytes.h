@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-// Big-endian field access for CDBs and parameter data (SPC-4 3.5.1: multi-byte fields are
+// Big-endian field access for CDBs and parameter data (SPC-4: multi-byte fields are
 // big-endian). Callers index fixed-size buffers whose length they checked.
 
 namespace devices::scsi {

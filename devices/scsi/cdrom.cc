@@ -15,7 +15,7 @@ namespace {
 constexpr uint32_t kBlock = 2048;
 constexpr uint8_t kAdrControlData = 0x14;  // ADR 1 (Q sub-channel position), CONTROL 4 (data)
 
-// MMC-6 4.2.3.4 (and Annex): LBA to MSF, with the 2-second (150 frame) pre-gap. Minutes saturate
+// MMC-6 (address format): LBA to MSF, with the 2-second (150 frame) pre-gap. Minutes saturate
 // at 255 (a DVD's size does not fit the CD time format; MSF addressing is for CDs).
 void PutMsf(uint8_t* p, uint64_t lba) {
   const uint64_t frames = lba + 150;
@@ -43,7 +43,7 @@ void PutAddress(uint8_t* p, uint64_t lba, bool msf) {
 
 CdRom& CdOf(CommandContext& ctx) { return static_cast<CdRom&>(ctx.lu()); }
 
-// MMC-6 6.18/6.19 READ(10), READ(12): 2048-byte user data blocks. DPO and FUA are accepted and
+// MMC-6 READ(10), READ(12): 2048-byte user data blocks. DPO and FUA are accepted and
 // ignored (a read-only medium has nothing cached to write back).
 struct Read {
   uint64_t lba;
@@ -67,7 +67,7 @@ struct Read {
   }
 };
 
-// MMC-6 6.20 READ CD: user data of mode-1 (or DVD) sectors only, which is what a data disc image
+// MMC-6 READ CD: user data of mode-1 (or DVD) sectors only, which is what a data disc image
 // holds. Raw sectors (sync, headers, EDC/ECC), C2 error bits and sub-channel data are not
 // available: INVALID FIELD IN CDB; an audio or mode-2 sector type: ILLEGAL MODE FOR THIS TRACK.
 struct ReadCd {
@@ -105,7 +105,7 @@ struct ReadCd {
   }
 };
 
-// MMC-6 6.23 READ CAPACITY: the last block's address and 2048.
+// MMC-6 READ CAPACITY: the last block's address and 2048.
 struct ReadCapacity {
   static std::optional<ReadCapacity> Parse(const uint8_t*) { return ReadCapacity{}; }
 
@@ -131,7 +131,7 @@ struct Seek {
   }
 };
 
-// MMC-6 6.26 READ TOC/PMA/ATIP: formats 0 (TOC), 1 (session information) and 2 (full TOC) of a
+// MMC-6 READ TOC/PMA/ATIP: formats 0 (TOC), 1 (session information) and 2 (full TOC) of a
 // disc with one data track in one session.
 struct ReadToc {
   bool msf;
@@ -204,7 +204,7 @@ struct ReadToc {
   }
 };
 
-// MMC-6 6.22 READ DISC INFORMATION, standard disc information (data type 000b).
+// MMC-6 READ DISC INFORMATION, standard disc information (data type 000b).
 struct ReadDiscInformation {
   uint16_t allocation_length;
 
@@ -229,7 +229,7 @@ struct ReadDiscInformation {
   }
 };
 
-// MMC-6 6.27 READ TRACK INFORMATION (which QEMU's scsi-cd lacks: Linux falls back to READ TOC).
+// MMC-6 READ TRACK INFORMATION (which QEMU's scsi-cd lacks: Linux falls back to READ TOC).
 // Linux's sr uses TRACK START ADDRESS + TRACK SIZE as the last written block
 // (cdrom_get_last_written), so TRACK SIZE is exactly the medium's blocks.
 struct ReadTrackInformation {
@@ -269,7 +269,7 @@ struct ReadTrackInformation {
   }
 };
 
-// MMC-6 6.6 GET CONFIGURATION. Features: Profile List (0000h), Core (0001h), Morphing (0002h),
+// MMC-6 GET CONFIGURATION. Features: Profile List (0000h), Core (0001h), Morphing (0002h),
 // Removable Medium (0003h), Random Readable (0010h), CD Read (001Eh), DVD Read (001Fh), Power
 // Management (0100h). Profiles: DVD-ROM (0010h) and CD-ROM (0008h).
 struct GetConfiguration {
@@ -332,7 +332,7 @@ struct GetConfiguration {
   }
 };
 
-// MMC-6 6.7 GET EVENT STATUS NOTIFICATION, polled, media class (class 4) only.
+// MMC-6 GET EVENT STATUS NOTIFICATION, polled, media class (class 4) only.
 struct GetEventStatusNotification {
   uint8_t class_request;
   uint16_t allocation_length;
@@ -364,7 +364,7 @@ struct GetEventStatusNotification {
   }
 };
 
-// MMC-6 6.40 START STOP UNIT: LoEj with START = 0 ejects (opens the tray), with START = 1 loads
+// MMC-6 START STOP UNIT: LoEj with START = 0 ejects (opens the tray), with START = 1 loads
 // (closes it), through RemovableMedia::GuestLoadEject(). An eject while the guest prevents removal
 // fails with ILLEGAL REQUEST, MEDIUM REMOVAL PREVENTED (and becomes an EjectRequest event).
 struct StartStopUnit {
@@ -387,7 +387,7 @@ struct StartStopUnit {
   }
 };
 
-// SPC-4 6.13 / MMC-6 6.11 PREVENT ALLOW MEDIUM REMOVAL: PREVENT bit 0 locks the tray (bit 1,
+// SPC-4 / MMC-6 PREVENT ALLOW MEDIUM REMOVAL: PREVENT bit 0 locks the tray (bit 1,
 // persistent prevention, is accepted and treated the same).
 struct PreventAllowMediumRemoval {
   bool prevent;
@@ -402,7 +402,7 @@ struct PreventAllowMediumRemoval {
   }
 };
 
-// MMC-6 6.10 MECHANISM STATUS: not a changer; the door-open bit from the tray.
+// MMC-6 MECHANISM STATUS: not a changer; the door-open bit from the tray.
 struct MechanismStatus {
   uint16_t allocation_length;
 
@@ -418,13 +418,13 @@ struct MechanismStatus {
   }
 };
 
-// MMC-6 6.37 SET CD SPEED: accepted (there is no spindle).
+// MMC-6 SET CD SPEED: accepted (there is no spindle).
 struct SetCdSpeed {
   static std::optional<SetCdSpeed> Parse(const uint8_t*) { return SetCdSpeed{}; }
   Execution Emulate(CommandContext& ctx) const { return ctx.Good(); }
 };
 
-// MMC-6 6.24 READ SUB-CHANNEL, minimal: no audio is playing; the current position is the start of
+// MMC-6 READ SUB-CHANNEL, minimal: no audio is playing; the current position is the start of
 // track 1; no media catalogue number or ISRC.
 struct ReadSubChannel {
   bool msf;
@@ -473,7 +473,7 @@ constexpr uint8_t kModePages[] = {0x01, 0x0d, 0x0e, 0x2a};
 
 constexpr uint32_t kNoFlags = 0;
 
-// The dispatch table. CDB usage data per SPC-4 6.35.3.
+// The dispatch table. CDB usage data per SPC-4.
 constexpr CommandInfo kCommands[] = {
     {op::kTestUnitReady, kNoServiceAction, "TEST UNIT READY", kNeedsMedium,
      {0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, &Run<spc::TestUnitReady>},
@@ -608,7 +608,7 @@ size_t CdRom::BuildVpdPage(uint8_t page, const MediumInfo&, std::span<uint8_t> o
     return 4 + n;
   }
   if (page == 0x83) {
-    // One T10 vendor ID based designator (SPC-4 7.8.6.4).
+    // One T10 vendor ID based designator (SPC-4).
     const size_t id = std::min<size_t>(serial().size(), 64);
     out[4] = 0x02;
     out[5] = 0x01;
@@ -628,7 +628,7 @@ size_t CdRom::BuildModePage(uint8_t page, PageControl control, const MediumInfo&
   const bool changeable = control == PageControl::kChangeable;
   switch (page) {
     case 0x01:
-      // MMC-6 7.3 Read/Write Error Recovery: READ RETRY COUNT 20h (QEMU's value).
+      // MMC-6 Read/Write Error Recovery: READ RETRY COUNT 20h (QEMU's value).
       std::fill_n(out.begin(), 12, 0);
       out[0] = 0x01;
       out[1] = 0x0a;

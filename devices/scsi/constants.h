@@ -5,7 +5,7 @@
 
 namespace devices::scsi {
 
-// SAM-5 5.3.1: the status byte of a completed command.
+// SAM-5: the status byte of a completed command.
 enum class Status : uint8_t {
   kGood = 0x00,
   kCheckCondition = 0x02,
@@ -13,7 +13,7 @@ enum class Status : uint8_t {
   kTaskAborted = 0x40,
 };
 
-// SPC-4 6.4.2 (standard INQUIRY data): PERIPHERAL DEVICE TYPE.
+// SPC-4 (standard INQUIRY data): PERIPHERAL DEVICE TYPE.
 inline constexpr uint8_t kTypeDisk = 0x00;        // direct access block device (SBC-3)
 inline constexpr uint8_t kTypeCdDvd = 0x05;       // CD/DVD device (MMC-6)
 inline constexpr uint8_t kTypeNoDevice = 0x1f;    // unknown or no device type
@@ -66,7 +66,7 @@ inline constexpr uint8_t kReadCd = 0xbe;
 inline constexpr uint8_t kSaReadCapacity16 = 0x10;                 // SERVICE ACTION IN(16), SBC-3
 inline constexpr uint8_t kSaReportSupportedOperationCodes = 0x0c;  // MAINTENANCE IN, SPC-4
 
-// SPC-4 4.2.5.1: the CDB length implied by the operation code's group (bits 7-5), or 0 where the
+// SPC-4: the CDB length implied by the operation code's group (bits 7-5), or 0 where the
 // group does not fix it (group 3: reserved and variable length; groups 6 and 7: vendor specific).
 constexpr uint8_t CdbLengthForOpcode(uint8_t opcode) {
   switch (opcode >> 5) {

@@ -22,7 +22,7 @@ bool InRange(const MediumInfo& medium, uint64_t lba, uint64_t blocks) {
   return lba <= medium.blocks && blocks <= medium.blocks - lba;
 }
 
-// SBC-3 5.13-5.16 READ(6/10/12/16) and 5.39-5.42 WRITE(6/10/12/16).
+// SBC-3 READ(6/10/12/16) and WRITE(6/10/12/16).
 struct ReadWrite {
   bool write;
   bool fua;
@@ -37,7 +37,7 @@ struct ReadWrite {
       case op::kWrite6:
         c.write = cdb[0] == op::kWrite6;
         c.lba = Be24(cdb + 1) & 0x1fffff;
-        c.blocks = cdb[4] == 0 ? 256 : cdb[4];  // 0 means 256 blocks (SBC-3 5.13)
+        c.blocks = cdb[4] == 0 ? 256 : cdb[4];  // 0 means 256 blocks (SBC-3)
         return c;
       case op::kRead10:
       case op::kWrite10:
@@ -67,7 +67,7 @@ struct ReadWrite {
     if (write && medium.read_only) return ctx.Fail(sense::kWriteProtected);
     if (blocks > disk.max_transfer_blocks()) return ctx.Fail(sense::kInvalidFieldInCdb);
     if (!InRange(medium, lba, blocks)) return ctx.Fail(sense::kLbaOutOfRange);
-    // A zero TRANSFER LENGTH transfers nothing and is not an error (SBC-3 5.14).
+    // A zero TRANSFER LENGTH transfers nothing and is not an error (SBC-3).
     if (blocks == 0) return ctx.Good();
     const uint64_t offset = lba * medium.block_size;
     const uint64_t length = static_cast<uint64_t>(blocks) * medium.block_size;
@@ -81,7 +81,7 @@ struct ReadWrite {
   }
 };
 
-// SBC-3 5.22/5.23 SYNCHRONIZE CACHE(10/16).
+// SBC-3 SYNCHRONIZE CACHE(10/16).
 struct SynchronizeCache {
   uint64_t lba;
   uint32_t blocks;  // 0: to the end of the medium
@@ -97,7 +97,7 @@ struct SynchronizeCache {
   }
 };
 
-// SBC-3 5.34/5.35 VERIFY(10/16), without data comparison.
+// SBC-3 VERIFY(10/16), without data comparison.
 struct Verify {
   uint64_t lba;
   uint32_t blocks;
@@ -116,7 +116,7 @@ struct Verify {
   }
 };
 
-// SBC-3 5.16 READ CAPACITY(10).
+// SBC-3 READ CAPACITY(10).
 struct ReadCapacity10 {
   static std::optional<ReadCapacity10> Parse(const uint8_t* cdb) {
     // The obsolete LOGICAL BLOCK ADDRESS must be zero unless PMI is set.
@@ -135,7 +135,7 @@ struct ReadCapacity10 {
   }
 };
 
-// SBC-3 5.17 READ CAPACITY(16) (SERVICE ACTION IN(16), service action 10h).
+// SBC-3 READ CAPACITY(16) (SERVICE ACTION IN(16), service action 10h).
 struct ReadCapacity16 {
   uint32_t allocation_length;
 
@@ -156,7 +156,7 @@ struct ReadCapacity16 {
   }
 };
 
-// SBC-3 5.25 START STOP UNIT. The disk has no motor: accepted; a stop (START = 0, POWER CONDITION 0)
+// SBC-3 START STOP UNIT. The disk has no motor: accepted; a stop (START = 0, POWER CONDITION 0)
 // without NO_FLUSH writes the cache first, as the standard asks before stopping.
 struct StartStopUnit {
   bool start;
@@ -174,7 +174,7 @@ struct StartStopUnit {
   }
 };
 
-// SBC-3 5.44/5.45 WRITE SAME(10/16).
+// SBC-3 WRITE SAME(10/16).
 struct WriteSame {
   bool unmap;
   bool ndob;  // WRITE SAME(16) NDOB: no data-out buffer, the block is zeros
@@ -217,7 +217,7 @@ struct WriteSame {
   }
 };
 
-// SBC-3 5.28 UNMAP.
+// SBC-3 UNMAP.
 struct Unmap {
   uint16_t parameter_list_length;
 
@@ -272,7 +272,7 @@ uint64_t Fnv1a(const std::string& text) {
 constexpr uint8_t kVpdPages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
 constexpr uint8_t kModePages[] = {0x01, 0x04, 0x08, 0x0a};
 
-// The dispatch table. CDB usage data per SPC-4 6.35.3 (the bits each command evaluates).
+// The dispatch table. CDB usage data per SPC-4 (the bits each command evaluates).
 constexpr CommandInfo kCommands[] = {
     {op::kTestUnitReady, kNoServiceAction, "TEST UNIT READY", 0,
      {0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, &Run<spc::TestUnitReady>},
@@ -395,15 +395,15 @@ size_t Disk::BuildVpdPage(uint8_t page, const MediumInfo& medium, std::span<uint
   out[1] = page;
   switch (page) {
     case 0x80: {
-      // SPC-4 7.8.15 Unit Serial Number.
+      // SPC-4 Unit Serial Number.
       const size_t n = std::min<size_t>(serial().size(), out.size() - 4);
       std::memcpy(&out[4], serial().data(), n);
       PutBe16(&out[2], static_cast<uint16_t>(n));
       return 4 + n;
     }
     case 0x83: {
-      // SPC-4 7.8.6 Device Identification: a T10 vendor ID based designator (7.8.6.4: vendor id,
-      // then the serial) and an NAA designator (7.8.6.6, NAA 3h locally assigned: a hash of the
+      // SPC-4 Device Identification: a T10 vendor ID based designator (the vendor id,
+      // then the serial) and an NAA designator (NAA 3h locally assigned: a hash of the
       // drive's name), both for the logical unit.
       size_t at = 4;
       const size_t id = std::min<size_t>(serial().size(), 64);
@@ -422,7 +422,7 @@ size_t Disk::BuildVpdPage(uint8_t page, const MediumInfo& medium, std::span<uint
       return at;
     }
     case 0xb0: {
-      // SBC-3 6.5.3 Block Limits.
+      // SBC-3 Block Limits.
       PutBe16(&out[2], 0x3c);
       out[4] = 0x01;  // WSNZ: WRITE SAME of zero blocks is not supported
       const uint32_t per_physical = 1u << physical_exponent_;
@@ -437,12 +437,12 @@ size_t Disk::BuildVpdPage(uint8_t page, const MediumInfo& medium, std::span<uint
       return 64;
     }
     case 0xb1:
-      // SBC-3 6.5.2 Block Device Characteristics: MEDIUM ROTATION RATE 1 = non-rotating medium.
+      // SBC-3 Block Device Characteristics: MEDIUM ROTATION RATE 1 = non-rotating medium.
       PutBe16(&out[2], 0x3c);
       PutBe16(&out[4], 0x0001);
       return 64;
     case 0xb2:
-      // SBC-3 6.5.4 Logical Block Provisioning.
+      // SBC-3 Logical Block Provisioning.
       PutBe16(&out[2], 0x04);
       if (discard_) {
         out[5] = 0xe0;  // LBPU, LBPWS, LBPWS10 (LBPRZ = 0, ANC_SUP = 0, DP = 0)
@@ -461,7 +461,7 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
   const bool changeable = control == PageControl::kChangeable;
   switch (page) {
     case 0x01:
-      // SBC-3 6.4.7 Read-Write Error Recovery: AWRE (automatic write reallocation), as QEMU.
+      // SBC-3 Read-Write Error Recovery: AWRE (automatic write reallocation), as QEMU.
       std::fill_n(out.begin(), 12, 0);
       out[0] = 0x01;
       out[1] = 0x0a;
@@ -482,7 +482,7 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
       return 24;
     }
     case 0x08:
-      // SBC-3 7.5.5 Caching: WCE (byte 2 bit 2), RCD = 0 (the read cache is on). Only WCE is
+      // SBC-3 Caching: WCE (byte 2 bit 2), RCD = 0 (the read cache is on). Only WCE is
       // changeable.
       std::fill_n(out.begin(), 20, 0);
       out[0] = 0x08;
@@ -496,7 +496,7 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
       }
       return 20;
     case 0x0a:
-      // SPC-4 7.5.8 Control: QUEUE ALGORITHM MODIFIER 1 (unrestricted reordering), D_SENSE = 0
+      // SPC-4 Control: QUEUE ALGORITHM MODIFIER 1 (unrestricted reordering), D_SENSE = 0
       // (fixed format sense), nothing changeable.
       std::fill_n(out.begin(), 12, 0);
       out[0] = 0x0a;
@@ -512,7 +512,7 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
 }
 
 uint8_t Disk::ModeDeviceSpecificParameter(const MediumInfo& medium) const {
-  // SBC-3 6.4.1: WP (bit 7) and DPOFUA (bit 4: the DPO and FUA bits are supported).
+  // SBC-3: WP (bit 7) and DPOFUA (bit 4: the DPO and FUA bits are supported).
   return static_cast<uint8_t>((medium.read_only ? 0x80 : 0x00) | 0x10);
 }
 

@@ -16,7 +16,7 @@ namespace devices::scsi {
 //
 // Durability. WRITE with FUA reaches the drive as Request::fua; the caching mode page reports the
 // cache mode's write cache (WCE) and the mode header's DPOFUA bit, so Linux sends FUA writes
-// instead of write + SYNCHRONIZE CACHE. READ with FUA flushes first (SBC-3 5.11: the data must
+// instead of write + SYNCHRONIZE CACHE. READ with FUA flushes first (SBC-3: the data must
 // come from the medium, so whatever is cached is made durable before the read is issued) when the
 // cache mode has a write cache. SYNCHRONIZE CACHE flushes the whole drive whatever its range (IMMED
 // is ignored: the command completes when the flush does).

@@ -483,6 +483,13 @@ TEST_F(DiskTest, BackendErrorsMapToSense) {
   EXPECT_EQ(harness_->In({0x03, 0, 0, 0, 18, 0}, 18).data[12], 0x11);
   // And the unit goes on working.
   EXPECT_TRUE(Read(Cdb10(0x28, 0, 0, 1), 512).good());
+  // EROFS and ERANGE from below (the drive's own checks) and ENOMEDIUM.
+  setup_.backend->FailOperation(OpCount(), EROFS);
+  EXPECT_EQ(Write(Cdb10(0x2a, 0, 0, 1), std::vector<uint8_t>(512)).sense, sense::kWriteProtected);
+  setup_.backend->FailOperation(OpCount(), ERANGE);
+  EXPECT_EQ(Read(Cdb10(0x28, 0, 0, 1), 512).sense, sense::kLbaOutOfRange);
+  setup_.backend->FailOperation(OpCount(), ENOMEDIUM);
+  EXPECT_EQ(Read(Cdb10(0x28, 0, 0, 1), 512).sense, sense::kMediumNotPresent);
 }
 
 TEST_F(DiskTest, HotPathAsksTheBackendNothing) {
@@ -839,7 +846,7 @@ TEST_F(DiskTest, WriteSamePatternInSeveralRequests) {
   StartReady();
   const std::vector<uint8_t> block = Pattern(512, 42);
   const size_t before = OpCount();
-  // 2000 blocks = 1,024,000 bytes: just under one 1 MiB request... use 2100 (> 1 MiB).
+  // 2048 blocks: exactly one 1 MiB request, from iovecs of 100 bytes.
   ASSERT_TRUE(Write(Cdb16(0x93, 0, 0, 2048), block, 100).good());
   const std::vector<RecordedOperation> ops = OpsSince(before);
   ASSERT_EQ(ops.size(), 1u);  // exactly 1 MiB
@@ -925,6 +932,8 @@ TEST_F(DiskTest, UnknownOpcodesAndShortCdbs) {
   EXPECT_TRUE(harness_->Run(read16, options).good());
   EXPECT_EQ(Run(std::vector<uint8_t>{}).sense, sense::kInvalidFieldInCdb);
   EXPECT_EQ(Run({0x12}).sense, sense::kInvalidFieldInCdb);
+  EXPECT_EQ(Run({0x9e}).sense, sense::kInvalidFieldInCdb);  // short, service action unknown yet
+  EXPECT_EQ(Run({0xc5}).sense, sense::kInvalidCommandOperationCode);
 }
 
 // ---- The Linux 6.1 probe of linux-command-sequences.md 1.1 ----

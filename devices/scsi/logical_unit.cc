@@ -33,7 +33,7 @@ Sense SenseForBlockError(int error, block::RequestType type) {
       return sense::kMediumNotPresent;
     case ENOSPC:
     case EDQUOT:
-      // SBC-3 4.7.3.7: a thin-provisioned unit out of space for a write.
+      // SBC-3: a thin-provisioned unit out of space for a write.
       return sense::kSpaceAllocationFailedWriteProtect;
     case EINVAL:
       // Requests built here are aligned and in range; the drive refusing one is our bug.
@@ -106,7 +106,7 @@ bool LogicalUnit::HasServiceActions(uint8_t opcode) const { return has_service_a
 
 Sense LogicalUnit::SelectModePage(std::span<const uint8_t> page, const MediumInfo& medium,
                                   bool apply) {
-  // Default: a page is accepted only if it changes nothing (SPC-4 6.9: parameters that are not
+  // Default: a page is accepted only if it changes nothing (SPC-4: parameters that are not
   // changeable must be sent with their current values).
   const uint8_t code = page[0] & 0x3f;
   std::array<uint8_t, 256> current{};
@@ -142,13 +142,13 @@ Sense LogicalUnit::TakeRequestSense(const MediumInfo& medium) {
     result = *deferred_sense_;
     deferred_sense_.reset();
   } else if (pending_ua_ != 0) {
-    // SPC-4 6.39: a pending unit attention is reported as REQUEST SENSE data, and cleared.
+    // SPC-4: a pending unit attention is reported as REQUEST SENSE data, and cleared.
     result = TakeUnitAttentionLocked();
   } else if (not_ready_stage_ != 0 && medium.ready) {
     result = not_ready_stage_ == 1 ? sense::kMediumNotPresent : sense::kNotReadyToReadyChange;
     not_ready_stage_ = not_ready_stage_ == 1 ? 2 : 0;
   } else if (media_ != nullptr && !medium.ready) {
-    // SPC-4 6.39: with no error pending, the sense describes the unit's current condition.
+    // SPC-4: with no error pending, the sense describes the unit's current condition.
     result = NotReadySense(medium);
   }
   UpdateAttentionLocked();
@@ -240,7 +240,7 @@ MediumInfo LuQueue::MediumFor(const block::MediaState& state) {
     const block::DriveInfo info = lu_->drive_->InfoFor(state);
     cached_medium_ = MediumInfo{};
     cached_medium_.generation = state.generation;
-    cached_medium_.block_size = 2048;  // MMC-6 4.2.2: a CD/DVD data block (mode 1 / DVD sector)
+    cached_medium_.block_size = 2048;  // MMC-6: a CD/DVD data block (mode 1 / DVD sector)
     cached_medium_.blocks = info.size_bytes / 2048;
     cached_medium_.backend_block_size = info.logical_block_size;
     cached_medium_.read_only = true;
@@ -261,7 +261,7 @@ Execution LuQueue::Execute(Task& task) {
   LogicalUnit& lu = *lu_;
   const std::span<const uint8_t> cdb = task.cdb();
   const uint8_t opcode = cdb.empty() ? 0 : cdb[0];
-  // The service action, where the opcode has them, is CDB byte 1 bits 4-0 (SPC-4 4.2.5.1); a CDB
+  // The service action, where the opcode has them, is CDB byte 1 bits 4-0 (SPC-4); a CDB
   // too short to hold it matches nothing and then fails the length check below.
   const CommandInfo* info = nullptr;
   if (!cdb.empty()) {
@@ -286,9 +286,12 @@ Execution LuQueue::Execute(Task& task) {
       return Execution::kCompleted;  // already recorded as the deferred sense
     }
   }
+  // Validation order: an opcode the unit lacks, then a CDB shorter than the opcode's group
+  // (SPC-4: the group fixes the length), then an unknown service action.
   if (cdb.empty()) return Complete(task, sense::kInvalidFieldInCdb);
+  if (!lu.Offers(opcode)) return Complete(task, sense::kInvalidCommandOperationCode);
+  if (cdb.size() < CdbLengthForOpcode(opcode)) return Complete(task, sense::kInvalidFieldInCdb);
   if (info == nullptr) return Complete(task, sense::kInvalidCommandOperationCode);
-  if (cdb.size() < info->cdb_length()) return Complete(task, sense::kInvalidFieldInCdb);
   if ((info->flags & kNeedsMedium) && !medium.ready) {
     return Complete(task, NotReadySense(medium));
   }
@@ -360,7 +363,6 @@ void LuQueue::FinishIo(Task& task) {
   } else {
     task.status_ = Status::kGood;
   }
-  io.queue = nullptr;
   --tasks_in_flight_;
   completion_(task);
 }
@@ -398,7 +400,6 @@ Execution CommandContext::Overrun() {
 
 Execution CommandContext::StartRead(uint64_t offset, uint64_t length, bool flush_first) {
   Task::Io& io = task_.io_;
-  io.queue = &queue_;
   io.pending = 0;
   io.error = 0;
   io.main_type = block::RequestType::kRead;
@@ -427,7 +428,6 @@ Execution CommandContext::StartRead(uint64_t offset, uint64_t length, bool flush
 
 Execution CommandContext::StartWrite(uint64_t offset, uint64_t length, bool fua) {
   Task::Io& io = task_.io_;
-  io.queue = &queue_;
   io.pending = 0;
   io.error = 0;
   io.main_type = block::RequestType::kWrite;
@@ -449,7 +449,6 @@ Execution CommandContext::StartWrite(uint64_t offset, uint64_t length, bool fua)
 
 Execution CommandContext::StartFlush() {
   Task::Io& io = task_.io_;
-  io.queue = &queue_;
   io.pending = 0;
   io.error = 0;
   io.main_type = block::RequestType::kFlush;
@@ -463,7 +462,6 @@ Execution CommandContext::StartFlush() {
 Execution CommandContext::StartWriteSame(uint64_t offset, uint64_t count, uint32_t block_size,
                                          bool zeros, bool used_data_out) {
   Task::Io& io = task_.io_;
-  io.queue = &queue_;
   io.pending = 0;
   io.error = 0;
   io.main_type = block::RequestType::kWrite;
@@ -521,7 +519,6 @@ Execution CommandContext::StartWriteSame(uint64_t offset, uint64_t count, uint32
 
 Execution CommandContext::StartDiscards(std::span<const Range> ranges) {
   Task::Io& io = task_.io_;
-  io.queue = &queue_;
   io.pending = 0;
   io.error = 0;
   io.main_type = block::RequestType::kDiscard;

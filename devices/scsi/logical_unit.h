@@ -22,7 +22,7 @@
 #include "devices/scsi/sense.h"
 #include "devices/scsi/task.h"
 
-// A transport-neutral SCSI logical unit (SAM-5 4.7): the device server of one LUN, built on a
+// A transport-neutral SCSI logical unit (SAM-5): the device server of one LUN, built on a
 // block::Drive. virtio-scsi, IDE ATAPI and a vhost-user backend all drive it through the same
 // LuQueue (one per transport thread) or, with several LUNs, through a Target's TargetQueue.
 //
@@ -49,7 +49,7 @@ enum class MediaChangeReport {
 };
 
 struct LogicalUnitOptions {
-  // Standard INQUIRY data (SPC-4 6.4.2), space-padded: T10 VENDOR IDENTIFICATION (8 bytes),
+  // Standard INQUIRY data (SPC-4), space-padded: T10 VENDOR IDENTIFICATION (8 bytes),
   // PRODUCT IDENTIFICATION (16), PRODUCT REVISION LEVEL (4). Empty product: "VIRTUAL DISK" or
   // "VIRTUAL DVD-ROM".
   std::string vendor = "MICROVM";
@@ -57,18 +57,18 @@ struct LogicalUnitOptions {
   std::string revision = "1.0";
   // VPD page 0x80 and the identifiers of VPD page 0x83. Empty: the drive's name, or "0".
   std::string serial;
-  // Largest transfer of one READ/WRITE (SBC-3 6.5.3 MAXIMUM TRANSFER LENGTH, rounded down to whole
+  // Largest transfer of one READ/WRITE (SBC-3 MAXIMUM TRANSFER LENGTH, rounded down to whole
   // blocks); longer transfers fail with INVALID FIELD IN CDB.
   uint32_t max_transfer_bytes = 8 << 20;
   // Disk: READ CAPACITY(16) LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT, so the guest aligns its I/O
   // to the host's pages. Rounded to a power of two >= the logical block size.
   uint32_t physical_block_size = 4096;
   // Queue UNIT ATTENTION 06/29/00 POWER ON, RESET, OR BUS DEVICE RESET OCCURRED at creation and at
-  // Reset() (SAM-5 5.14; QEMU's SCSI devices do; its ATAPI model does not).
+  // Reset() (SAM-5; QEMU's SCSI devices do; its ATAPI model does not).
   bool power_on_unit_attention = true;
   // CD/DVD only.
   MediaChangeReport media_change_report = MediaChangeReport::kUnitAttentions;
-  // CD/DVD GET CONFIGURATION Core feature PHYSICAL INTERFACE STANDARD (MMC-6 5.3.2): 1 = SCSI
+  // CD/DVD GET CONFIGURATION Core feature PHYSICAL INTERFACE STANDARD (MMC-6): 1 = SCSI
   // family, 2 = ATAPI.
   uint32_t physical_interface = 1;
 };
@@ -76,9 +76,11 @@ struct LogicalUnitOptions {
 // Flags of a command table entry.
 enum CommandFlags : uint32_t {
   // Runs while a unit attention condition is pending, without reporting or clearing it: INQUIRY,
-  // REPORT LUNS, REQUEST SENSE (SAM-5 5.14; REQUEST SENSE reports the attention as its data), and on
+  // REPORT LUNS, REQUEST SENSE (SAM-5; REQUEST SENSE reports the attention as its data), and on
   // a CD/DVD unit GET CONFIGURATION and GET EVENT STATUS NOTIFICATION (MMC-5 4.1.6.1, kept in
   // MMC-6, and QEMU: a polling guest must not consume the attention the next open expects).
+  // Every other command reports a pending attention first, and consumes it, even one that would
+  // fail anyway (an unsupported opcode, a short CDB), as QEMU's bus layer does.
   kAllowedWithUnitAttention = 1u << 0,
   // Fails with NOT READY, MEDIUM NOT PRESENT (02/3A/01 tray closed, 02/3A/02 tray open) unless a
   // medium is reachable (MMC-5 4.1.8). Checked after unit attentions (SAM-5: UA first).
@@ -98,13 +100,13 @@ struct CommandInfo {
   int16_t service_action;  // kNoServiceAction, or the value of CDB byte 1 bits 4-0
   const char* name;
   uint32_t flags;
-  // SPC-4 6.35.3 CDB USAGE DATA: usage[0] is the opcode, then for each CDB byte the bits the device
+  // SPC-4 CDB USAGE DATA: usage[0] is the opcode, then for each CDB byte the bits the device
   // server looks at; cdb_length() bytes are meaningful. Informational: reserved bits are not
   // checked (Linux and SeaBIOS put vendor bits in some control bytes, e.g. READ TOC's 0x40).
   std::array<uint8_t, 16> usage;
   CommandHandler handler;
 
-  // SPC-4 4.2.5.1: fixed by the opcode's group for every command in the tables.
+  // SPC-4: fixed by the opcode's group for every command in the tables.
   constexpr uint8_t cdb_length() const { return CdbLengthForOpcode(opcode); }
 };
 
@@ -122,7 +124,7 @@ struct MediumInfo {
   bool locked = false;  // the guest prevents medium removal
 };
 
-// The LUNs REPORT LUNS lists (SPC-4 6.33). A Target provides its own; a unit used on its own (an
+// The LUNs REPORT LUNS lists (SPC-4). A Target provides its own; a unit used on its own (an
 // ATAPI device) reports LUN 0 alone.
 class LunInventory {
  public:
@@ -131,7 +133,7 @@ class LunInventory {
   virtual std::span<const uint16_t> luns() const = 0;
 };
 
-// SPC-4 7.5.1: mode page control (MODE SENSE PC field).
+// SPC-4: mode page control (MODE SENSE PC field).
 enum class PageControl : uint8_t { kCurrent = 0, kChangeable = 1, kDefault = 2, kSaved = 3 };
 
 class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
@@ -144,7 +146,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // called from that queue's ProcessCompletions() for every task its Execute() left in flight.
   absl::StatusOr<std::unique_ptr<LuQueue>> CreateQueue(TaskCompletion completion);
 
-  // SPC-4 6.4.2 PERIPHERAL DEVICE TYPE.
+  // SPC-4 PERIPHERAL DEVICE TYPE.
   uint8_t peripheral_type() const { return type_; }
   bool removable() const { return media_ != nullptr; }
   const LogicalUnitOptions& options() const { return options_; }
@@ -156,16 +158,18 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   const CommandInfo* Find(uint8_t opcode, int service_action) const;
   // Whether `opcode` is dispatched by service action.
   bool HasServiceActions(uint8_t opcode) const;
+  // Whether any entry has `opcode`.
+  bool Offers(uint8_t opcode) const { return first_entry_[opcode] >= 0; }
 
-  // A reset of the unit (SAM-5 6.3 LOGICAL UNIT RESET, I_T NEXUS RESET, a transport reset such as a
+  // A reset of the unit (SAM-5 LOGICAL UNIT RESET, I_T NEXUS RESET, a transport reset such as a
   // virtio device reset): queues the power-on/reset unit attention (if the options ask for it),
-  // drops deferred sense, returns MODE SELECT changes to their defaults (SPC-4 7.5.2: no saved
-  // values), and clears the guest's medium lock (SPC-4 6.13, PREVENT ALLOW MEDIUM REMOVAL).
+  // drops deferred sense, returns MODE SELECT changes to their defaults (SPC-4: no saved
+  // values), and clears the guest's medium lock (SPC-4, PREVENT ALLOW MEDIUM REMOVAL).
   // Commands in flight are not affected: they complete normally (a transport aborting them drops
   // their responses). Thread-safe.
   virtual void Reset();
 
-  // The caching mode page's WCE bit (SBC-3 7.5.5) as the guest sees it: the drive's
+  // The caching mode page's WCE bit (SBC-3) as the guest sees it: the drive's
   // (block::WriteCacheEnabled of its cache mode) until a MODE SELECT changes it. When the guest
   // turned WCE off on a drive that has a write cache, every write is sent with FUA, so the guest's
   // "no volatile cache" view holds; the drive's cache mode still governs durability below that
@@ -174,7 +178,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
 
   // ---- For the command handlers ----
 
-  // Standard INQUIRY byte 1: RMB (SPC-4 6.4.2).
+  // Standard INQUIRY byte 1: RMB (SPC-4).
   bool removable_medium_bit() const { return removable(); }
   // VPD pages offered (ascending), and one page built into `out` (returns its length, 0 if the page
   // is not supported).
@@ -183,7 +187,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
                               std::span<uint8_t> out) const = 0;
   // Mode pages offered (ascending, subpage 0), one page (returns its length, 0 if not supported),
   // the mode parameter header's DEVICE-SPECIFIC PARAMETER, and whether the unit has block
-  // descriptors (SBC-3 6.4.2; MMC-6 units do not).
+  // descriptors (SBC-3; MMC-6 units do not).
   virtual std::span<const uint8_t> ModePages() const = 0;
   virtual size_t BuildModePage(uint8_t page, PageControl control, const MediumInfo& medium,
                                std::span<uint8_t> out) const = 0;
@@ -195,7 +199,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   virtual Sense SelectModePage(std::span<const uint8_t> page, const MediumInfo& medium,
                                bool apply);
 
-  // REQUEST SENSE (SPC-4 6.39): the sense to report as data, consuming it: the deferred sense of
+  // REQUEST SENSE (SPC-4): the sense to report as data, consuming it: the deferred sense of
   // the last failed command, else the highest-priority unit attention, else the current condition
   // (NOT READY without a medium), else NO SENSE.
   Sense TakeRequestSense(const MediumInfo& medium);
@@ -226,8 +230,8 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // this command must fail with (a unit attention, or an ATAPI-style NOT READY step), if any.
   std::optional<Sense> CheckAttention(const CommandInfo* info, uint8_t opcode,
                                       const MediumInfo& medium);
-  // Remembers the sense of a CHECK CONDITION for a following REQUEST SENSE (SPC-4 5.? autosense
-  // transports never ask; ATAPI does, after every error).
+  // Remembers the sense of a CHECK CONDITION for a following REQUEST SENSE (SAM-5: an autosense
+  // transport such as virtio-scsi never asks; ATAPI does, after every error).
   void RecordSense(const Sense& sense);
   void NoteMediumChangeLocked(const MediumInfo& medium) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   Sense TakeUnitAttentionLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
@@ -287,6 +291,7 @@ class LuQueue {
   LuQueue(const LuQueue&) = delete;
   LuQueue& operator=(const LuQueue&) = delete;
 
+  // Runs `task` (which must not be in flight). See Execution.
   Execution Execute(Task& task);
   void Submit();
   int completion_fd() const { return block_->completion_fd(); }
@@ -341,7 +346,7 @@ class CommandContext {
   // ---- Synchronous completions ----
   Execution Good();
   Execution Fail(const Sense& sense);
-  // GOOD with `data` truncated to the allocation length and the data-in buffers (SPC-4 4.2.5.6).
+  // GOOD with `data` truncated to the allocation length and the data-in buffers (SPC-4).
   Execution DataIn(std::span<const uint8_t> data, uint64_t allocation_length);
   // GOOD after streaming through a DataInWriter made by Writer().
   DataInWriter Writer(uint64_t allocation_length) const {
@@ -358,8 +363,8 @@ class CommandContext {
 
   // ---- Block I/O (complete asynchronously) ----
   // Reads `length` bytes (> 0) at byte `offset` into the data-in buffers (which must hold them:
-  // callers check with DataInCovers()); with `flush_first`, after a flush (a READ with FUA: SBC-3
-  // 5.11, the data must come from the medium, so anything cached is written first).
+  // callers check with DataInCovers()); with `flush_first`, after a flush (a READ with FUA: SBC-3,
+  // the data must come from the medium, so anything cached is written first).
   Execution StartRead(uint64_t offset, uint64_t length, bool flush_first);
   // Writes `length` bytes (> 0) from the data-out buffers.
   Execution StartWrite(uint64_t offset, uint64_t length, bool fua);

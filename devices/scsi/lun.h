@@ -6,13 +6,13 @@
 
 namespace devices::scsi {
 
-// SAM-5 4.6: a LUN is eight bytes, four two-byte levels. Here it travels as a uint64_t holding
+// SAM-5: a LUN is eight bytes, four two-byte levels. Here it travels as a uint64_t holding
 // those bytes big-endian (the first level in bits 63-48), which is how REPORT LUNS lists it and how
 // virtio-scsi carries it in bytes 2-9 of its lun field.
 //
 // This target has a single level of LUNs, numbered 0..kMaxLun, addressed either with peripheral
-// device addressing (SAM-5 4.6.6, method 00b, bus identifier 0: LUNs 0-255) or flat space
-// addressing (4.6.8, method 01b: LUNs 0-16383). Linux's virtio_scsi always sends the flat form
+// device addressing (SAM-5, method 00b, bus identifier 0: LUNs 0-255) or flat space
+// addressing (method 01b: LUNs 0-16383). Linux's virtio_scsi always sends the flat form
 // (0x4000 | lun); SeaBIOS and REPORT LUNS answers use the peripheral form for LUNs below 256.
 
 inline constexpr uint16_t kMaxLun = 16383;

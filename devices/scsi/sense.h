@@ -8,7 +8,7 @@
 
 namespace devices::scsi {
 
-// SPC-4 4.5.6 sense keys.
+// SPC-4 sense keys.
 enum class SenseKey : uint8_t {
   kNoSense = 0x0,
   kRecoveredError = 0x1,
@@ -21,7 +21,7 @@ enum class SenseKey : uint8_t {
   kAbortedCommand = 0xb,
 };
 
-// A sense key with its additional sense code and qualifier (SPC-4 4.5.6, Table 28).
+// A sense key with its additional sense code and qualifier (SPC-4, the ASC/ASCQ assignments).
 struct Sense {
   SenseKey key = SenseKey::kNoSense;
   uint8_t asc = 0;
@@ -61,7 +61,7 @@ inline constexpr Sense kWriteProtected{SenseKey::kDataProtect, 0x27, 0x00};
 inline constexpr Sense kSpaceAllocationFailedWriteProtect{SenseKey::kDataProtect, 0x27, 0x07};
 }  // namespace sense
 
-// SPC-4 4.5.3: fixed format sense data, the only format this target returns (D_SENSE = 0 in the
+// SPC-4: fixed format sense data, the only format this target returns (D_SENSE = 0 in the
 // control mode page; REQUEST SENSE with DESC = 1 is refused).
 inline constexpr size_t kFixedSenseSize = 18;
 std::array<uint8_t, kFixedSenseSize> EncodeFixedSense(const Sense& sense);

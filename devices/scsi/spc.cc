@@ -70,7 +70,7 @@ Execution RequestSense::Emulate(CommandContext& ctx) const {
 
 std::optional<Inquiry> Inquiry::Parse(const uint8_t* cdb) {
   const bool evpd = cdb[1] & 0x01;
-  // CMDDT (bit 1) is obsolete; a PAGE CODE without EVPD is invalid (SPC-4 6.6.1).
+  // CMDDT (bit 1) is obsolete; a PAGE CODE without EVPD is invalid (SPC-4).
   if (cdb[1] & 0x02) return std::nullopt;
   if (!evpd && cdb[2] != 0) return std::nullopt;
   return Inquiry{evpd, cdb[2], Be16(cdb + 3)};
@@ -88,7 +88,7 @@ Execution Inquiry::Emulate(CommandContext& ctx) const {
   std::array<uint8_t, 256> page{};
   size_t length = 0;
   if (page_code == 0x00) {
-    // SPC-4 7.8.13 Supported VPD Pages.
+    // SPC-4 Supported VPD Pages.
     const std::span<const uint8_t> pages = lu.VpdPages();
     page[0] = lu.peripheral_type();
     page[1] = 0x00;
@@ -120,7 +120,7 @@ std::optional<ModeSense> ModeSense::Parse(const uint8_t* cdb) {
 }
 
 Execution ModeSense::Emulate(CommandContext& ctx) const {
-  // SPC-4 7.5.3 PC = 11b: saved values are not supported.
+  // SPC-4 PC = 11b: saved values are not supported.
   if (control == PageControl::kSaved) return ctx.Fail(sense::kSavingParametersNotSupported);
   LogicalUnit& lu = ctx.lu();
   const MediumInfo& medium = ctx.medium();
@@ -128,7 +128,7 @@ Execution ModeSense::Emulate(CommandContext& ctx) const {
   const size_t header = ten ? 8 : 4;
   size_t length = header;
 
-  // SBC-3 6.4.2 block descriptor (short LBA, or long LBA when LLBAA is set in MODE SENSE(10)).
+  // SBC-3 block descriptor (short LBA, or long LBA when LLBAA is set in MODE SENSE(10)).
   size_t descriptor = 0;
   if (!dbd && lu.HasBlockDescriptors()) {
     uint8_t* d = &data[length];
@@ -183,15 +183,15 @@ std::optional<ModeSelect> ModeSelect::Parse(const uint8_t* cdb) {
   c.page_format = cdb[1] & 0x10;
   c.save_pages = cdb[1] & 0x01;
   c.parameter_list_length = c.ten ? Be16(cdb + 7) : cdb[4];
-  // SP: no saved pages (SPC-4 6.9.1: INVALID FIELD IN CDB when saving is not supported).
+  // SP: no saved pages (SPC-4: INVALID FIELD IN CDB when saving is not supported).
   if (c.save_pages) return std::nullopt;
   return c;
 }
 
 Execution ModeSelect::Emulate(CommandContext& ctx) const {
-  // A zero PARAMETER LIST LENGTH transfers nothing and is not an error (SPC-4 6.9.1).
+  // A zero PARAMETER LIST LENGTH transfers nothing and is not an error (SPC-4).
   if (parameter_list_length == 0) return ctx.Good();
-  // Only the page format of SPC-4 7.5 is implemented (PF = 0 is vendor specific).
+  // Only the page format of SPC-4 is implemented (PF = 0 is vendor specific).
   if (!page_format) return ctx.Fail(sense::kInvalidFieldInCdb);
   // Longer lists than any combination of this unit's pages are refused rather than buffered.
   constexpr size_t kMaxList = 1024;
@@ -278,13 +278,13 @@ std::optional<ReportSupportedOperationCodes> ReportSupportedOperationCodes::Pars
 
 Execution ReportSupportedOperationCodes::Emulate(CommandContext& ctx) const {
   LogicalUnit& lu = ctx.lu();
-  // SPC-4 6.35.4 command timeouts descriptor: no timeouts are specified (zero).
+  // SPC-4 command timeouts descriptor: no timeouts are specified (zero).
   std::array<uint8_t, 12> timeouts{};
   PutBe16(timeouts.data(), 0x0a);
   DataInWriter out = ctx.Writer(allocation_length);
 
   if (reporting_options == 0) {
-    // SPC-4 6.35.2 all_commands parameter data.
+    // SPC-4 all_commands parameter data.
     const size_t each = rctd ? 20 : 8;
     std::array<uint8_t, 4> header{};
     PutBe32(header.data(), static_cast<uint32_t>(lu.commands().size() * each));
@@ -304,7 +304,7 @@ Execution ReportSupportedOperationCodes::Emulate(CommandContext& ctx) const {
     return ctx.Finish(out);
   }
 
-  // One command (SPC-4 6.35.3). Option 1: by opcode, which must have no service actions; option
+  // One command (SPC-4). Option 1: by opcode, which must have no service actions; option
   // 2: by opcode and service action, which it must have; option 3: either.
   const bool has_actions = lu.HasServiceActions(requested_opcode);
   if ((reporting_options == 1 && has_actions) ||

@@ -14,20 +14,20 @@
 
 namespace devices::scsi::spc {
 
-// SPC-4 6.37 TEST UNIT READY. (A unit without its medium fails earlier, through kNeedsMedium.)
+// SPC-4 TEST UNIT READY. (A unit without its medium fails earlier, through kNeedsMedium.)
 struct TestUnitReady {
   static std::optional<TestUnitReady> Parse(const uint8_t* cdb);
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.39 REQUEST SENSE.
+// SPC-4 REQUEST SENSE.
 struct RequestSense {
   uint8_t allocation_length;
   static std::optional<RequestSense> Parse(const uint8_t* cdb);
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.6 INQUIRY: standard data and the unit's VPD pages (7.8).
+// SPC-4 INQUIRY: standard data and the unit's vital product data pages.
 struct Inquiry {
   bool evpd;
   uint8_t page_code;
@@ -36,7 +36,7 @@ struct Inquiry {
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.11/6.12 MODE SENSE(6) and (10).
+// SPC-4 MODE SENSE(6) and (10).
 struct ModeSense {
   bool ten;
   bool dbd;
@@ -49,7 +49,7 @@ struct ModeSense {
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.9/6.10 MODE SELECT(6) and (10).
+// SPC-4 MODE SELECT(6) and (10).
 struct ModeSelect {
   bool ten;
   bool page_format;
@@ -59,7 +59,7 @@ struct ModeSelect {
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.33 REPORT LUNS.
+// SPC-4 REPORT LUNS.
 struct ReportLuns {
   uint8_t select_report;
   uint32_t allocation_length;
@@ -67,7 +67,7 @@ struct ReportLuns {
   Execution Emulate(CommandContext& ctx) const;
 };
 
-// SPC-4 6.35 REPORT SUPPORTED OPERATION CODES (MAINTENANCE IN, service action 0Ch), generated
+// SPC-4 REPORT SUPPORTED OPERATION CODES (MAINTENANCE IN, service action 0Ch), generated
 // from the unit's dispatch table.
 struct ReportSupportedOperationCodes {
   bool rctd;
@@ -81,10 +81,10 @@ struct ReportSupportedOperationCodes {
 
 // ---- Building blocks, also used for LUNs the target does not have ----
 
-// Copies `text` into `out`, space-padded or truncated (SPC-4 4.4.1 ASCII fields).
+// Copies `text` into `out`, space-padded or truncated (SPC-4 ASCII fields).
 void PutAscii(std::span<uint8_t> out, const std::string& text);
 
-// The 36-byte standard INQUIRY data (SPC-4 6.4.2) with `byte0` as PERIPHERAL QUALIFIER and TYPE.
+// The 36-byte standard INQUIRY data (SPC-4) with `byte0` as PERIPHERAL QUALIFIER and TYPE.
 inline constexpr size_t kStandardInquirySize = 36;
 void BuildStandardInquiry(uint8_t byte0, bool removable, const LogicalUnitOptions& options,
                           const std::string& product, std::span<uint8_t, kStandardInquirySize> out);

@@ -16,14 +16,14 @@ namespace devices::scsi {
 
 class TargetQueue;
 
-// A SCSI target device (SAM-5 4.6): logical units by LUN. A transport that addresses targets (a
+// A SCSI target device (SAM-5): logical units by LUN. A transport that addresses targets (a
 // virtio-scsi controller) keeps one Target per target id and answers a missing target itself (for
 // virtio-scsi: VIRTIO_SCSI_S_BAD_TARGET); a missing LUN of an existing target is answered here as
 // SPC-4 requires:
-//   INQUIRY         standard data with PERIPHERAL QUALIFIER 011b and TYPE 1Fh (SPC-4 6.4.2);
+//   INQUIRY         standard data with PERIPHERAL QUALIFIER 011b and TYPE 1Fh (SPC-4);
 //                   EVPD: page 00h listing no pages;
 //   REPORT LUNS     the target's LUNs (any LUN may be asked);
-//   REQUEST SENSE   GOOD, with sense data 05/25/00 LOGICAL UNIT NOT SUPPORTED (SPC-4 6.39);
+//   REQUEST SENSE   GOOD, with sense data 05/25/00 LOGICAL UNIT NOT SUPPORTED (SPC-4);
 //   anything else   CHECK CONDITION 05/25/00 LOGICAL UNIT NOT SUPPORTED.
 // LUNs are given in SAM-5 form (lun.h): peripheral or flat single-level addressing.
 //

@@ -186,6 +186,33 @@ TEST_F(TargetTest, TasksOnTwoUnitsCompleteThroughTheHandler) {
   EXPECT_EQ(tb.data_in_residual(), 0u);
 }
 
+TEST_F(TargetTest, TaskObjectsAreReused) {
+  auto queue = target_.CreateQueue([](Task&) {});
+  ASSERT_TRUE(queue.ok());
+  TargetQueue& q = **queue;
+  Task task;
+  std::vector<uint8_t> buffer(64, 0);
+  const iovec v{buffer.data(), buffer.size()};
+  task.data_in = std::span<const iovec>(&v, 1);
+  task.lun = Flat(0);
+  const uint8_t bad[6] = {0xc5, 0, 0, 0, 0, 0};
+  task.SetCdb(bad);
+  ASSERT_EQ(q.Execute(task), Execution::kCompleted);
+  EXPECT_EQ(task.status(), Status::kCheckCondition);
+  EXPECT_EQ(task.sense(), sense::kPowerOnOrReset);  // the attention comes first
+  ASSERT_EQ(q.Execute(task), Execution::kCompleted);
+  EXPECT_EQ(task.sense(), sense::kInvalidCommandOperationCode);
+  EXPECT_EQ(task.sense_data()[12], 0x20);
+  EXPECT_EQ(task.data_in_residual(), 64u);
+  const uint8_t inquiry[6] = {0x12, 0, 0, 0, 36, 0};
+  task.SetCdb(inquiry);
+  ASSERT_EQ(q.Execute(task), Execution::kCompleted);
+  EXPECT_EQ(task.status(), Status::kGood);
+  EXPECT_EQ(task.sense(), sense::kNoSense);
+  EXPECT_EQ(task.data_in_residual(), 28u);
+  EXPECT_FALSE(task.overrun());
+}
+
 TEST_F(TargetTest, QueuesOnTwoThreads) {
   // Each thread has its own TargetQueue; both write and read back their own half of LUN 300.
   auto worker = [this](uint32_t first_lba, uint8_t seed, bool* ok) {

@@ -59,7 +59,7 @@ class Task {
   void SetCdb(std::span<const uint8_t> cdb);
   std::span<const uint8_t> cdb() const { return {cdb_.data(), cdb_size_}; }
 
-  // SAM-5 4.6 eight-byte LUN (see lun.h); read only by TargetQueue.
+  // SAM-5 eight-byte LUN (see lun.h); read only by TargetQueue.
   uint64_t lun = 0;
   // Data-in buffers (device to initiator: what the guest reads) and data-out buffers (initiator to
   // device), in host memory the transport has validated. Either may be empty.
@@ -73,10 +73,10 @@ class Task {
   Status status() const { return status_; }
   // NO SENSE for GOOD.
   const Sense& sense() const { return sense_; }
-  // SPC-4 4.5.3 fixed-format sense data (18 bytes) for the transport's sense buffer; a transport
-  // with a shorter sense buffer truncates (SAM-5 5.13: the sense data length is the transport's).
+  // SPC-4 fixed-format sense data (18 bytes) for the transport's sense buffer; a transport
+  // with a shorter sense buffer truncates (SAM-5: the sense data length is the transport's).
   std::array<uint8_t, kFixedSenseSize> sense_data() const { return EncodeFixedSense(sense_); }
-  // Bytes of the data-in / data-out buffers that were not transferred (SAM-5 5.4.3 residual: the
+  // Bytes of the data-in / data-out buffers that were not transferred (SAM-5 residual: the
   // buffer length minus the bytes moved). Computed from the spans, so call before changing them.
   uint64_t data_in_residual() const;
   uint64_t data_out_residual() const;
@@ -86,7 +86,7 @@ class Task {
   // REQUEST, INVALID FIELD IN CDB; a transport that has an overrun response of its own (virtio-scsi
   // VIRTIO_SCSI_S_OVERRUN, as QEMU answers) may report that instead. Allocation-length commands
   // (INQUIRY, MODE SENSE...) never overrun: their data is truncated to the smaller of the
-  // allocation length and the data-in buffer (SPC-4 4.2.5.6).
+  // allocation length and the data-in buffer (SPC-4).
   bool overrun() const { return overrun_; }
 
  private:
@@ -106,7 +106,6 @@ class Task {
 
   // Block I/O state; meaningful only while the task is in flight.
   struct Io {
-    LuQueue* queue = nullptr;
     uint32_t pending = 0;  // block requests outstanding
     int error = 0;         // the first failure's errno
     block::RequestType error_type = block::RequestType::kRead;
