@@ -43,8 +43,9 @@ ABSL_FLAG(std::string, test_media, "",
           "CD-ROM N (0x10|N) or insert this file into it (0x20|N).");
 ABSL_FLAG(uint32_t, iothreads, 1,
           "iothreads serving the virtio-scsi request queues (queue i on iothread i % N).");
-ABSL_FLAG(int64_t, poll_max_ns, 0,
-          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off).");
+ABSL_FLAG(int64_t, poll_max_ns, 32768,
+          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; the "
+          "default is QEMU's iothread poll-max-ns).");
 // --disk and --cdrom may repeat; they are taken out of argv before absl parses it (see
 // ExtractDriveFlags). These definitions only document them in --help.
 ABSL_FLAG(std::string, disk, "",
