@@ -20,10 +20,12 @@ namespace sc = ::devices::scsi;
 
 namespace {
 
-// The largest sense and CDB sizes a driver may configure that this device honours; larger values
-// are clamped (§5.6.4 lets the device use its own limits).
-constexpr uint32_t kMaxSenseSize = 252;
-constexpr uint32_t kMaxCdbSize = sc::kMaxCdbSize;
+// The largest sense and CDB sizes a driver may set (§5.6.4; QEMU's limits). Larger writes are
+// ignored. Within them the request layout always follows the driver's sizes: a CDB longer than
+// the target reads (sc::kMaxCdbSize) or a sense area longer than the sense data is skipped over,
+// never taken as data.
+constexpr uint32_t kMaxConfigCdbSize = 255;
+constexpr uint32_t kMaxConfigSenseSize = 65535;
 constexpr uint16_t kControlQueueSize = 128;
 
 void DrainEventFd(int fd) {
@@ -119,17 +121,15 @@ class VirtioScsi::RequestWorker {
       queue_.DisableNotifications();
       while (true) {
         absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
-        if (!chain.ok()) {
-          Break(chain.status().message());
-          return progress;
-        }
-        if (!chain->has_value()) break;
+        if (!chain.ok()) Break(chain.status().message());
+        if (broken_ || !chain->has_value()) break;
         progress = true;
         Start(**chain);
-        if (broken_) return progress;
+        if (broken_) break;
       }
-      if (!queue_.EnableNotifications()) break;
+      if (broken_ || !queue_.EnableNotifications()) break;
     }
+    // Commands started before a break still go out: they complete, and are dropped (Complete()).
     if (progress) state_.SubmitAll();
     FlushInterrupt();
     return progress;
@@ -143,6 +143,11 @@ class VirtioScsi::RequestWorker {
   // A command finished.
   void Complete(sc::Task& task) {
     Slot& slot = *static_cast<Slot*>(task.user_data);
+    if (broken_) {
+      // After DEVICE_NEEDS_RESET the device must not touch the queue (§2.1.2).
+      slot.busy = false;
+      return;
+    }
     const uint32_t sense_size = slot.sense_size;
     if (task.overrun()) {
       // The command needed more buffer than the driver gave: QEMU answers VIRTIO_SCSI_S_OVERRUN
@@ -195,8 +200,8 @@ class VirtioScsi::RequestWorker {
       Break("a descriptor chain in use was made available again");
       return;
     }
-    const uint32_t cdb_size = std::min(device_.cdb_size_.load(std::memory_order_relaxed), kMaxCdbSize);
-    slot.sense_size = std::min(device_.sense_size_.load(std::memory_order_relaxed), kMaxSenseSize);
+    const uint32_t cdb_size = device_.cdb_size_.load(std::memory_order_relaxed);
+    slot.sense_size = device_.sense_size_.load(std::memory_order_relaxed);
     const uint64_t header_size = sizeof(CommandHeader) + cdb_size;
     const uint64_t response_size = sizeof(CommandResponse) + slot.sense_size;
     slot.head = chain.head;
@@ -213,8 +218,10 @@ class VirtioScsi::RequestWorker {
       return;
     }
     SplitAt(chain.readable, header_size, &slot.header, &slot.data_out);
-    uint8_t header_bytes[sizeof(CommandHeader) + kMaxCdbSize];
-    sc::GatherFrom(slot.header, std::span<uint8_t>(header_bytes, header_size));
+    // The target reads at most sc::kMaxCdbSize CDB bytes; the rest of a longer CDB area is skipped.
+    const uint32_t cdb_bytes = std::min<uint32_t>(cdb_size, sc::kMaxCdbSize);
+    uint8_t header_bytes[sizeof(CommandHeader) + sc::kMaxCdbSize];
+    sc::GatherFrom(slot.header, std::span<uint8_t>(header_bytes, sizeof(CommandHeader) + cdb_bytes));
     CommandHeader header;
     std::memcpy(&header, header_bytes, sizeof(header));
     const LunAddress address = DecodeLun(header.lun);
@@ -229,7 +236,7 @@ class VirtioScsi::RequestWorker {
       return;
     }
     sc::Task& task = slot.task;
-    task.SetCdb(std::span<const uint8_t>(header_bytes + sizeof(CommandHeader), cdb_size));
+    task.SetCdb(std::span<const uint8_t>(header_bytes + sizeof(CommandHeader), cdb_bytes));
     task.lun = SamLun(header.lun);
     task.data_in = slot.data_in;
     task.data_out = slot.data_out;
@@ -244,11 +251,15 @@ class VirtioScsi::RequestWorker {
 
   void Respond(Slot& slot, const CommandResponse& response, std::span<const uint8_t> sense,
                uint64_t data_in_written) {
-    uint8_t bytes[sizeof(CommandResponse) + kMaxSenseSize] = {};
+    // The response header and the sense data; the rest of the driver's sense area is left alone
+    // (sense_len says how much is valid).
+    uint8_t bytes[sizeof(CommandResponse) + sc::kFixedSenseSize] = {};
     std::memcpy(bytes, &response, sizeof(response));
-    std::memcpy(bytes + sizeof(response), sense.data(), sense.size());
+    const size_t sense_bytes = std::min<size_t>(sense.size(), sc::kFixedSenseSize);
+    std::memcpy(bytes + sizeof(response), sense.data(), sense_bytes);
     const uint64_t response_size = sizeof(CommandResponse) + slot.sense_size;
-    sc::ScatterTo(slot.response, std::span<const uint8_t>(bytes, response_size));
+    sc::ScatterTo(slot.response,
+                  std::span<const uint8_t>(bytes, sizeof(CommandResponse) + sense_bytes));
     slot.busy = false;
     const uint64_t written = response_size + data_in_written;
     absl::Status status =
@@ -405,6 +416,7 @@ void VirtioScsi::ThreadState::ProcessCompletions() {
 }
 
 void VirtioScsi::ThreadState::Drain() {
+  SubmitAll();
   while (InFlight() > 0) {
     std::vector<pollfd> fds;
     for (auto& [id, queue] : target_queues) {
@@ -496,8 +508,8 @@ void VirtioScsi::WriteConfig(uint32_t offset, std::span<const uint8_t> data) {
   if (data.size() != 4) return;
   uint32_t value;
   std::memcpy(&value, data.data(), sizeof(value));
-  if (offset == kConfigSenseSizeOffset) sense_size_.store(value);
-  if (offset == kConfigCdbSizeOffset) cdb_size_.store(value);
+  if (offset == kConfigSenseSizeOffset && value <= kMaxConfigSenseSize) sense_size_.store(value);
+  if (offset == kConfigCdbSizeOffset && value <= kMaxConfigCdbSize) cdb_size_.store(value);
 }
 
 uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
