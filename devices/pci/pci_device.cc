@@ -67,6 +67,11 @@ void PciDevice::SetWriteMask(uint32_t offset, uint32_t mask, size_t size) {
   }
 }
 
+void PciDevice::SetConfigWriteMask(uint32_t offset, uint32_t mask, size_t size) {
+  absl::MutexLock lock(&mutex_);
+  SetWriteMask(offset, mask, size);
+}
+
 uint32_t PciDevice::ReadConfigRaw(uint32_t offset, size_t size) const {
   if (size == 0 || size > 4 || offset >= kConfigSpaceSize || size > kConfigSpaceSize - offset) {
     return 0;

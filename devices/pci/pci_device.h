@@ -123,6 +123,9 @@ class PciDevice : public std::enable_shared_from_this<PciDevice> {
   // bytes; out-of-range calls read 0 / do nothing).
   uint32_t ReadConfigRaw(uint32_t offset, size_t size) const;
   void WriteConfigRaw(uint32_t offset, uint32_t value, size_t size);
+  // Makes bits of a device-specific configuration register (beyond the standard header)
+  // guest-writable; the others stay read-only.
+  void SetConfigWriteMask(uint32_t offset, uint32_t mask, size_t size);
 
  private:
   // The BusDevice registered for one BAR: forwards to ReadBarRegion/WriteBarRegion.
