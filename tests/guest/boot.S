@@ -227,6 +227,10 @@ gp_entry:
 	je gp_operand16
 	cmpl $0xcd, %edx
 	je gp_int
+	cmpl $0xf3, %edx
+	je gp_rep
+	cmpl $0x6f, %edx
+	jbe gp_string
 	subl $0xe4, %edx
 	cmpl $(0xfb - 0xe4), %edx
 	ja gp_not_emulated
@@ -297,6 +301,17 @@ gp_operand16:				/* 66h prefix: 16-bit IN/OUT */
 	je gp_out_imm8_ax
 	cmpl $0xe5, %edx
 	je gp_in_ax_imm8
+	cmpl $0x6d, %edx
+	je gp_insw
+	cmpl $0x6f, %edx
+	je gp_outsw
+	cmpl $0xf3, %edx
+	jne gp_not_emulated
+	movzbl 2(%rcx), %edx		/* 66 f3: REP with 16-bit operands */
+	cmpl $0x6d, %edx
+	je gp_rep_insw_3
+	cmpl $0x6f, %edx
+	je gp_rep_outsw_3
 	jmp gp_not_emulated
 gp_out_dx_ax:
 	movq (%rsp), %rdx
@@ -318,6 +333,54 @@ gp_in_ax_imm8:
 	inw %dx, %ax
 	movl $3, %ecx
 	jmp gp_done
+
+/* String I/O (INS/OUTS, optionally REP, optionally 66h): run the same instruction here with the
+ * interrupted code's RCX/RDX (saved on our stack) and its live RDI/RSI and RFLAGS.DF, then store
+ * the updated RCX back, so the caller sees exactly what the instruction would have done. The
+ * ring-3 buffer is reachable from ring 0 (U pages, no SMAP). A REP runs to completion here with
+ * interrupts off: one #GP for a whole block instead of one per word. */
+gp_string:				/* 6c-6f without prefix */
+	subl $0x6c, %edx
+	jb gp_not_emulated
+	jmp *gp_string_table(, %rdx, 8)
+gp_rep:					/* f3 6c-6f, f3 66 6d/6f */
+	movzbl 1(%rcx), %edx
+	cmpl $0x66, %edx
+	je gp_rep_operand16
+	subl $0x6c, %edx
+	jb gp_not_emulated
+	cmpl $3, %edx
+	ja gp_not_emulated
+	jmp *gp_rep_string_table(, %rdx, 8)
+gp_rep_operand16:
+	movzbl 2(%rcx), %edx
+	cmpl $0x6d, %edx
+	je gp_rep_insw_3
+	cmpl $0x6f, %edx
+	je gp_rep_outsw_3
+	jmp gp_not_emulated
+
+.macro GP_STRING name, insn, length
+\name:
+	movq (%rsp), %rdx
+	movq 8(%rsp), %rcx
+	\insn
+	movq %rcx, 8(%rsp)
+	movl $\length, %ecx
+	jmp gp_done
+.endm
+	GP_STRING gp_insb, "insb", 1
+	GP_STRING gp_insl, "insl", 1
+	GP_STRING gp_outsb, "outsb", 1
+	GP_STRING gp_outsl, "outsl", 1
+	GP_STRING gp_insw, "insw", 2
+	GP_STRING gp_outsw, "outsw", 2
+	GP_STRING gp_rep_insb, "rep insb", 2
+	GP_STRING gp_rep_insl, "rep insl", 2
+	GP_STRING gp_rep_outsb, "rep outsb", 2
+	GP_STRING gp_rep_outsl, "rep outsl", 2
+	GP_STRING gp_rep_insw_3, "rep insw", 3
+	GP_STRING gp_rep_outsw_3, "rep outsw", 3
 
 gp_done:
 	addq %rcx, 24(%rsp)		/* skip the emulated instruction */
@@ -413,6 +476,10 @@ gp_opcode_table:			/* indexed by opcode - 0xe4 */
 	.quad gp_not_emulated, gp_not_emulated, gp_not_emulated, gp_not_emulated	/* f0-f3 */
 	.quad gp_hlt, gp_not_emulated, gp_not_emulated, gp_not_emulated		/* f4-f7 */
 	.quad gp_not_emulated, gp_not_emulated, gp_cli, gp_sti			/* f8-fb */
+gp_string_table:			/* 6c-6f */
+	.quad gp_insb, gp_insl, gp_outsb, gp_outsl
+gp_rep_string_table:			/* f3 6c-6f */
+	.quad gp_rep_insb, gp_rep_insl, gp_rep_outsb, gp_rep_outsl
 
 	.section .data.boot, "aw"
 	.balign 4
