@@ -7,10 +7,14 @@
 
 namespace vmm {
 
-absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text) {
+absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text,
+                                         DriveSpec::Bus bus) {
   DriveSpec spec;
   spec.kind = kind;
-  const char* flag = kind == DriveSpec::Kind::kDisk ? "--disk" : "--cdrom";
+  spec.bus = bus;
+  const bool ide = bus == DriveSpec::Bus::kIde;
+  const char* flag = kind == DriveSpec::Kind::kDisk ? (ide ? "--ide-disk" : "--disk")
+                                                    : (ide ? "--ide-cdrom" : "--cdrom");
   std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
   spec.path = std::string(parts[0]);
   if (kind == DriveSpec::Kind::kDisk && spec.path.empty()) {
@@ -28,6 +32,12 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
       auto mode = block::ParseFuaMode(key_value.second);
       if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", mode.status().message()));
       spec.fua_mode = *mode;
+    } else if (ide && (key_value.first == "channel" || key_value.first == "unit")) {
+      if (key_value.second != "0" && key_value.second != "1") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": ", key_value.first, " must be 0 or 1, not \"", key_value.second, "\""));
+      }
+      (key_value.first == "channel" ? spec.ide_channel : spec.ide_unit) = key_value.second == "1";
     } else if (option == "readonly" || option == "ro") {
       spec.read_only = true;
     } else {

@@ -1,6 +1,7 @@
 #ifndef VMM_DRIVE_SPEC_H_
 #define VMM_DRIVE_SPEC_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,16 +13,26 @@ namespace vmm {
 // One drive from the command line:
 //   --disk PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate][,readonly]
 //   --cdrom [PATH]          (no path: an empty drive)
+//   --ide-disk PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1]
+//   --ide-cdrom [PATH][,channel=0|1][,unit=0|1]
+// --disk and --cdrom go on the virtio-scsi controller, --ide-* on the PIIX3 IDE controller.
 struct DriveSpec {
   enum class Kind { kDisk, kCdrom };
+  enum class Bus { kScsi, kIde };
   Kind kind = Kind::kDisk;
+  Bus bus = Bus::kScsi;
+  // IDE placement: channel 0 (primary) or 1 (secondary), unit 0 (master) or 1 (slave). Unset: the
+  // first free place, CD-ROMs from the secondary master as QEMU's -cdrom, disks from the primary.
+  std::optional<int> ide_channel;
+  std::optional<int> ide_unit;
   std::string path;  // empty for a CD-ROM without a medium
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
   block::FuaMode fua_mode = block::FuaMode::kNative;
   bool read_only = false;
 };
 
-absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text);
+absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text,
+                                         DriveSpec::Bus bus = DriveSpec::Bus::kScsi);
 
 }  // namespace vmm
 

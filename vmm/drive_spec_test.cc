@@ -27,6 +27,17 @@ TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,cache=none").ok());
 }
 
+TEST(DriveSpecTest, IdePlacement) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,channel=1,unit=0", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->bus, DriveSpec::Bus::kIde);
+  EXPECT_EQ(spec->ide_channel, 1);
+  EXPECT_EQ(spec->ide_unit, 0);
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=2", DriveSpec::Bus::kIde).ok());
+  // Placement means nothing on virtio-scsi.
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=0").ok());
+}
+
 TEST(DriveSpecTest, RejectsBadInput) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "").ok());
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,cache=fast").ok());

@@ -42,7 +42,10 @@ inline constexpr uint16_t kI8042DataPort = 0x60;
 inline constexpr uint16_t kI8042CommandPort = 0x64;
 inline constexpr uint16_t kDebugExitPort = 0xf4;
 inline constexpr uint16_t kPostCodePort = 0x80;
-inline constexpr uint16_t kTestControlPort = 0xf5;  // only with --test-media (tests)
+inline constexpr uint16_t kTestControlPort = 0xf5;
+// The PIIX3 IDE channels' legacy IRQs (ISA-compatible mode).
+inline constexpr uint8_t kIdePrimaryIrq = 14;
+inline constexpr uint8_t kIdeSecondaryIrq = 15;  // only with --test-media (tests)
 
 }  // namespace vmm
 

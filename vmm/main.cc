@@ -53,6 +53,10 @@ ABSL_FLAG(std::string, disk, "",
           "[,fua=native|emulate][,readonly]. Repeat for more disks.");
 ABSL_FLAG(std::string, cdrom, "", "A virtio-scsi CD/DVD-ROM with the ISO at PATH (empty: no medium). "
                                   "Repeatable.");
+ABSL_FLAG(std::string, ide_disk, "",
+          "An IDE (PIIX3) disk: PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1].");
+ABSL_FLAG(std::string, ide_cdrom, "",
+          "An IDE ATAPI CD/DVD-ROM: [PATH][,channel=0|1][,unit=0|1] (default: secondary master).");
 
 namespace {
 
@@ -89,35 +93,41 @@ void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage
   }
 }
 
-// Takes every --disk and --cdrom out of `args` (they repeat, which absl flags do not), in order.
+// Takes every --disk, --cdrom, --ide-disk and --ide-cdrom out of `args` (they repeat, which absl
+// flags do not), in order.
 absl::StatusOr<std::vector<vmm::DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args) {
   std::vector<vmm::DriveSpec> drives;
   std::vector<std::string> rest;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    vmm::DriveSpec::Kind kind;
-    std::string name;
-    if (absl::StartsWith(arg, "--disk")) {
-      kind = vmm::DriveSpec::Kind::kDisk;
-      name = "--disk";
-    } else if (absl::StartsWith(arg, "--cdrom")) {
-      kind = vmm::DriveSpec::Kind::kCdrom;
-      name = "--cdrom";
-    } else {
+    // Names as NormalizeFlagNames left them (dashes inside a name became underscores).
+    static constexpr struct {
+      const char* name;
+      vmm::DriveSpec::Kind kind;
+      vmm::DriveSpec::Bus bus;
+    } kDriveFlags[] = {
+        {"--disk", vmm::DriveSpec::Kind::kDisk, vmm::DriveSpec::Bus::kScsi},
+        {"--cdrom", vmm::DriveSpec::Kind::kCdrom, vmm::DriveSpec::Bus::kScsi},
+        {"--ide_disk", vmm::DriveSpec::Kind::kDisk, vmm::DriveSpec::Bus::kIde},
+        {"--ide_cdrom", vmm::DriveSpec::Kind::kCdrom, vmm::DriveSpec::Bus::kIde},
+    };
+    const auto* flag = std::find_if(std::begin(kDriveFlags), std::end(kDriveFlags), [&](const auto& f) {
+      const std::string name = f.name;
+      return arg == name || absl::StartsWith(arg, name + "=");
+    });
+    if (flag == std::end(kDriveFlags)) {
       rest.push_back(arg);
       continue;
     }
+    const std::string name = flag->name;
     std::string value;
-    if (arg.size() > name.size() && arg[name.size()] == '=') {
+    if (arg.size() > name.size()) {
       value = arg.substr(name.size() + 1);
-    } else if (arg.size() == name.size()) {
+    } else if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
       // "--disk PATH"; a bare --cdrom (last, or followed by another flag) is an empty drive.
-      if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) value = args[++i];
-    } else {
-      rest.push_back(arg);  // some other flag that merely starts with the name
-      continue;
+      value = args[++i];
     }
-    auto spec = vmm::ParseDriveSpec(kind, value);
+    auto spec = vmm::ParseDriveSpec(flag->kind, value, flag->bus);
     if (!spec.ok()) return spec.status();
     drives.push_back(*std::move(spec));
   }

@@ -24,6 +24,43 @@ const AttachedDrive* Storage::Find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Places the IDE drives: explicit channel/unit first, then the rest in the first free position —
+// CD-ROMs from the secondary master (QEMU's -cdrom), disks from the primary master.
+absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
+  bool taken[2][2] = {};
+  for (AttachedDrive* drive : ide) {
+    if (!drive->spec.ide_channel && !drive->spec.ide_unit) continue;
+    const int channel = drive->spec.ide_channel.value_or(drive->spec.kind == DriveSpec::Kind::kCdrom);
+    const int unit = drive->spec.ide_unit.value_or(0);
+    if (taken[channel][unit]) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("two IDE drives at channel %d unit %d", channel, unit));
+    }
+    taken[channel][unit] = true;
+    drive->ide_channel = channel;
+    drive->ide_unit = unit;
+  }
+  static constexpr int kCdromOrder[4][2] = {{1, 0}, {1, 1}, {0, 1}, {0, 0}};
+  static constexpr int kDiskOrder[4][2] = {{0, 0}, {0, 1}, {1, 1}, {1, 0}};
+  for (AttachedDrive* drive : ide) {
+    if (drive->ide_channel >= 0) continue;
+    const auto& order = drive->spec.kind == DriveSpec::Kind::kCdrom ? kCdromOrder : kDiskOrder;
+    for (const auto& position : order) {
+      if (taken[position[0]][position[1]]) continue;
+      taken[position[0]][position[1]] = true;
+      drive->ide_channel = position[0];
+      drive->ide_unit = position[1];
+      break;
+    }
+    if (drive->ide_channel < 0) return absl::InvalidArgumentError("at most four IDE drives");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& config) {
   std::unique_ptr<Storage> storage(new Storage());
   if (config.drives.empty()) return storage;
@@ -31,10 +68,11 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   auto target = std::make_shared<devices::scsi::Target>();
   int disks = 0;
   int cdroms = 0;
+  uint16_t next_lun = 0;
   for (const DriveSpec& spec : config.drives) {
     AttachedDrive attached;
     attached.spec = spec;
-    attached.lun = static_cast<uint16_t>(storage->drives_.size());
+    const bool on_ide = spec.bus == DriveSpec::Bus::kIde;
     block::DriveOptions options;
     options.cache_mode = spec.cache_mode;
     options.fua_mode = spec.fua_mode;
@@ -55,9 +93,11 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       auto drive = block::Drive::CreateFixed(options, *std::move(backend));
       if (!drive.ok()) return drive.status();
       attached.drive = *std::move(drive);
-      auto disk = devices::scsi::Disk::Create(attached.drive);
-      if (!disk.ok()) return disk.status();
-      unit = *std::move(disk);
+      if (!on_ide) {
+        auto disk = devices::scsi::Disk::Create(attached.drive);
+        if (!disk.ok()) return disk.status();
+        unit = *std::move(disk);
+      }
     } else {
       attached.name = absl::StrFormat("cd%d", cdroms++);
       options.name = attached.name;
@@ -75,14 +115,36 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       auto drive = block::Drive::CreateRemovable(options, attached.media);
       if (!drive.ok()) return drive.status();
       attached.drive = *std::move(drive);
-      auto cdrom = devices::scsi::CdRom::Create(attached.drive);
-      if (!cdrom.ok()) return cdrom.status();
-      unit = *std::move(cdrom);
+      if (!on_ide) {
+        auto cdrom = devices::scsi::CdRom::Create(attached.drive);
+        if (!cdrom.ok()) return cdrom.status();
+        unit = *std::move(cdrom);
+      }
     }
-    absl::Status status = target->AddLogicalUnit(attached.lun, unit);
-    if (!status.ok()) return status;
+    if (!on_ide) {
+      attached.lun = next_lun++;
+      absl::Status status = target->AddLogicalUnit(attached.lun, unit);
+      if (!status.ok()) return status;
+    }
     storage->drives_.push_back(std::move(attached));
   }
+
+  std::vector<AttachedDrive*> ide;
+  for (AttachedDrive& drive : storage->drives_) {
+    if (drive.spec.bus == DriveSpec::Bus::kIde) ide.push_back(&drive);
+  }
+  absl::Status placed = PlaceIdeDrives(ide);
+  if (!placed.ok()) return placed;
+  for (const AttachedDrive* drive : ide) {
+    devices::ide::IdeDriveConfig ide_config;
+    ide_config.channel = drive->ide_channel;
+    ide_config.unit = drive->ide_unit;
+    ide_config.kind = drive->spec.kind == DriveSpec::Kind::kCdrom ? devices::ide::DeviceKind::kCdRom
+                                                                 : devices::ide::DeviceKind::kDisk;
+    ide_config.drive = drive->drive;
+    storage->ide_drives_.push_back(ide_config);
+  }
+  if (next_lun == 0) return storage;
   devices::virtio::scsi::VirtioScsiOptions options;
   options.num_request_queues = config.scsi_queues;
   options.num_iothreads = config.iothreads;

@@ -10,6 +10,7 @@
 #include "block/backend.h"
 #include "block/drive.h"
 #include "block/media.h"
+#include "devices/ide/ide_controller.h"
 #include "devices/virtio/scsi/virtio_scsi.h"
 #include "vmm/drive_spec.h"
 
@@ -23,17 +24,21 @@ struct StorageConfig {
 };
 
 // One drive as the VMM wired it: the block layer's Drive, its media (CD-ROMs), and where the guest
-// finds it (virtio-scsi target 0, `lun`).
+// finds it (virtio-scsi target 0, `lun`; or IDE `ide_channel`/`ide_unit`).
 struct AttachedDrive {
   std::string name;  // disk0, disk1, ..., cd0, cd1, ...
   DriveSpec spec;
   std::shared_ptr<block::Drive> drive;
   std::shared_ptr<block::RemovableMedia> media;  // null for disks
   uint16_t lun = 0;
+  int ide_channel = -1;
+  int ide_unit = -1;
 };
 
 // The storage of a VM: each --disk and --cdrom becomes a block-layer drive (raw file on io_uring)
-// and a SCSI logical unit on one virtio-scsi controller, in command-line order (LUN 0, 1, ...).
+// and a SCSI logical unit on one virtio-scsi controller, in command-line order (LUN 0, 1, ...);
+// each --ide-disk and --ide-cdrom a drive on the IDE controller. Names count across both buses:
+// disk0, disk1, ... and cd0, cd1, ... in command-line order.
 class Storage {
  public:
   static absl::StatusOr<std::unique_ptr<Storage>> Create(const StorageConfig& config);
@@ -42,6 +47,8 @@ class Storage {
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> TakeScsiDevice() {
     return std::move(scsi_device_);
   }
+  // The IDE drives, placed, for devices::ide::IdeController::Create (empty: no IDE controller).
+  const std::vector<devices::ide::IdeDriveConfig>& ide_drives() const { return ide_drives_; }
   const std::vector<AttachedDrive>& drives() const { return drives_; }
   const AttachedDrive* Find(const std::string& name) const;
 
@@ -52,6 +59,7 @@ class Storage {
   Storage() = default;
   std::vector<AttachedDrive> drives_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
+  std::vector<devices::ide::IdeDriveConfig> ide_drives_;
 };
 
 }  // namespace vmm

@@ -8,6 +8,7 @@
 #include <csignal>
 
 #include "absl/strings/str_format.h"
+#include "devices/ide/ide_controller.h"
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_root_bus.h"
@@ -202,13 +203,25 @@ absl::Status Vm::SetUpPci() {
   auto storage = Storage::Create(config_.storage);
   if (!storage.ok()) return storage.status();
   storage_ = *std::move(storage);
+  devices::pci::BarAllocator allocator = devices::pci::BarAllocator::ForX86();
+  if (!storage_->ide_drives().empty()) {
+    devices::ide::IdeControllerOptions options;
+    options.drives = storage_->ide_drives();
+    auto ide = devices::ide::IdeController::Create(
+        std::move(options), pio_bus_, std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
+        std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_);
+    if (!ide.ok()) return ide.status();
+    absl::Status status = (*ide)->AssignBars(allocator);
+    if (!status.ok()) return status;
+    auto slot = pci_root_->AddDevice(*ide);
+    if (!slot.ok()) return slot.status();
+  }
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
   if (scsi == nullptr) return absl::OkStatus();
   auto transport = devices::virtio::VirtioPciTransport::Create(std::move(scsi), *memory_, *msi_,
                                                                ioevents_.get());
   if (!transport.ok()) return transport.status();
   // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
-  devices::pci::BarAllocator allocator = devices::pci::BarAllocator::ForX86();
   absl::Status status = (*transport)->AssignBars(allocator);
   if (!status.ok()) return status;
   auto slot = pci_root_->AddDevice(*transport);
