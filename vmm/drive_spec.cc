@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -38,6 +39,13 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
             absl::StrCat(flag, ": ", key_value.first, " must be 0 or 1, not \"", key_value.second, "\""));
       }
       (key_value.first == "channel" ? spec.ide_channel : spec.ide_unit) = key_value.second == "1";
+    } else if (key_value.first == "probe-delay-us" && kind == DriveSpec::Kind::kCdrom) {
+      int64_t delay = 0;
+      if (!absl::SimpleAtoi(key_value.second, &delay) || delay < 0 || delay > 10'000'000) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": probe-delay-us must be 0..10000000, not \"", key_value.second, "\""));
+      }
+      spec.probe_delay_us = delay;
     } else if (option == "readonly" || option == "ro") {
       spec.read_only = true;
     } else {

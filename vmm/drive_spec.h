@@ -25,6 +25,10 @@ struct DriveSpec {
   // first free place, CD-ROMs from the secondary master as QEMU's -cdrom, disks from the primary.
   std::optional<int> ide_channel;
   std::optional<int> ide_unit;
+  // CD-ROMs (benchmarks): serve the ISO through a simulated host optical drive whose status probe
+  // takes this long (",probe-delay-us=N"), behind the host CD-ROM backend, to show the I/O path
+  // never probes. Unset: a plain read-only file.
+  std::optional<int64_t> probe_delay_us;
   std::string path;  // empty for a CD-ROM without a medium
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
   block::FuaMode fua_mode = block::FuaMode::kNative;

@@ -38,6 +38,14 @@ TEST(DriveSpecTest, IdePlacement) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=0").ok());
 }
 
+TEST(DriveSpecTest, SimulatedHostDrive) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=1000", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->probe_delay_us, 1000);
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=-1").ok());
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,probe-delay-us=5").ok());
+}
+
 TEST(DriveSpecTest, RejectsBadInput) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "").ok());
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,cache=fast").ok());

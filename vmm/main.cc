@@ -232,6 +232,11 @@ int main(int argc, char** argv) {
                       ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*report.first_serial_output))
                       : std::string("none"),
                   usage.ru_maxrss, exit.status);
+    for (const vmm::AttachedDrive& drive : (*vm)->storage().drives()) {
+      if (drive.simulated_drive == nullptr) continue;
+      absl::FPrintF(stderr, "microvm: %s: simulated host drive probed %d time(s)\n", drive.name,
+                    drive.simulated_drive->probes());
+    }
   }
   return exit.status;
 }

@@ -104,6 +104,19 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       options.read_only = true;
       if (spec.path.empty()) {
         attached.media = std::make_shared<block::RemovableMedia>();
+      } else if (spec.probe_delay_us) {
+        // The ISO behind a simulated host drive: probed once here (Refresh), never per request.
+        attached.media = std::make_shared<block::RemovableMedia>();
+        auto device = std::make_unique<block::SimulatedCdromDevice>(
+            spec.path, std::chrono::microseconds(*spec.probe_delay_us));
+        attached.simulated_drive = device.get();
+        block::HostCdrom::Options host_options;
+        host_options.backend_factory = &Storage::OpenMedium;
+        auto host = block::HostCdrom::Create(std::move(device), attached.media.get(), host_options);
+        if (!host.ok()) return host.status();
+        attached.host_drive = *std::move(host);
+        absl::Status refreshed = attached.host_drive->Refresh();
+        if (!refreshed.ok()) return refreshed;
       } else {
         auto medium = OpenMedium(spec.path);
         if (!medium.ok()) {

@@ -9,7 +9,9 @@
 #include "absl/status/statusor.h"
 #include "block/backend.h"
 #include "block/drive.h"
+#include "block/host_cdrom.h"
 #include "block/media.h"
+#include "block/simulated_cdrom.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/virtio/scsi/virtio_scsi.h"
 #include "vmm/drive_spec.h"
@@ -33,6 +35,9 @@ struct AttachedDrive {
   uint16_t lun = 0;
   int ide_channel = -1;
   int ide_unit = -1;
+  // With probe-delay-us: the simulated host drive and the host CD-ROM backend in front of it.
+  block::SimulatedCdromDevice* simulated_drive = nullptr;  // owned by host_drive
+  std::shared_ptr<block::HostCdrom> host_drive;
 };
 
 // The storage of a VM: each --disk and --cdrom becomes a block-layer drive (raw file on io_uring)
