@@ -5,6 +5,8 @@
 #
 # Usage: qemu_reference_test.sh [path/to/test_guest]   (Bazel passes $(location :test_guest))
 set -u
+# fail, check_status, expect_line, expect_match, guest_status, hmp, wait_for_line, probe_drive
+source "$(dirname "$0")/qemu_harness.sh"
 trap '' PIPE
 
 GUEST="${1:-tests/guest/test_guest}"
@@ -38,21 +40,6 @@ echo "QEMU: $("$QEMU_BIN" --version | head -n 1)"
 FAILURES=0
 OUT=""
 
-fail() {
-  echo "FAIL: $*"
-  if [[ -n "$OUT" && -f "$OUT" ]]; then
-    sed 's/^/    | /' "$OUT"
-  fi
-  FAILURES=$((FAILURES + 1))
-}
-
-check_status() {  # name actual expected
-  if [[ "$2" -ne "$3" ]]; then
-    fail "$1: QEMU exit status $2, expected $3"
-    return 1
-  fi
-}
-
 # run NAME EXPECTED_STATUS QEMU_ARGS... ; the guest's serial output ends up in $OUT.
 run() {
   local name="$1" expected="$2"
@@ -65,15 +52,9 @@ run() {
   check_status "$name" "$status" "$expected"
 }
 
-expect_line() {  # name line: the output must contain exactly this line
-  grep -Fxq -- "$2" "$OUT" || fail "$1: missing line '$2'"
-}
-
 reject_line() {  # name pattern: no line may match this extended regex
   if grep -Eq -- "$2" "$OUT"; then fail "$1: unexpected output matching '$2'"; fi
 }
-
-guest_status() { echo $((($1 << 1) | 1)); }
 
 # hello: greeting, command-line echo, PASS, status 0.
 if run hello "$(guest_status 0)" -append "test=hello answer=42"; then

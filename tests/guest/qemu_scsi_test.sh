@@ -9,6 +9,8 @@
 #   QEMU_RUN_TIMEOUT  seconds per QEMU run (default 60; a run takes 2-5 s)
 #   QEMU_SCSI_KEEP=1  keep the work directory (outside Bazel)
 set -u
+# fail, check_status, expect_line, expect_match, guest_status, hmp, wait_for_line, probe_drive
+source "$(dirname "$0")/qemu_harness.sh"
 trap '' PIPE
 
 GUEST="${1:-tests/guest/test_guest}"
@@ -65,10 +67,6 @@ DISK_BLOCKS=131072  # 64 MiB
 # cache=none,aio=io_uring as the benchmark setup uses; fall back when the filesystem or the
 # kernel refuses (O_DIRECT on tmpfs, io_uring disabled).
 DRIVE_OPTS="cache=none,aio=io_uring"
-probe_drive() {
-  printf 'quit\n' | timeout 20 "$QEMU_BIN" -M none -nodefaults -display none -monitor stdio \
-    -drive "file=$WORK/disk-pristine.img,if=none,id=d0,format=raw,$1" >/dev/null 2>&1
-}
 if ! probe_drive "$DRIVE_OPTS"; then
   for opts in "cache=none,aio=threads" "cache=writeback,aio=threads"; do
     if probe_drive "$opts"; then
@@ -84,31 +82,6 @@ COMMON=(-M pc -enable-kvm -cpu host,-arch-capabilities -m 256M -nodefaults -disp
 
 FAILURES=0
 OUT=""
-
-fail() {
-  echo "FAIL: $*"
-  if [[ -n "$OUT" && -f "$OUT" ]]; then
-    sed 's/^/    | /' "$OUT"
-  fi
-  FAILURES=$((FAILURES + 1))
-}
-
-check_status() {  # name actual expected
-  if [[ "$2" -ne "$3" ]]; then
-    fail "$1: QEMU exit status $2, expected $3"
-    return 1
-  fi
-}
-
-expect_line() {  # name line: the output must contain exactly this line
-  grep -Fxq -- "$2" "$OUT" || fail "$1: missing line '$2'"
-}
-
-expect_match() {  # name regex: some line must match this extended regex
-  grep -Eq -- "$2" "$OUT" || fail "$1: no line matches '$2'"
-}
-
-guest_status() { echo $((($1 << 1) | 1)); }
 
 # The controller (two request queues), a scsi-hd (LUN 0, DPO/FUA advertised) and a scsi-cd
 # (LUN 1); a fresh copy of the pristine disk for every run. $SCSI_DEV_OPTS adds virtio-scsi-pci
@@ -192,46 +165,6 @@ if run errors "$PASS_STATUS" "test=scsi-errors"; then
   expect_line errors "scsi-errors: cd WRITE(10) LBA 0 -> CHECK CONDITION 07/27/00 (DATA PROTECT: WRITE PROTECTED)"
   expect_line errors "scsi-errors: TEST UNIT READY 1:0 (no such target) -> virtio response BAD_TARGET (3)"
 fi
-
-# scsi-media: the guest prints @@EJECT cd / @@INSERT cd; we answer through the HMP monitor.
-hmp() {  # socket command: one HMP command, the reply (escape sequences stripped) on stdout
-  "$PYTHON" - "$1" "$2" <<'PY'
-import re, socket, sys, time
-sock = socket.socket(socket.AF_UNIX)
-for _ in range(100):
-    try:
-        sock.connect(sys.argv[1])
-        break
-    except OSError:
-        time.sleep(0.1)
-else:
-    sys.exit("cannot connect to the monitor at " + sys.argv[1])
-sock.settimeout(10)
-def until_prompt():
-    data = b""
-    while not data.endswith(b"(qemu) "):
-        chunk = sock.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode(errors="replace")
-until_prompt()
-sock.sendall(sys.argv[2].encode() + b"\n")
-reply = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", until_prompt())
-lines = [l for l in reply.replace("\r", "").split("\n") if l.strip() and l.strip() != "(qemu)"]
-print("\n".join(lines[1:]) if len(lines) > 1 else "")
-PY
-}
-
-wait_for_line() {  # line pid: 0 when the guest printed it, 1 when QEMU ended first or on timeout
-  local i
-  for ((i = 0; i < RUN_TIMEOUT * 10; i++)); do
-    grep -Fxq -- "$1" "$OUT" && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
 
 OUT="$WORK/media.out"
 MON="$SOCKDIR/mon.sock"

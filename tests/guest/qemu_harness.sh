@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Shared by the QEMU reference harnesses (qemu_*_test.sh): result checks on a run's output file
+# ($OUT, with $FAILURES counting), QEMU's isa-debug-exit status, an HMP client for the monitor
+# socket, and waiting for a guest marker line. Source it; it defines functions only.
+
+fail() {
+  echo "FAIL: $*"
+  if [[ -n "$OUT" && -f "$OUT" ]]; then
+    sed 's/^/    | /' "$OUT"
+  fi
+  FAILURES=$((FAILURES + 1))
+}
+
+check_status() {  # name actual expected
+  if [[ "$2" -ne "$3" ]]; then
+    fail "$1: QEMU exit status $2, expected $3"
+    return 1
+  fi
+}
+
+expect_line() {  # name line: the output must contain exactly this line
+  grep -Fxq -- "$2" "$OUT" || fail "$1: missing line '$2'"
+}
+
+expect_match() {  # name regex: some line must match this extended regex
+  grep -Eq -- "$2" "$OUT" || fail "$1: no line matches '$2'"
+}
+
+guest_status() { echo $((($1 << 1) | 1)); }
+
+# scsi-media: the guest prints @@EJECT cd / @@INSERT cd; we answer through the HMP monitor.
+hmp() {  # socket command: one HMP command, the reply (escape sequences stripped) on stdout
+  "$PYTHON" - "$1" "$2" <<'PY'
+import re, socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+for _ in range(100):
+    try:
+        sock.connect(sys.argv[1])
+        break
+    except OSError:
+        time.sleep(0.1)
+else:
+    sys.exit("cannot connect to the monitor at " + sys.argv[1])
+sock.settimeout(10)
+def until_prompt():
+    data = b""
+    while not data.endswith(b"(qemu) "):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+until_prompt()
+sock.sendall(sys.argv[2].encode() + b"\n")
+reply = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", until_prompt())
+lines = [l for l in reply.replace("\r", "").split("\n") if l.strip() and l.strip() != "(qemu)"]
+print("\n".join(lines[1:]) if len(lines) > 1 else "")
+PY
+}
+
+wait_for_line() {  # line pid: 0 when the guest printed it, 1 when QEMU ended first or on timeout
+  local i
+  for ((i = 0; i < RUN_TIMEOUT * 10; i++)); do
+    grep -Fxq -- "$1" "$OUT" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+probe_drive() {
+  printf 'quit\n' | timeout 20 "$QEMU_BIN" -M none -nodefaults -display none -monitor stdio \
+    -drive "file=$WORK/disk-pristine.img,if=none,id=d0,format=raw,$1" >/dev/null 2>&1
+}
