@@ -574,7 +574,18 @@ absl::Status VirtioScsi::Activate(VirtioActivation activation) {
         if (status.ok()) state->fds.push_back(spec.notify_fd);
         if (options_.poll_max_ns > 0) {
           state->pollers.push_back(
-              state->thread->AddPoller([worker] { return worker->ProcessAvailable(); }));
+              // Polls the avail ring and the block completions (as QEMU's iothread polls its
+              // virtqueues and io_uring together), so a busy queue is served without waking
+              // through the eventfds.
+              state->thread->AddPoller([worker, state] {
+                bool progress = worker->ProcessAvailable();
+                const size_t in_flight = state->InFlight();
+                if (in_flight > 0) {
+                  state->ProcessCompletions();
+                  progress |= state->InFlight() < in_flight;
+                }
+                return progress;
+              }));
         }
         // Requests the driver queued before DRIVER_OK.
         worker->ProcessAvailable();
