@@ -17,12 +17,15 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "api/api_server.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/vm.h"
+#include "vmm/vm_api.h"
 
 ABSL_FLAG(std::string, kernel, "", "Kernel to boot: a Linux bzImage, or an ELF (PVH note or 64-bit entry).");
 ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
@@ -46,6 +49,14 @@ ABSL_FLAG(uint32_t, iothreads, 1,
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; the "
           "default is QEMU's iothread poll-max-ns).");
+ABSL_FLAG(std::string, api_socket, "",
+          "Serve the gRPC control API (docs/api.md) on this unix socket, created with mode 0600. "
+          "Refused if the path exists and is not a stale socket. Default: no API.");
+ABSL_FLAG(std::string, api_tcp, "",
+          "Serve the control API over TCP on HOST:PORT (127.0.0.1:7000, [::1]:7000; port 0 picks "
+          "one). Loopback only unless --api-listen-any: the API has no authentication.");
+ABSL_FLAG(bool, api_listen_any, false,
+          "Allow --api-tcp on a non-loopback address (anyone who can connect controls the VM).");
 // --disk and --cdrom may repeat; they are taken out of argv before absl parses it (see
 // ExtractDriveFlags). These definitions only document them in --help.
 ABSL_FLAG(std::string, disk, "",
@@ -211,12 +222,40 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // The control API: after the VM exists, stopped before it is destroyed (declared after it).
+  std::unique_ptr<vmm::VmApiControl> api_control;
+  std::unique_ptr<api::ApiServer> api_server;
+  api::ApiServerOptions api_options;
+  api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
+  api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
+  api_options.tcp_listen_any = absl::GetFlag(FLAGS_api_listen_any);
+  if (api_options.tcp_listen_any && api_options.tcp_address.empty()) {
+    return Fail("--api-listen-any applies to --api-tcp, which is not given");
+  }
+  if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
+    api_control = std::make_unique<vmm::VmApiControl>(**vm);
+    auto server = api::ApiServer::Start(api_options, *api_control);
+    if (!server.ok()) return Fail(absl::StrCat("control API: ", server.status().message()));
+    api_server = *std::move(server);
+    if (!api_server->unix_socket_path().empty()) {
+      absl::FPrintF(stderr, "microvm: control API on unix:%s\n", api_server->unix_socket_path());
+    }
+    if (api_server->tcp_port() != 0) {
+      absl::FPrintF(stderr, "microvm: control API on %s (port %d)\n", api_options.tcp_address,
+                    api_server->tcp_port());
+    }
+  }
+
   const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
+  // No API call may reach the VM once it is stopping (Watch streams end here).
+  if (api_server != nullptr) api_server->Stop();
   if (exit.kind == vmm::VmExit::Kind::kFatal) {
     absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
   } else if (exit.kind == vmm::VmExit::Kind::kReset || exit.kind == vmm::VmExit::Kind::kPowerOff) {
     absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   } else if (exit.kind == vmm::VmExit::Kind::kSignal) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kStopped) {
     absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   }
   if (absl::GetFlag(FLAGS_boot_report)) {

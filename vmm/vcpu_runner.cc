@@ -51,15 +51,24 @@ void VcpuRunner::InstallKickSignalHandler() {
 
 void VcpuRunner::Start() { thread_ = std::thread([this] { Loop(); }); }
 
+void VcpuRunner::Kick() { pthread_kill(thread_.native_handle(), KickSignal()); }
+
 void VcpuRunner::Stop() {
-  stop_requested_.store(true);
+  {
+    // immediate_exit makes a KVM_RUN that starts after this point return EINTR at once; the signal
+    // interrupts one already running (or blocked waiting for INIT/SIPI). Every write of
+    // immediate_exit is under pause_mutex_, so a concurrent Resume() cannot clear it after this.
+    // A parked vCPU wakes up and ends.
+    absl::MutexLock lock(&pause_mutex_);
+    stop_requested_.store(true);
+    vcpu_.run_state()->immediate_exit = 1;
+    pause_cv_.SignalAll();
+  }
   if (!thread_.joinable()) return;
-  // immediate_exit makes a KVM_RUN that starts after this point return EINTR at once; the signal
-  // interrupts one already running (or blocked waiting for INIT/SIPI). Keep kicking until the
-  // thread is gone, in case a kick lands between the flag check and the ioctl.
-  vcpu_.run_state()->immediate_exit = 1;
+  // Keep kicking until the thread is gone, in case a kick lands between the flag check and the
+  // ioctl.
   while (true) {
-    pthread_kill(thread_.native_handle(), KickSignal());
+    Kick();
     // The loop exits within one KVM_RUN once the flag is set.
     struct timespec pause = {0, 1'000'000};
     nanosleep(&pause, nullptr);
@@ -68,8 +77,60 @@ void VcpuRunner::Stop() {
   thread_.join();
 }
 
+void VcpuRunner::RequestPause() {
+  absl::MutexLock lock(&pause_mutex_);
+  if (pause_requested_.load() || stop_requested_.load()) return;
+  pause_requested_.store(true);
+  vcpu_.run_state()->immediate_exit = 1;
+  if (thread_.joinable()) Kick();
+}
+
+void VcpuRunner::WaitUntilPaused() {
+  if (!thread_.joinable()) return;  // not started: it parks as soon as it starts
+  absl::MutexLock lock(&pause_mutex_);
+  while (pause_requested_.load() && !parked_ && !exited_.load()) {
+    // immediate_exit covers a kick that lands before the vCPU enters KVM_RUN; kick again anyway
+    // now and then, as Stop() does.
+    if (pause_cv_.WaitWithTimeout(&pause_mutex_, absl::Milliseconds(5))) Kick();
+  }
+}
+
+void VcpuRunner::Pause() {
+  RequestPause();
+  WaitUntilPaused();
+}
+
+void VcpuRunner::Resume() {
+  absl::MutexLock lock(&pause_mutex_);
+  if (!pause_requested_.load()) return;
+  pause_requested_.store(false);
+  // Back into the guest: a vCPU that never parked (resumed before it saw the request) must not
+  // keep bouncing off immediate_exit. Not after Stop(), which needs it set.
+  if (!stop_requested_.load()) vcpu_.run_state()->immediate_exit = 0;
+  pause_cv_.SignalAll();
+}
+
+bool VcpuRunner::parked() const {
+  absl::MutexLock lock(&pause_mutex_);
+  return parked_;
+}
+
+bool VcpuRunner::ParkWhilePaused() {
+  absl::MutexLock lock(&pause_mutex_);
+  parked_ = true;
+  pause_cv_.SignalAll();
+  while (pause_requested_.load() && !stop_requested_.load()) pause_cv_.Wait(&pause_mutex_);
+  parked_ = false;
+  return !stop_requested_.load();
+}
+
 void VcpuRunner::Loop() {
   while (!stop_requested_.load(std::memory_order_relaxed)) {
+    // Paused: out of KVM_RUN (the kick made it return), parked until Resume() or Stop().
+    if (pause_requested_.load(std::memory_order_acquire)) {
+      if (!ParkWhilePaused()) break;
+      continue;
+    }
     absl::Status status = vcpu_.Run();
     if (absl::IsAborted(status)) {
       // EINTR: a kick, or a signal meant for another thread; the flag says which.
@@ -85,7 +146,9 @@ void VcpuRunner::Loop() {
     // failed), no vCPU goes back into the guest: nothing it does after that may be observed.
     if (exit_latch_.triggered()) break;
   }
+  absl::MutexLock lock(&pause_mutex_);
   exited_.store(true);
+  pause_cv_.SignalAll();
 }
 
 bool VcpuRunner::HandleExit() {

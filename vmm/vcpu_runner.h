@@ -7,6 +7,8 @@
 #include <memory>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "vmm/bus.h"
 #include "vmm/kvm.h"
 #include "vmm/vm_exit.h"
@@ -16,6 +18,8 @@ namespace vmm {
 // Runs one vCPU on its own thread: KVM_RUN, then the exit is dispatched to the port I/O or MMIO bus
 // on this thread. Guest resets, shutdowns and fatal errors go to the ExitLatch; the runner then
 // stops. Stop() interrupts a running or blocked KVM_RUN (an AP waiting for its SIPI blocks there).
+// Pause() takes the vCPU out of KVM_RUN the same way and parks its thread until Resume(); nothing
+// else (devices, iothreads) is affected.
 class VcpuRunner {
  public:
   VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus, ExitLatch& exit_latch);
@@ -30,6 +34,21 @@ class VcpuRunner {
   void Start();
   void Stop();
 
+  // Asks the vCPU to leave KVM_RUN (kick) and wait until Resume(); returns at once. Idempotent.
+  // Before Start() the vCPU parks as soon as it starts. A pending I/O exit is completed first (KVM
+  // finishes the instruction on the next KVM_RUN, which immediate_exit then leaves at once).
+  // Start(), Stop() and these are not to be called concurrently with each other (the VM serializes
+  // them); Pause/Resume may be called from any thread, before Start() and after Stop().
+  void RequestPause();
+  // Blocks until the vCPU is parked (or its thread has ended, or was never started).
+  void WaitUntilPaused();
+  // RequestPause() then WaitUntilPaused().
+  void Pause();
+  // Lets a paused vCPU run again (also one asked to pause that has not parked yet). Idempotent.
+  void Resume();
+  // The vCPU is parked (acknowledged a pause).
+  bool parked() const;
+
   // Guest exits the runner handled, for statistics.
   uint64_t exit_count() const { return exit_count_.load(std::memory_order_relaxed); }
 
@@ -38,6 +57,10 @@ class VcpuRunner {
   // Returns false when the vCPU must stop.
   bool HandleExit();
   void Fatal(const std::string& what);
+  // Called by the vCPU thread while a pause is requested: waits until resumed or stopped. Returns
+  // false when the vCPU must stop.
+  bool ParkWhilePaused();
+  void Kick();
 
   VcpuFd vcpu_;
   const Bus& pio_bus_;
@@ -46,6 +69,10 @@ class VcpuRunner {
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> exited_{false};
   std::atomic<uint64_t> exit_count_{0};
+  std::atomic<bool> pause_requested_{false};  // also written under pause_mutex_
+  mutable absl::Mutex pause_mutex_;
+  absl::CondVar pause_cv_;
+  bool parked_ ABSL_GUARDED_BY(pause_mutex_) = false;
   std::thread thread_;
 };
 

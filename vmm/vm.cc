@@ -4,6 +4,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 
@@ -73,6 +74,11 @@ void WriteByte(int fd, uint8_t byte) {
 Vm::Vm(const VmConfig& config) : config_(config) {}
 
 Vm::~Vm() {
+  // A graceful stop's timer waits on the exit latch.
+  if (stop_timer_.joinable()) {
+    exit_latch_.Trigger({VmExit::Kind::kStopped, 0, "VM destroyed"});
+    stop_timer_.join();
+  }
   // Runners first: their threads use the buses, devices and memory below. Then the PCI devices
   // stop their iothreads and unregister their doorbells while the VM fd still exists.
   vcpus_.clear();
@@ -355,7 +361,11 @@ void Vm::ForwardSerialInput(int stop_fd) {
 }
 
 VmExit Vm::Run(int signal_fd) {
-  for (auto& vcpu : vcpus_) vcpu->Start();
+  {
+    absl::MutexLock lock(&control_mutex_);
+    // A VM paused (through the API) before Run() starts with its vCPUs parked.
+    for (auto& vcpu : vcpus_) vcpu->Start();
+  }
   std::thread input_thread;
   if (config_.serial_input_fd >= 0) {
     input_thread = std::thread([this] { ForwardSerialInput(exit_latch_.fd()); });
@@ -372,9 +382,79 @@ VmExit Vm::Run(int signal_fd) {
       }
     }
   }
-  for (auto& vcpu : vcpus_) vcpu->Stop();
+  {
+    absl::MutexLock lock(&control_mutex_);
+    vcpus_stopped_ = true;
+    for (auto& vcpu : vcpus_) vcpu->Stop();
+  }
+  if (stop_timer_.joinable()) stop_timer_.join();  // the latch is set: it returns at once
   if (input_thread.joinable()) input_thread.join();
   return exit_latch_.Get().value_or(VmExit{VmExit::Kind::kFatal, 1, "VM stopped for no reason"});
+}
+
+Vm::RunState Vm::run_state() const {
+  absl::MutexLock lock(&control_mutex_);
+  if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) return RunState::kStopping;
+  return paused_ ? RunState::kPaused : RunState::kRunning;
+}
+
+absl::Status Vm::Pause() {
+  absl::MutexLock lock(&control_mutex_);
+  if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) {
+    return absl::FailedPreconditionError("the VM is stopping");
+  }
+  if (paused_) return absl::OkStatus();
+  // Ask every vCPU first, then wait: they leave KVM_RUN in parallel.
+  for (auto& vcpu : vcpus_) vcpu->RequestPause();
+  for (auto& vcpu : vcpus_) vcpu->WaitUntilPaused();
+  paused_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status Vm::Resume() {
+  absl::MutexLock lock(&control_mutex_);
+  if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) {
+    return absl::FailedPreconditionError("the VM is stopping");
+  }
+  if (!paused_) return absl::OkStatus();
+  for (auto& vcpu : vcpus_) vcpu->Resume();
+  paused_ = false;
+  return absl::OkStatus();
+}
+
+void Vm::RequestStop(bool force, absl::Duration grace_period) {
+  absl::MutexLock lock(&control_mutex_);
+  if (force) {
+    stop_requested_ = true;
+    exit_latch_.Trigger({VmExit::Kind::kStopped, 0, "stopped by the API"});
+    return;
+  }
+  if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) return;
+  stop_requested_ = true;
+  const int64_t grace_ms = absl::ToInt64Milliseconds(grace_period);
+  absl::FPrintF(stderr,
+                "microvm: graceful shutdown requested through the API: this machine has no ACPI, so "
+                "the guest cannot be asked to shut down; it has %d ms to stop by itself, then the VM "
+                "is stopped\n",
+                grace_ms);
+  // A paused guest could not use its grace period.
+  if (paused_) {
+    for (auto& vcpu : vcpus_) vcpu->Resume();
+    paused_ = false;
+  }
+  stop_timer_ = std::thread([this, grace_period, grace_ms] {
+    const absl::Time deadline = absl::Now() + grace_period;
+    while (!exit_latch_.triggered()) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) break;
+      pollfd fd = {exit_latch_.fd(), POLLIN, 0};
+      // In steps of at most a minute (poll takes an int of milliseconds).
+      poll(&fd, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60'000)));
+    }
+    exit_latch_.Trigger({VmExit::Kind::kStopped, 0,
+                         absl::StrFormat("stopped by the API after a grace period of %d ms",
+                                         grace_ms)});
+  });
 }
 
 }  // namespace vmm

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,6 +78,21 @@ class Vm {
   // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM, or -1) ends the VM too.
   VmExit Run(int signal_fd);
   BootReport boot_report() const;
+  const VmConfig& config() const { return config_; }
+
+  // For the control API (any thread, before, during or after Run()).
+  enum class RunState { kRunning, kPaused, kStopping };
+  RunState run_state() const;
+  // Takes every vCPU out of KVM_RUN and parks it / lets them run again; the devices and iothreads
+  // keep running. Idempotent. Pause() returns once every vCPU is parked. FailedPrecondition once
+  // the VM is stopping.
+  absl::Status Pause();
+  absl::Status Resume();
+  // Stops the VM with VmExit::kStopped (status 0): now (`force`), or gracefully: this machine has no
+  // ACPI, so there is no way to ask the guest; it is told nothing, resumed if paused, and given
+  // `grace_period` to stop by itself (its own exit wins), then stopped. Idempotent; a forced stop
+  // overrides a pending graceful one.
+  void RequestStop(bool force, absl::Duration grace_period);
 
  private:
   explicit Vm(const VmConfig& config);
@@ -109,6 +125,13 @@ class Vm {
   x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
   uint64_t entry_address_ = 0;
   uint64_t boot_info_address_ = 0;
+
+  // Serializes starting, stopping, pausing and resuming the vCPUs, and stop requests.
+  mutable absl::Mutex control_mutex_;
+  bool paused_ ABSL_GUARDED_BY(control_mutex_) = false;
+  bool vcpus_stopped_ ABSL_GUARDED_BY(control_mutex_) = false;
+  bool stop_requested_ ABSL_GUARDED_BY(control_mutex_) = false;
+  std::thread stop_timer_;  // a graceful stop's grace period
 
   mutable absl::Mutex report_mutex_;
   BootReport report_ ABSL_GUARDED_BY(report_mutex_);

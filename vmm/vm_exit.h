@@ -19,6 +19,7 @@ struct VmExit {
     kPowerOff,   // the guest powered off (KVM system event)
     kSignal,     // SIGINT/SIGTERM reached the VMM
     kFatal,      // a vCPU could not go on (triple fault, KVM internal error, ...)
+    kStopped,    // stopped through the control API (Shutdown), status 0
   };
   Kind kind;
   int status = 0;       // the process exit status this exit maps to

@@ -1,0 +1,731 @@
+#include "api/api_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "api/listen_address.h"
+#include "block/stats.h"
+#include "proto/vmm/v1/vmm.grpc.pb.h"
+
+namespace api {
+namespace {
+
+namespace pb = ::vmm::v1;
+
+// A graceful Shutdown's grace period when the request leaves it at 0 (vmm.proto).
+constexpr absl::Duration kDefaultGracePeriod = absl::Milliseconds(5000);
+// How long Stop() leaves the last replies to reach their clients before closing connections.
+constexpr absl::Duration kReplySettle = absl::Milliseconds(20);
+// How often a Watch stream waiting for events checks whether its client went away.
+constexpr absl::Duration kWatchPollInterval = absl::Milliseconds(100);
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+// A client-supplied string for an error message: cut to `max` bytes, control characters escaped
+// (the rest, UTF-8 included, as is, so a path reads as the user typed it).
+std::string Quote(const std::string& text, size_t max = 80) {
+  std::string shown = "'";
+  for (size_t i = 0; i < text.size() && i < max; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      absl::StrAppendFormat(&shown, "\\x%02x", c);
+    } else {
+      shown.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > max) shown += "...";
+  shown += "'";
+  return shown;
+}
+
+// Paths that passed the PATH_MAX check are shown whole up to this (an error stays well under
+// 4 KiB).
+constexpr size_t kPathShown = 3072;
+
+pb::MediaEvent::Type ToProto(block::MediaEventType type) {
+  switch (type) {
+    case block::MediaEventType::kInserted:
+      return pb::MediaEvent::MEDIUM_INSERTED;
+    case block::MediaEventType::kRemoved:
+      return pb::MediaEvent::MEDIUM_REMOVED;
+    case block::MediaEventType::kTrayOpened:
+      return pb::MediaEvent::TRAY_OPENED;
+    case block::MediaEventType::kTrayClosed:
+      return pb::MediaEvent::TRAY_CLOSED;
+    case block::MediaEventType::kLockChanged:
+      return pb::MediaEvent::LOCK_CHANGED;
+    case block::MediaEventType::kEjectRequested:
+      return pb::MediaEvent::EJECT_REQUESTED;
+  }
+  return pb::MediaEvent::TYPE_UNSPECIFIED;
+}
+
+pb::VmInfo::State ToProto(VmRunState state) {
+  switch (state) {
+    case VmRunState::kRunning:
+      return pb::VmInfo::RUNNING;
+    case VmRunState::kPaused:
+      return pb::VmInfo::PAUSED;
+    case VmRunState::kStopping:
+      return pb::VmInfo::STOPPING;
+  }
+  return pb::VmInfo::STATE_UNSPECIFIED;
+}
+
+// A drive's status; for a CD-ROM from the media snapshot `state` (the current one if null).
+void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
+                     pb::DriveStatus* out) {
+  out->set_name(drive.name);
+  out->set_kind(drive.cdrom ? pb::DriveStatus::CDROM : pb::DriveStatus::DISK);
+  out->set_bus(drive.bus);
+  out->set_address(drive.address);
+  out->set_removable(drive.media != nullptr);
+  if (drive.media == nullptr) {
+    out->set_medium_present(true);
+    out->set_size_bytes(drive.drive ? drive.drive->info().size_bytes : 0);
+    out->set_source(drive.source);
+    out->set_read_only(drive.read_only);
+    out->set_cache_mode(drive.cache_mode);
+    return;
+  }
+  std::shared_ptr<const block::MediaState> current;
+  if (state == nullptr) {
+    current = drive.media->Current();
+    state = current.get();
+  }
+  out->set_medium_present(state->present);
+  out->set_tray_open(state->tray_open);
+  out->set_locked(state->locked);
+  out->set_size_bytes(state->size_bytes());
+  out->set_generation(state->generation);
+  out->set_source(state->source);
+  out->set_read_only(true);
+}
+
+void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
+  out->set_drive(drive.name);
+  if (drive.drive == nullptr) return;
+  const block::StatsSnapshot stats = drive.drive->stats().Snapshot();
+  out->set_read_requests(stats.read_requests);
+  out->set_read_bytes(stats.read_bytes);
+  out->set_write_requests(stats.write_requests);
+  out->set_write_bytes(stats.write_bytes);
+  out->set_flush_requests(stats.flush_requests);
+  out->set_discard_requests(stats.discard_requests);
+  out->set_errors(stats.errors);
+  out->set_fua_native(stats.fua_native);
+  out->set_fua_emulated(stats.fua_emulated);
+  out->set_flushes_ignored(stats.flushes_ignored);
+  out->set_latency_mean_us(stats.latency.MeanUs());
+  out->set_latency_p50_us(stats.latency.PercentileUs(50));
+  out->set_latency_p99_us(stats.latency.PercentileUs(99));
+  out->set_latency_max_us(stats.latency.max_us);
+}
+
+// The events of one Watch stream, between the media listeners (any thread: the API's, a vCPU's or
+// an iothread's; they must not block) and the stream's gRPC thread.
+class WatchQueue {
+ public:
+  struct Item {
+    const DriveEntry* drive;
+    block::MediaEventType type;
+    bool by_guest;
+    std::shared_ptr<const block::MediaState> state;
+    int64_t time_unix_nanos;
+  };
+  enum class Next { kItem, kOverflow, kClosed, kTimeout };
+
+  explicit WatchQueue(size_t limit) : limit_(limit) {}
+
+  // Never waits for the consumer: past the limit the event is dropped and the stream is over.
+  void Push(Item item) {
+    absl::MutexLock lock(&mutex_);
+    if (overflowed_) {
+      ++dropped_;
+      return;
+    }
+    if (items_.size() >= limit_) {
+      overflowed_ = true;
+      ++dropped_;
+      return;
+    }
+    items_.push_back(std::move(item));
+  }
+
+  // The server stops: what is queued is still delivered, then the stream ends.
+  void Close() {
+    absl::MutexLock lock(&mutex_);
+    closed_ = true;
+  }
+
+  Next Pop(Item* item, absl::Duration timeout) {
+    absl::MutexLock lock(&mutex_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return overflowed_ || closed_ || !items_.empty();
+    };
+    mutex_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+    if (overflowed_) return Next::kOverflow;
+    if (!items_.empty()) {
+      *item = std::move(items_.front());
+      items_.pop_front();
+      return Next::kItem;
+    }
+    return closed_ ? Next::kClosed : Next::kTimeout;
+  }
+
+  uint64_t dropped() const {
+    absl::MutexLock lock(&mutex_);
+    return dropped_;
+  }
+
+ private:
+  const size_t limit_;
+  mutable absl::Mutex mutex_;
+  std::deque<Item> items_ ABSL_GUARDED_BY(mutex_);
+  bool overflowed_ ABSL_GUARDED_BY(mutex_) = false;
+  bool closed_ ABSL_GUARDED_BY(mutex_) = false;
+  uint64_t dropped_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+// Feeds one drive's media events into a stream's queue.
+class DriveListener : public block::MediaListener {
+ public:
+  DriveListener(const DriveEntry* drive, WatchQueue* queue) : drive_(drive), queue_(queue) {}
+  void OnMediaEvent(const block::MediaEvent& event) override {
+    queue_->Push({drive_, event.type, event.by_guest, event.state, absl::GetCurrentTimeNanos()});
+  }
+
+ private:
+  const DriveEntry* const drive_;
+  WatchQueue* const queue_;
+};
+
+}  // namespace
+
+// The state the two services share: the drives, the VmControl and the open Watch streams.
+class ApiCore {
+ public:
+  ApiCore(VmControl& control, const ApiServerOptions& options);
+
+  VmControl& control() { return control_; }
+  const ApiServerOptions& options() const { return options_; }
+  const std::vector<DriveEntry>& drives() const { return drives_; }
+
+  absl::StatusOr<const DriveEntry*> FindDrive(const std::string& name) const;
+  // A drive with removable media: FailedPrecondition for a disk.
+  absl::StatusOr<const DriveEntry*> FindRemovable(const std::string& name) const;
+
+  void FillVmInfo(pb::VmInfo* out) const;
+
+  // Every handler holds one while it runs, so that Stop() can let calls finish (and their replies
+  // reach the clients) before the server shuts its connections.
+  class CallScope {
+   public:
+    explicit CallScope(ApiCore& core) : core_(core) {
+      absl::MutexLock lock(&core_.calls_mutex_);
+      ++core_.calls_;
+    }
+    ~CallScope() {
+      absl::MutexLock lock(&core_.calls_mutex_);
+      --core_.calls_;
+    }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    ApiCore& core_;
+  };
+  // Waits until no handler runs, at most `timeout`.
+  void WaitForCalls(absl::Duration timeout);
+
+  // Watch streams: register while open; the server's stop closes them all.
+  bool AddWatcher(WatchQueue* queue, grpc::Status* refusal);
+  void RemoveWatcher(WatchQueue* queue);
+  void BeginStop();
+  size_t watcher_count();
+
+  grpc::Service* media_service() { return media_service_.get(); }
+  grpc::Service* vm_service() { return vm_service_.get(); }
+
+ private:
+  VmControl& control_;
+  const ApiServerOptions options_;
+  const std::vector<DriveEntry> drives_;
+  std::map<std::string, const DriveEntry*> by_name_;
+  std::unique_ptr<grpc::Service> media_service_;
+  std::unique_ptr<grpc::Service> vm_service_;
+
+  absl::Mutex calls_mutex_;
+  int calls_ ABSL_GUARDED_BY(calls_mutex_) = 0;
+
+  absl::Mutex watchers_mutex_;
+  std::set<WatchQueue*> watchers_ ABSL_GUARDED_BY(watchers_mutex_);
+  bool stopping_ ABSL_GUARDED_BY(watchers_mutex_) = false;
+};
+
+namespace {
+
+class MediaServiceImpl final : public pb::MediaService::Service {
+ public:
+  explicit MediaServiceImpl(ApiCore& core) : core_(core) {}
+
+  grpc::Status ListDrives(grpc::ServerContext*, const pb::ListDrivesRequest*,
+                          pb::ListDrivesResponse* response) override {
+    const ApiCore::CallScope call(core_);
+    for (const DriveEntry& drive : core_.drives()) {
+      FillDriveStatus(drive, nullptr, response->add_drives());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const pb::GetStatusRequest* request,
+                         pb::DriveStatus* response) override {
+    const ApiCore::CallScope call(core_);
+    auto drive = core_.FindDrive(request->drive());
+    if (!drive.ok()) return ToGrpc(drive.status());
+    FillDriveStatus(**drive, nullptr, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Insert(grpc::ServerContext*, const pb::InsertRequest* request,
+                      pb::DriveStatus* response) override {
+    const ApiCore::CallScope call(core_);
+    auto found = core_.FindRemovable(request->drive());
+    if (!found.ok()) return ToGrpc(found.status());
+    const DriveEntry& drive = **found;
+    const std::string& path = request->path();
+    if (path.empty()) return InvalidArgument("insert: the path of the medium is empty");
+    if (path.size() >= PATH_MAX) {
+      return InvalidArgument(absl::StrFormat(
+          "insert: the path %s is %d bytes long; the limit is %d (PATH_MAX)", Quote(path),
+          path.size(), PATH_MAX - 1));
+    }
+    if (path.find('\0') != std::string::npos) {
+      return InvalidArgument(absl::StrFormat("insert: the path %s contains a NUL byte",
+                                             Quote(path)));
+    }
+    if (!request->format().empty() && request->format() != "raw") {
+      return InvalidArgument(absl::StrFormat(
+          "insert: format %s is not supported (only \"raw\": an ISO or raw image)",
+          Quote(request->format())));
+    }
+    // Checked again, atomically, by RemovableMedia::Insert; here first so that the answer does not
+    // depend on the file.
+    const auto before = drive.media->Current();
+    if (before->present) {
+      return FailedPrecondition(absl::StrFormat(
+          "%s already holds a medium (%s); eject it first", drive.name, before->source));
+    }
+    if (absl::Status usable = CheckMediumFile(path); !usable.ok()) return ToGrpc(usable);
+    auto medium = core_.control().OpenMedium(path);
+    if (!medium.ok()) return ToGrpc(MediumError(path, medium.status()));
+    // On failure the opened medium is dropped here: nothing changed.
+    absl::Status inserted = drive.media->Insert(*std::move(medium), path);
+    if (!inserted.ok()) return ToGrpc(Prefixed(drive.name, inserted));
+    FillDriveStatus(drive, nullptr, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Eject(grpc::ServerContext*, const pb::EjectRequest* request,
+                     pb::DriveStatus* response) override {
+    const ApiCore::CallScope call(core_);
+    auto found = core_.FindRemovable(request->drive());
+    if (!found.ok()) return ToGrpc(found.status());
+    absl::Status status = (*found)->media->Eject(request->force());
+    if (!status.ok()) return ToGrpc(Prefixed((*found)->name, status));
+    FillDriveStatus(**found, nullptr, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SetTray(grpc::ServerContext*, const pb::SetTrayRequest* request,
+                       pb::DriveStatus* response) override {
+    const ApiCore::CallScope call(core_);
+    auto found = core_.FindRemovable(request->drive());
+    if (!found.ok()) return ToGrpc(found.status());
+    absl::Status status = (*found)->media->SetTrayOpen(request->open(), request->force());
+    if (!status.ok()) return ToGrpc(Prefixed((*found)->name, status));
+    FillDriveStatus(**found, nullptr, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Watch(grpc::ServerContext* context, const pb::WatchRequest* request,
+                     grpc::ServerWriter<pb::MediaEvent>* writer) override {
+    const ApiCore::CallScope call(core_);
+    std::vector<const DriveEntry*> drives;
+    if (request->drive().empty()) {
+      for (const DriveEntry& drive : core_.drives()) {
+        if (drive.media != nullptr) drives.push_back(&drive);
+      }
+    } else {
+      auto found = core_.FindRemovable(request->drive());
+      if (!found.ok()) return ToGrpc(found.status());
+      drives.push_back(*found);
+    }
+    WatchQueue queue(core_.options().watch_queue_limit);
+    grpc::Status refusal;
+    if (!core_.AddWatcher(&queue, &refusal)) return refusal;
+    std::vector<std::unique_ptr<DriveListener>> listeners;
+    for (const DriveEntry* drive : drives) {
+      listeners.push_back(std::make_unique<DriveListener>(drive, &queue));
+      drive->media->AddListener(listeners.back().get());
+    }
+    // Once RemoveListener() returns the listener is never called again (block/media.h).
+    absl::Cleanup unsubscribe = [&] {
+      for (size_t i = 0; i < drives.size(); ++i) drives[i]->media->RemoveListener(listeners[i].get());
+      core_.RemoveWatcher(&queue);
+    };
+    // The initial metadata tells the client it is subscribed: every change from here on reaches it
+    // (ClientReader::WaitForInitialMetadata).
+    writer->SendInitialMetadata();
+    while (true) {
+      WatchQueue::Item item;
+      switch (queue.Pop(&item, kWatchPollInterval)) {
+        case WatchQueue::Next::kItem: {
+          pb::MediaEvent event;
+          event.set_type(ToProto(item.type));
+          event.set_drive(item.drive->name);
+          event.set_by_guest(item.by_guest);
+          FillDriveStatus(*item.drive, item.state.get(), event.mutable_status());
+          event.set_time_unix_nanos(item.time_unix_nanos);
+          if (!writer->Write(event)) {
+            return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+          }
+          break;
+        }
+        case WatchQueue::Next::kOverflow:
+          return grpc::Status(
+              grpc::StatusCode::RESOURCE_EXHAUSTED,
+              absl::StrFormat("the watcher fell behind: more than %d events queued, %d dropped; "
+                              "read the state again (ListDrives) and watch anew",
+                              core_.options().watch_queue_limit, queue.dropped()));
+        case WatchQueue::Next::kClosed:
+          return grpc::Status::OK;  // the VMM stops
+        case WatchQueue::Next::kTimeout:
+          break;
+      }
+      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+  }
+
+ private:
+  static grpc::Status InvalidArgument(const std::string& message) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+  }
+  static grpc::Status FailedPrecondition(const std::string& message) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, message);
+  }
+  static absl::Status Prefixed(const std::string& drive, const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrFormat("%s: %s", drive, status.message()));
+  }
+
+  // What the file must be to become a medium, before anything opens it (a FIFO would block the
+  // open): an existing, accessible regular file or block device.
+  static absl::Status CheckMediumFile(const std::string& path) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) {
+      const int error = errno;
+      const std::string message =
+          absl::StrFormat("insert: cannot use %s: %s", Quote(path, kPathShown), strerror(error));
+      switch (error) {
+        case ENOENT:
+        case ENOTDIR:
+          return absl::NotFoundError(message);
+        case EACCES:
+        case EPERM:
+          return absl::PermissionDeniedError(message);
+        default:
+          return absl::InvalidArgumentError(message);
+      }
+    }
+    if (S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("insert: %s is a directory, not an image", Quote(path, kPathShown)));
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "insert: %s is neither a regular file nor a block device", Quote(path, kPathShown)));
+    }
+    return absl::OkStatus();
+  }
+
+  // The VMM's error opening the medium, as the proto promises: NOT_FOUND, PERMISSION_DENIED or
+  // INVALID_ARGUMENT, with the path.
+  static absl::Status MediumError(const std::string& path, const absl::Status& status) {
+    absl::StatusCode code = status.code();
+    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied) {
+      code = absl::StatusCode::kInvalidArgument;
+    }
+    std::string message(status.message());
+    if (message.find(path) == std::string::npos) {
+      message = absl::StrFormat("%s: %s", Quote(path, kPathShown), message);
+    }
+    return absl::Status(code, absl::StrCat("insert: cannot open the medium ", message));
+  }
+
+  ApiCore& core_;
+};
+
+class VmServiceImpl final : public pb::VmService::Service {
+ public:
+  explicit VmServiceImpl(ApiCore& core) : core_(core) {}
+
+  grpc::Status GetInfo(grpc::ServerContext*, const pb::GetInfoRequest*,
+                       pb::VmInfo* response) override {
+    const ApiCore::CallScope call(core_);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pause(grpc::ServerContext*, const pb::PauseRequest*,
+                     pb::VmInfo* response) override {
+    const ApiCore::CallScope call(core_);
+    absl::Status status = core_.control().Pause();
+    if (!status.ok()) return ToGrpc(status);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Resume(grpc::ServerContext*, const pb::ResumeRequest*,
+                      pb::VmInfo* response) override {
+    const ApiCore::CallScope call(core_);
+    absl::Status status = core_.control().Resume();
+    if (!status.ok()) return ToGrpc(status);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Shutdown(grpc::ServerContext*, const pb::ShutdownRequest* request,
+                        pb::VmInfo* response) override {
+    const ApiCore::CallScope call(core_);
+    const absl::Duration grace = request->grace_period_ms() == 0
+                                     ? kDefaultGracePeriod
+                                     : absl::Milliseconds(request->grace_period_ms());
+    absl::Status status = core_.control().Shutdown(request->force(), grace);
+    if (!status.ok()) return ToGrpc(status);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest* request,
+                        pb::GetStatsResponse* response) override {
+    const ApiCore::CallScope call(core_);
+    if (!request->drive().empty()) {
+      auto drive = core_.FindDrive(request->drive());
+      if (!drive.ok()) return ToGrpc(drive.status());
+      FillDriveStats(**drive, response->add_drives());
+      return grpc::Status::OK;
+    }
+    for (const DriveEntry& drive : core_.drives()) FillDriveStats(drive, response->add_drives());
+    return grpc::Status::OK;
+  }
+
+ private:
+  ApiCore& core_;
+};
+
+}  // namespace
+
+ApiCore::ApiCore(VmControl& control, const ApiServerOptions& options)
+    : control_(control), options_(options), drives_(control.Drives()) {
+  for (const DriveEntry& drive : drives_) by_name_.emplace(drive.name, &drive);
+  media_service_ = std::make_unique<MediaServiceImpl>(*this);
+  vm_service_ = std::make_unique<VmServiceImpl>(*this);
+}
+
+absl::StatusOr<const DriveEntry*> ApiCore::FindDrive(const std::string& name) const {
+  if (name.empty()) return absl::InvalidArgumentError("no drive given (the drive field is empty)");
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    std::vector<std::string> names;
+    for (const DriveEntry& drive : drives_) names.push_back(drive.name);
+    return absl::NotFoundError(absl::StrFormat(
+        "no drive %s (this VM has: %s)", Quote(name),
+        names.empty() ? std::string("no drives") : absl::StrJoin(names, ", ")));
+  }
+  return it->second;
+}
+
+absl::StatusOr<const DriveEntry*> ApiCore::FindRemovable(const std::string& name) const {
+  auto drive = FindDrive(name);
+  if (!drive.ok()) return drive.status();
+  if ((*drive)->media == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is a disk: it has no removable medium to insert, eject or watch", name));
+  }
+  return drive;
+}
+
+void ApiCore::FillVmInfo(pb::VmInfo* out) const {
+  const VmStatus status = control_.Status();
+  out->set_state(ToProto(status.state));
+  out->set_vcpus(status.vcpus);
+  out->set_memory_bytes(status.memory_bytes);
+  out->set_kernel(status.kernel);
+  out->set_cmdline(status.cmdline);
+  out->set_uptime_ms(absl::ToInt64Milliseconds(status.uptime));
+  out->set_pid(status.pid);
+  for (const DriveEntry& drive : drives_) FillDriveStatus(drive, nullptr, out->add_drives());
+}
+
+void ApiCore::WaitForCalls(absl::Duration timeout) {
+  absl::MutexLock lock(&calls_mutex_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(calls_mutex_) { return calls_ == 0; };
+  calls_mutex_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+bool ApiCore::AddWatcher(WatchQueue* queue, grpc::Status* refusal) {
+  absl::MutexLock lock(&watchers_mutex_);
+  if (stopping_) {
+    *refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the VMM is stopping");
+    return false;
+  }
+  if (static_cast<int>(watchers_.size()) >= options_.max_watchers) {
+    *refusal = grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrFormat("too many watchers (at most %d at once)", options_.max_watchers));
+    return false;
+  }
+  watchers_.insert(queue);
+  return true;
+}
+
+void ApiCore::RemoveWatcher(WatchQueue* queue) {
+  absl::MutexLock lock(&watchers_mutex_);
+  watchers_.erase(queue);
+}
+
+void ApiCore::BeginStop() {
+  absl::MutexLock lock(&watchers_mutex_);
+  stopping_ = true;
+  for (WatchQueue* queue : watchers_) queue->Close();
+}
+
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptions& options,
+                                                            VmControl& control) {
+  if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
+    return absl::InvalidArgumentError("the API server needs a unix socket path or a TCP address");
+  }
+  std::string tcp_address;
+  if (!options.tcp_address.empty()) {
+    auto parsed = ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any);
+    if (!parsed.ok()) return parsed.status();
+    tcp_address = *parsed;
+  }
+  if (!options.unix_socket_path.empty()) {
+    absl::Status prepared = PrepareUnixSocketPath(options.unix_socket_path);
+    if (!prepared.ok()) return prepared;
+  }
+  static std::once_flag reflection_once;
+  std::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
+
+  std::unique_ptr<ApiServer> server(new ApiServer());
+  server->core_ = std::make_unique<ApiCore>(control, options);
+  grpc::ServerBuilder builder;
+  std::vector<std::string> where;
+  if (!options.unix_socket_path.empty()) {
+    builder.AddListeningPort("unix:" + options.unix_socket_path, grpc::InsecureServerCredentials());
+    where.push_back("unix:" + options.unix_socket_path);
+  }
+  if (!tcp_address.empty()) {
+    builder.AddListeningPort(tcp_address, grpc::InsecureServerCredentials(), &server->tcp_port_);
+    where.push_back(tcp_address);
+  }
+  // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
+  // port and take half of the connections. One port, one VMM.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The sync server's pollers wait on their completion queue with this timeout (default 10 s);
+  // a poller that misses the queue's shutdown then holds Server::Wait() for up to that long, which
+  // would delay the VMM's exit.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
+  builder.RegisterService(server->core_->media_service());
+  builder.RegisterService(server->core_->vm_service());
+  // The socket is created by bind() inside BuildAndStart: with this umask it is never accessible
+  // to anyone but the owner, not even briefly (umask is per process; nothing else creates files
+  // while the VMM starts up).
+  const mode_t old_umask = umask(0177);
+  server->server_ = builder.BuildAndStart();
+  umask(old_umask);
+  if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
+    if (server->server_ != nullptr) server->server_->Shutdown();
+    server->stopped_ = true;
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot start the API server on %s (address in use, or no permission?)",
+        absl::StrJoin(where, " and ")));
+  }
+  if (!options.unix_socket_path.empty()) {
+    const std::string& path = options.unix_socket_path;
+    server->unix_socket_path_ = path;
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+      server->Stop();
+      return absl::InternalError(
+          absl::StrFormat("API socket %s: not found after the server started", path));
+    }
+    server->socket_device_ = st.st_dev;
+    server->socket_inode_ = st.st_ino;
+    // Belt and braces: the umask already gave it 0600.
+    if (chmod(path.c_str(), 0600) != 0 || lstat(path.c_str(), &st) != 0 ||
+        (st.st_mode & 07777) != 0600) {
+      const int error = errno;
+      server->Stop();  // removes the socket
+      return absl::InternalError(absl::StrFormat("API socket %s: cannot make it mode 0600 (%s)",
+                                                 path, strerror(error)));
+    }
+  }
+  return server;
+}
+
+size_t ApiCore::watcher_count() {
+  absl::MutexLock lock(&watchers_mutex_);
+  return watchers_.size();
+}
+
+size_t ApiServer::watcher_count() const { return core_->watcher_count(); }
+
+ApiServer::~ApiServer() { Stop(); }
+
+void ApiServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  const absl::Time deadline = absl::Now() + core_->options().stop_grace;
+  core_->BeginStop();
+  // Let the calls in progress finish and their replies (a Watch's final status, a Shutdown's
+  // reply) reach the clients while the connections are still up: once gRPC has sent GOAWAY it
+  // closes a connection as soon as its last stream is done, and a client that writes to it then
+  // (a window update, a ping) fails its streams with UNAVAILABLE before reading their status.
+  core_->WaitForCalls(core_->options().stop_grace);
+  absl::SleepFor(kReplySettle);
+  server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
+  server_->Wait();
+  if (!unix_socket_path_.empty()) {
+    struct stat st {};
+    if (lstat(unix_socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+        st.st_dev == socket_device_ && st.st_ino == socket_inode_) {
+      unlink(unix_socket_path_.c_str());
+    }
+  }
+}
+
+}  // namespace api

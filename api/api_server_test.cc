@@ -1,0 +1,979 @@
+// The API server against a fake VmControl (real block-layer drives and media), over a real unix
+// socket, with real gRPC stubs.
+#include "api/api_server.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/dynamic_message.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/sync_stream.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "api/vm_control.h"
+#include "block/drive.h"
+#include "block/media.h"
+#include "block/memory_backend.h"
+#include "block/raw/raw_file_backend.h"
+#include "gtest/gtest.h"
+#include "proto/vmm/v1/vmm.grpc.pb.h"
+
+namespace api {
+namespace {
+
+namespace pb = ::vmm::v1;
+using grpc::StatusCode;
+
+// A VM with three drives: cd0 (virtio-scsi, holding a 1 MiB medium), cd1 (IDE secondary master,
+// empty) and disk0 (virtio-scsi LUN 2, 4 MiB). Media open as the VMM opens them (a read-only raw
+// file); paths listed in `denied` fail with PermissionDenied (the tests run as root, for whom
+// file permissions do not).
+class FakeVm : public VmControl {
+ public:
+  FakeVm() {
+    cd0_media = std::make_shared<block::RemovableMedia>(
+        std::make_shared<block::MemoryBackend>(block::MemoryBackendOptions{.size_bytes = 1 << 20}),
+        "/images/initial.iso");
+    cd0 = *block::Drive::CreateRemovable({.read_only = true, .name = "cd0"}, cd0_media);
+    cd1_media = std::make_shared<block::RemovableMedia>();
+    cd1 = *block::Drive::CreateRemovable({.read_only = true, .name = "cd1"}, cd1_media);
+    disk0_backend =
+        std::make_shared<block::MemoryBackend>(block::MemoryBackendOptions{.size_bytes = 4 << 20});
+    disk0 = *block::Drive::CreateFixed({.name = "disk0"}, disk0_backend);
+  }
+
+  std::vector<DriveEntry> Drives() const override {
+    return {
+        {.name = "cd0", .cdrom = true, .bus = "virtio-scsi", .address = "0:0:0", .drive = cd0,
+         .media = cd0_media},
+        {.name = "cd1", .cdrom = true, .bus = "ide", .address = "1:0", .drive = cd1,
+         .media = cd1_media},
+        {.name = "disk0", .cdrom = false, .bus = "virtio-scsi", .address = "0:0:1",
+         .source = "/images/disk0.img", .read_only = false, .cache_mode = "writeback",
+         .drive = disk0},
+    };
+  }
+
+  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(
+      const std::string& path) override {
+    opens.fetch_add(1);
+    {
+      absl::MutexLock lock(&mutex);
+      if (denied.count(path)) return absl::PermissionDeniedError(path + ": permission denied");
+    }
+    auto backend = block::raw::RawFileBackend::Open(path, {.read_only = true});
+    if (!backend.ok()) return backend.status();
+    return std::shared_ptr<block::BlockBackend>(*std::move(backend));
+  }
+
+  VmStatus Status() const override {
+    absl::MutexLock lock(&mutex);
+    VmStatus status;
+    status.state = stopping ? VmRunState::kStopping : paused ? VmRunState::kPaused
+                                                             : VmRunState::kRunning;
+    status.vcpus = 2;
+    status.memory_bytes = 256 << 20;
+    status.kernel = "/boot/guest.elf";
+    status.cmdline = "test=api";
+    status.uptime = absl::Seconds(3);
+    status.pid = 4242;
+    return status;
+  }
+
+  absl::Status Pause() override {
+    absl::MutexLock lock(&mutex);
+    if (stopping) return absl::FailedPreconditionError("the VM is stopping");
+    paused = true;
+    ++pause_calls;
+    return absl::OkStatus();
+  }
+
+  absl::Status Resume() override {
+    absl::MutexLock lock(&mutex);
+    if (stopping) return absl::FailedPreconditionError("the VM is stopping");
+    paused = false;
+    return absl::OkStatus();
+  }
+
+  absl::Status Shutdown(bool force, absl::Duration grace_period) override {
+    absl::MutexLock lock(&mutex);
+    stopping = true;
+    shutdowns.push_back({force, grace_period});
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<block::RemovableMedia> cd0_media, cd1_media;
+  std::shared_ptr<block::Drive> cd0, cd1, disk0;
+  std::shared_ptr<block::MemoryBackend> disk0_backend;
+  std::atomic<int> opens{0};
+
+  mutable absl::Mutex mutex;
+  std::set<std::string> denied ABSL_GUARDED_BY(mutex);
+  bool paused ABSL_GUARDED_BY(mutex) = false;
+  bool stopping ABSL_GUARDED_BY(mutex) = false;
+  int pause_calls ABSL_GUARDED_BY(mutex) = 0;
+  std::vector<std::pair<bool, absl::Duration>> shutdowns ABSL_GUARDED_BY(mutex);
+};
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fprintf(stderr, "TIMING setup\n");
+    // Under /tmp: the sandbox's TEST_TMPDIR is too long for a unix socket path.
+    char name[] = "/tmp/api_test.XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir_ = name;
+    socket_path_ = dir_ + "/api.sock";
+    iso_ = WriteFile("disc.iso", 2 << 20);
+    iso2_ = WriteFile("other.iso", 64 << 10);
+  }
+
+  void TearDown() override {
+    absl::Time t2 = absl::Now();
+    media_.reset(); vm_service_.reset(); channel_.reset();
+    fprintf(stderr, "TIMING channel %s\n", absl::FormatDuration(absl::Now() - t2).c_str());
+    absl::Time t0 = absl::Now();
+    server_.reset();
+    fprintf(stderr, "TIMING stop %s\n", absl::FormatDuration(absl::Now() - t0).c_str());
+    std::system(("rm -rf " + dir_).c_str());
+  }
+  ~ApiServerTest() override { fprintf(stderr, "TIMING dtor start\n"); }
+
+  std::string WriteFile(const std::string& name, size_t size) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream out(path, std::ios::binary);
+    out << std::string(size, 'c');
+    return path;
+  }
+
+  void StartServer(ApiServerOptions options = {}) {
+    if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
+      options.unix_socket_path = socket_path_;
+    }
+    auto server = ApiServer::Start(options, vm_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
+    media_ = pb::MediaService::NewStub(channel_);
+    vm_service_ = pb::VmService::NewStub(channel_);
+  }
+
+  static void Deadline(grpc::ClientContext& context, absl::Duration timeout = absl::Seconds(10)) {
+    context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+  }
+
+  grpc::Status Status(const std::string& drive, pb::DriveStatus* out) {
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::GetStatusRequest request;
+    request.set_drive(drive);
+    return media_->GetStatus(&context, request, out);
+  }
+  grpc::Status Insert(const std::string& drive, const std::string& path, pb::DriveStatus* out,
+                      const std::string& format = "") {
+    struct T { absl::Time t = absl::Now(); std::string p; ~T() { auto d = absl::Now() - t; if (d > absl::Seconds(1)) fprintf(stderr, "SLOW insert %s: %s\n", p.substr(0, 60).c_str(), absl::FormatDuration(d).c_str()); } } timer{absl::Now(), path};
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::InsertRequest request;
+    request.set_drive(drive);
+    request.set_path(path);
+    request.set_format(format);
+    return media_->Insert(&context, request, out);
+  }
+  grpc::Status Eject(const std::string& drive, bool force, pb::DriveStatus* out) {
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::EjectRequest request;
+    request.set_drive(drive);
+    request.set_force(force);
+    return media_->Eject(&context, request, out);
+  }
+  grpc::Status SetTray(const std::string& drive, bool open, bool force, pb::DriveStatus* out) {
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::SetTrayRequest request;
+    request.set_drive(drive);
+    request.set_open(open);
+    request.set_force(force);
+    return media_->SetTray(&context, request, out);
+  }
+  template <typename Call, typename Request>
+  grpc::Status Vm(Call call, const Request& request, pb::VmInfo* out) {
+    grpc::ClientContext context;
+    Deadline(context);
+    return (vm_service_.get()->*call)(&context, request, out);
+  }
+
+  std::string dir_;
+  std::string socket_path_;
+  std::string iso_;
+  std::string iso2_;
+  FakeVm vm_;
+  std::unique_ptr<ApiServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pb::MediaService::Stub> media_;
+  std::unique_ptr<pb::VmService::Stub> vm_service_;
+};
+
+// ---- Listening ----
+
+TEST_F(ApiServerTest, SocketIsMode0600AndRemovedOnStop) {
+  StartServer();
+  struct stat st {};
+  ASSERT_EQ(lstat(socket_path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_uid, getuid());
+  EXPECT_EQ(server_->unix_socket_path(), socket_path_);
+  server_->Stop();
+  EXPECT_NE(lstat(socket_path_.c_str(), &st), 0) << "the socket outlived the server";
+  server_->Stop();  // idempotent
+}
+
+TEST_F(ApiServerTest, RefusesARegularFileAtTheSocketPath) {
+  std::ofstream(socket_path_) << "not a socket";
+  auto server = ApiServer::Start({.unix_socket_path = socket_path_}, vm_);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(server.status().message().find(socket_path_), std::string::npos) << server.status();
+  std::ifstream in(socket_path_);
+  std::string content;
+  std::getline(in, content);
+  EXPECT_EQ(content, "not a socket");
+}
+
+TEST_F(ApiServerTest, RefusesALiveSocketAndKeepsItWorking) {
+  StartServer();
+  auto second = ApiServer::Start({.unix_socket_path = socket_path_}, vm_);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find(socket_path_), std::string::npos);
+  pb::DriveStatus status;
+  EXPECT_TRUE(Status("cd0", &status).ok()) << "the first server lost its socket";
+}
+
+TEST_F(ApiServerTest, ReusesAStaleSocket) {
+  {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    strncpy(address.sun_path, socket_path_.c_str(), sizeof(address.sun_path) - 1);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(listen(fd, 1), 0);
+    close(fd);  // a VMM that died: the socket file stays, nobody listens
+  }
+  StartServer();
+  pb::DriveStatus status;
+  EXPECT_TRUE(Status("cd0", &status).ok());
+  struct stat st {};
+  ASSERT_EQ(lstat(socket_path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+}
+
+TEST_F(ApiServerTest, NeedsSomewhereToListen) {
+  EXPECT_EQ(ApiServer::Start({}, vm_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ApiServerTest, TcpOnLoopbackOnly) {
+  auto refused = ApiServer::Start({.tcp_address = "0.0.0.0:0"}, vm_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  auto server = ApiServer::Start({.tcp_address = "127.0.0.1:0"}, vm_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->tcp_port(), 0);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->tcp_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = pb::VmService::NewStub(channel);
+  grpc::ClientContext context;
+  Deadline(context);
+  pb::VmInfo info;
+  EXPECT_TRUE(stub->GetInfo(&context, pb::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.pid(), 4242u);
+  // The port is this server's alone (no SO_REUSEPORT sharing with a second VMM).
+  auto second =
+      ApiServer::Start({.tcp_address = absl::StrCat("127.0.0.1:", (*server)->tcp_port())}, vm_);
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(absl::StrCat((*server)->tcp_port())), std::string::npos)
+      << second.status();
+}
+
+// Server reflection (what grpcurl uses) lists both services. The reflection messages come from
+// the generated pool (libgrpc++_reflection registers them); the call is a raw bidi stream.
+TEST_F(ApiServerTest, ReflectionListsTheServices) {
+  StartServer();
+  const google::protobuf::DescriptorPool* pool = google::protobuf::DescriptorPool::generated_pool();
+  const auto* request_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
+  const auto* response_type =
+      pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
+  ASSERT_NE(request_type, nullptr);
+  ASSERT_NE(response_type, nullptr);
+  google::protobuf::DynamicMessageFactory factory(pool);
+  std::unique_ptr<google::protobuf::Message> request(factory.GetPrototype(request_type)->New());
+  request->GetReflection()->SetString(request.get(), request_type->FindFieldByName("list_services"),
+                                      "");
+  std::string bytes;
+  ASSERT_TRUE(request->SerializeToString(&bytes));
+
+  grpc::ClientContext context;
+  Deadline(context);
+  grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                   grpc::internal::RpcMethod::BIDI_STREAMING);
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel_.get(), method, &context));
+  grpc::Slice slice(bytes);
+  ASSERT_TRUE(stream->Write(grpc::ByteBuffer(&slice, 1)));
+  stream->WritesDone();
+  grpc::ByteBuffer reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(reply.Dump(&slices).ok());
+  std::string reply_bytes;
+  for (const grpc::Slice& s : slices) reply_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  std::unique_ptr<google::protobuf::Message> response(factory.GetPrototype(response_type)->New());
+  ASSERT_TRUE(response->ParseFromString(reply_bytes));
+  const std::string text = response->DebugString();
+  EXPECT_NE(text.find("vmm.v1.MediaService"), std::string::npos) << text;
+  EXPECT_NE(text.find("vmm.v1.VmService"), std::string::npos) << text;
+  while (stream->Read(&reply)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+// ---- MediaService ----
+
+TEST_F(ApiServerTest, ListDrivesAndGetStatus) {
+  StartServer();
+  grpc::ClientContext context;
+  Deadline(context);
+  pb::ListDrivesResponse list;
+  ASSERT_TRUE(media_->ListDrives(&context, pb::ListDrivesRequest(), &list).ok());
+  ASSERT_EQ(list.drives_size(), 3);
+  const pb::DriveStatus& cd0 = list.drives(0);
+  EXPECT_EQ(cd0.name(), "cd0");
+  EXPECT_EQ(cd0.kind(), pb::DriveStatus::CDROM);
+  EXPECT_EQ(cd0.bus(), "virtio-scsi");
+  EXPECT_EQ(cd0.address(), "0:0:0");
+  EXPECT_TRUE(cd0.removable());
+  EXPECT_TRUE(cd0.medium_present());
+  EXPECT_FALSE(cd0.tray_open());
+  EXPECT_EQ(cd0.size_bytes(), 1u << 20);
+  EXPECT_EQ(cd0.source(), "/images/initial.iso");
+  EXPECT_TRUE(cd0.read_only());
+  const pb::DriveStatus& cd1 = list.drives(1);
+  EXPECT_EQ(cd1.bus(), "ide");
+  EXPECT_EQ(cd1.address(), "1:0");
+  EXPECT_FALSE(cd1.medium_present());
+  EXPECT_EQ(cd1.size_bytes(), 0u);
+  const pb::DriveStatus& disk0 = list.drives(2);
+  EXPECT_EQ(disk0.kind(), pb::DriveStatus::DISK);
+  EXPECT_FALSE(disk0.removable());
+  EXPECT_TRUE(disk0.medium_present());
+  EXPECT_EQ(disk0.size_bytes(), 4u << 20);
+  EXPECT_EQ(disk0.source(), "/images/disk0.img");
+  EXPECT_EQ(disk0.cache_mode(), "writeback");
+  EXPECT_FALSE(disk0.read_only());
+
+  pb::DriveStatus status;
+  ASSERT_TRUE(Status("cd1", &status).ok());
+  EXPECT_EQ(status.name(), "cd1");
+  grpc::Status error = Status("cd9", &status);
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(error.error_message().find("cd9"), std::string::npos) << error.error_message();
+  EXPECT_EQ(Status("", &status).error_code(), StatusCode::INVALID_ARGUMENT);
+  // A hostile name is not echoed whole.
+  error = Status(std::string(100000, 'x'), &status);
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_LT(error.error_message().size(), 400u);
+}
+
+TEST_F(ApiServerTest, EjectThenInsert) {
+  StartServer();
+  pb::DriveStatus status;
+  ASSERT_TRUE(Eject("cd0", false, &status).ok());
+  EXPECT_FALSE(status.medium_present());
+  EXPECT_TRUE(status.tray_open());
+  EXPECT_EQ(status.generation(), 1u);
+  EXPECT_EQ(status.source(), "");
+  EXPECT_FALSE(vm_.cd0_media->Current()->present);
+  // Ejecting an empty drive with an open tray is a no-op.
+  ASSERT_TRUE(Eject("cd0", false, &status).ok());
+  EXPECT_EQ(status.generation(), 1u);
+
+  ASSERT_TRUE(Insert("cd0", iso_, &status).ok());
+  EXPECT_TRUE(status.medium_present());
+  EXPECT_FALSE(status.tray_open());
+  EXPECT_EQ(status.generation(), 2u);
+  EXPECT_EQ(status.source(), iso_);
+  EXPECT_EQ(status.size_bytes(), 2u << 20);
+  const auto state = vm_.cd0_media->Current();
+  EXPECT_TRUE(state->ready());
+  EXPECT_EQ(state->source, iso_);
+  EXPECT_TRUE(state->backend->info().read_only);
+  ASSERT_TRUE(Insert("cd1", iso2_, &status, "raw").ok());
+  EXPECT_EQ(status.size_bytes(), 64u << 10);
+}
+
+// Every failing Insert leaves the drive exactly as it was: same snapshot, nothing published.
+TEST_F(ApiServerTest, InsertErrors) {
+  absl::Time tb = absl::Now();
+  StartServer();
+  fprintf(stderr, "TIMING start %s\n", absl::FormatDuration(absl::Now() - tb).c_str());
+  pb::DriveStatus status;
+  const auto cd1_before = vm_.cd1_media->Current();
+  const auto cd0_before = vm_.cd0_media->Current();
+  auto unchanged = [&] {
+    EXPECT_EQ(vm_.cd1_media->Current(), cd1_before);
+    EXPECT_EQ(vm_.cd0_media->Current(), cd0_before);
+  };
+
+  grpc::Status error = Insert("cd1", dir_ + "/missing.iso", &status);
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(error.error_message().find(dir_ + "/missing.iso"), std::string::npos)
+      << error.error_message();
+  unchanged();
+
+  // A long (but legal) path and a UTF-8 one are named whole, as typed.
+  const std::string long_missing = dir_ + "/" + std::string(200, 'd') + "/" + std::string(250, 'f');
+  error = Insert("cd1", long_missing, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(error.error_message().find(long_missing), std::string::npos) << error.error_message();
+  const std::string utf8_missing = dir_ + "/d\xc3\xa9j\xc3\xa0-vu.iso";
+  error = Insert("cd1", utf8_missing, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(error.error_message().find(utf8_missing), std::string::npos) << error.error_message();
+  unchanged();
+
+  error = Insert("cd1", dir_ + "/disc.iso/inside", &status);  // a component is not a directory
+  EXPECT_EQ(error.error_code(), StatusCode::NOT_FOUND);
+  unchanged();
+
+  error = Insert("cd1", dir_, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(error.error_message().find(dir_), std::string::npos);
+  unchanged();
+
+  // A FIFO would block an open(): refused before anything opens it.
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  error = Insert("cd1", fifo, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::INVALID_ARGUMENT);
+  unchanged();
+
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    vm_.denied.insert(iso_);
+  }
+  error = Insert("cd1", iso_, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(error.error_message().find(iso_), std::string::npos) << error.error_message();
+  unchanged();
+
+  EXPECT_EQ(Insert("cd1", "", &status).error_code(), StatusCode::INVALID_ARGUMENT);
+  error = Insert("cd1", "/" + std::string(PATH_MAX, 'a'), &status);
+  EXPECT_EQ(error.error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(error.error_message().find("PATH_MAX"), std::string::npos) << error.error_message();
+  EXPECT_LT(error.error_message().size(), 400u);
+  if (getenv("BIG")) EXPECT_EQ(Insert("cd1", "/" + std::string(1 << 20, 'a'), &status).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("cd1", iso2_ + std::string(1, '\0') + "x", &status).error_code(),
+            StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("cd1", iso2_, &status, "qcow2").error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("", iso2_, &status).error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Insert("cd7", iso2_, &status).error_code(), StatusCode::NOT_FOUND);
+  unchanged();
+
+  // A drive that holds a medium; a disk.
+  error = Insert("cd0", iso2_, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(error.error_message().find("/images/initial.iso"), std::string::npos);
+  error = Insert("disk0", iso2_, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(error.error_message().find("disk"), std::string::npos);
+  unchanged();
+  // Even a medium left in the open tray by the guest counts as present.
+  ASSERT_TRUE(vm_.cd0_media->GuestLoadEject(true).ok());
+  EXPECT_EQ(Insert("cd0", iso2_, &status).error_code(), StatusCode::FAILED_PRECONDITION);
+  // None of the refused requests needed to open the file, except the denied one.
+  EXPECT_EQ(vm_.opens.load(), 1);
+  fprintf(stderr, "TIMING body %s\n", absl::FormatDuration(absl::Now() - tb).c_str());
+}
+
+TEST_F(ApiServerTest, EjectHonoursTheGuestLockUnlessForced) {
+  StartServer();
+  vm_.cd0_media->SetLocked(true, /*by_guest=*/true);
+  const auto before = vm_.cd0_media->Current();
+  pb::DriveStatus status;
+  grpc::Status error = Eject("cd0", false, &status);
+  EXPECT_EQ(error.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(error.error_message().find("cd0"), std::string::npos);
+  EXPECT_EQ(vm_.cd0_media->Current(), before);
+  EXPECT_EQ(SetTray("cd0", true, false, &status).error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(vm_.cd0_media->Current(), before);
+  ASSERT_TRUE(Status("cd0", &status).ok());
+  EXPECT_TRUE(status.locked());
+  EXPECT_TRUE(status.medium_present());
+
+  ASSERT_TRUE(Eject("cd0", true, &status).ok());
+  EXPECT_FALSE(status.medium_present());
+  EXPECT_TRUE(status.tray_open());
+  EXPECT_TRUE(status.locked()) << "the lock is the guest's state";
+  // Inserting into the (still locked) empty drive is allowed: nothing to protect.
+  ASSERT_TRUE(Insert("cd0", iso_, &status).ok());
+  EXPECT_TRUE(status.medium_present());
+}
+
+TEST_F(ApiServerTest, SetTray) {
+  StartServer();
+  pb::DriveStatus status;
+  ASSERT_TRUE(SetTray("cd0", true, false, &status).ok());
+  EXPECT_TRUE(status.tray_open());
+  EXPECT_TRUE(status.medium_present());
+  EXPECT_EQ(status.generation(), 0u);
+  EXPECT_FALSE(vm_.cd0_media->Current()->ready());
+  ASSERT_TRUE(SetTray("cd0", false, false, &status).ok());
+  EXPECT_FALSE(status.tray_open());
+  EXPECT_TRUE(vm_.cd0_media->Current()->ready());
+  vm_.cd0_media->SetLocked(true, true);
+  EXPECT_EQ(SetTray("cd0", true, false, &status).error_code(), StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(SetTray("cd0", true, true, &status).ok());
+  EXPECT_TRUE(status.tray_open());
+  EXPECT_EQ(SetTray("disk0", true, true, &status).error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(SetTray("nope", true, true, &status).error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(Eject("disk0", true, &status).error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(Eject("nope", true, &status).error_code(), StatusCode::NOT_FOUND);
+}
+
+// ---- Watch ----
+
+using Reader = grpc::ClientReader<pb::MediaEvent>;
+
+struct WatchStream {
+  grpc::ClientContext context;
+  std::unique_ptr<Reader> reader;
+};
+
+std::unique_ptr<WatchStream> OpenWatch(pb::MediaService::Stub& stub, const std::string& drive) {
+  auto stream = std::make_unique<WatchStream>();
+  pb::WatchRequest request;
+  request.set_drive(drive);
+  stream->reader = stub.Watch(&stream->context, request);
+  // Subscribed once the initial metadata arrives (docs/api.md).
+  stream->reader->WaitForInitialMetadata();
+  return stream;
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return condition();
+}
+
+TEST_F(ApiServerTest, WatchDeliversEventsInOrderAndEndsOnCancel) {
+  StartServer();
+  auto watch = OpenWatch(*media_, "");
+  EXPECT_EQ(server_->watcher_count(), 1u);
+  pb::DriveStatus status;
+  const int64_t start = absl::GetCurrentTimeNanos();
+  ASSERT_TRUE(Eject("cd0", false, &status).ok());      // TRAY_OPENED, MEDIUM_REMOVED
+  ASSERT_TRUE(Insert("cd1", iso_, &status).ok());      // TRAY_OPENED, MEDIUM_INSERTED, TRAY_CLOSED
+  vm_.cd1_media->SetLocked(true, /*by_guest=*/true);   // LOCK_CHANGED (guest)
+  EXPECT_FALSE(vm_.cd1_media->GuestLoadEject(true).ok());  // EJECT_REQUESTED (guest)
+
+  struct Expected {
+    pb::MediaEvent::Type type;
+    const char* drive;
+    bool by_guest;
+  };
+  const Expected expected[] = {
+      {pb::MediaEvent::TRAY_OPENED, "cd0", false},    {pb::MediaEvent::MEDIUM_REMOVED, "cd0", false},
+      {pb::MediaEvent::TRAY_OPENED, "cd1", false},    {pb::MediaEvent::MEDIUM_INSERTED, "cd1", false},
+      {pb::MediaEvent::TRAY_CLOSED, "cd1", false},    {pb::MediaEvent::LOCK_CHANGED, "cd1", true},
+      {pb::MediaEvent::EJECT_REQUESTED, "cd1", true},
+  };
+  std::vector<pb::MediaEvent> events;
+  for (const Expected& want : expected) {
+    pb::MediaEvent event;
+    ASSERT_TRUE(watch->reader->Read(&event)) << "stream ended after " << events.size();
+    EXPECT_EQ(event.type(), want.type) << events.size();
+    EXPECT_EQ(event.drive(), want.drive) << events.size();
+    EXPECT_EQ(event.by_guest(), want.by_guest) << events.size();
+    EXPECT_EQ(event.status().name(), want.drive);
+    EXPECT_GE(event.time_unix_nanos(), start);
+    if (!events.empty()) {
+      EXPECT_GE(event.time_unix_nanos(), events.back().time_unix_nanos());
+    }
+    events.push_back(event);
+  }
+  // Each event carries the state right after its change.
+  EXPECT_TRUE(events[0].status().tray_open());
+  EXPECT_TRUE(events[0].status().medium_present());
+  EXPECT_FALSE(events[1].status().medium_present());
+  EXPECT_EQ(events[1].status().generation(), 1u);
+  EXPECT_TRUE(events[3].status().medium_present());
+  EXPECT_TRUE(events[3].status().tray_open());
+  EXPECT_EQ(events[3].status().source(), iso_);
+  EXPECT_FALSE(events[4].status().tray_open());
+  EXPECT_TRUE(events[5].status().locked());
+  EXPECT_TRUE(events[6].status().locked());
+
+  watch->context.TryCancel();
+  pb::MediaEvent extra;
+  while (watch->reader->Read(&extra)) {
+  }
+  EXPECT_EQ(watch->reader->Finish().error_code(), StatusCode::CANCELLED);
+  EXPECT_TRUE(WaitFor([&] { return server_->watcher_count() == 0; }))
+      << "the stream's handler did not end";
+  // The listeners are gone: changes after the cancel touch nothing freed.
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(i % 2 == 0, true).ok());
+}
+
+TEST_F(ApiServerTest, WatchOneDrive) {
+  StartServer();
+  auto watch = OpenWatch(*media_, "cd1");
+  ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(true, false).ok());  // not cd1: not delivered
+  ASSERT_TRUE(vm_.cd1_media->SetTrayOpen(true, false).ok());
+  pb::MediaEvent event;
+  ASSERT_TRUE(watch->reader->Read(&event));
+  EXPECT_EQ(event.drive(), "cd1");
+  EXPECT_EQ(event.type(), pb::MediaEvent::TRAY_OPENED);
+  watch->context.TryCancel();
+  while (watch->reader->Read(&event)) {
+  }
+  watch->reader->Finish();
+
+  for (const auto& [drive, code] : std::vector<std::pair<std::string, StatusCode>>{
+           {"cd9", StatusCode::NOT_FOUND}, {"disk0", StatusCode::FAILED_PRECONDITION}}) {
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::WatchRequest request;
+    request.set_drive(drive);
+    auto reader = media_->Watch(&context, request);
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), code) << drive;
+  }
+}
+
+TEST_F(ApiServerTest, WatchEndsCleanlyWhenTheServerStops) {
+  StartServer();
+  auto watch = OpenWatch(*media_, "");
+  ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(true, false).ok());
+  server_->Stop();
+  pb::MediaEvent event;
+  ASSERT_TRUE(watch->reader->Read(&event)) << "the queued event was not delivered before the end";
+  EXPECT_EQ(event.type(), pb::MediaEvent::TRAY_OPENED);
+  EXPECT_FALSE(watch->reader->Read(&event));
+  const grpc::Status status = watch->reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+}
+
+// A watcher that does not read: the device side (here the thread toggling the tray) never waits;
+// the stream ends with RESOURCE_EXHAUSTED once its queue overflows.
+TEST_F(ApiServerTest, SlowWatcherOverflowEndsTheStream) {
+  StartServer({.unix_socket_path = socket_path_, .watch_queue_limit = 16});
+  auto watch = OpenWatch(*media_, "cd0");
+  const absl::Time start = absl::Now();
+  constexpr int kChanges = 20000;
+  for (int i = 0; i < kChanges; ++i) {
+    ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(i % 2 == 0, false).ok());
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "media changes waited for the watcher";
+  // Now read: a prefix of the events, in order, then the error.
+  pb::MediaEvent event;
+  int received = 0;
+  while (watch->reader->Read(&event)) {
+    EXPECT_EQ(event.type(),
+              received % 2 == 0 ? pb::MediaEvent::TRAY_OPENED : pb::MediaEvent::TRAY_CLOSED);
+    ++received;
+  }
+  const grpc::Status status = watch->reader->Finish();
+  EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+  EXPECT_NE(status.error_message().find("fell behind"), std::string::npos);
+  EXPECT_LT(received, kChanges);
+  EXPECT_TRUE(WaitFor([&] { return server_->watcher_count() == 0; }));
+  // The device side is unaffected, and a new watcher works.
+  auto again = OpenWatch(*media_, "cd0");
+  ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(true, true).ok());
+  ASSERT_TRUE(again->reader->Read(&event));
+  again->context.TryCancel();
+  while (again->reader->Read(&event)) {
+  }
+  again->reader->Finish();
+}
+
+TEST_F(ApiServerTest, TooManyWatchersAreRefused) {
+  StartServer({.unix_socket_path = socket_path_, .max_watchers = 2});
+  auto first = OpenWatch(*media_, "");
+  auto second = OpenWatch(*media_, "");
+  grpc::ClientContext context;
+  Deadline(context);
+  auto third = media_->Watch(&context, pb::WatchRequest());
+  pb::MediaEvent event;
+  EXPECT_FALSE(third->Read(&event));
+  EXPECT_EQ(third->Finish().error_code(), StatusCode::RESOURCE_EXHAUSTED);
+  for (auto* watch : {first.get(), second.get()}) {
+    watch->context.TryCancel();
+    while (watch->reader->Read(&event)) {
+    }
+    watch->reader->Finish();
+  }
+}
+
+// ---- VmService ----
+
+TEST_F(ApiServerTest, InfoPauseResume) {
+  StartServer();
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::RUNNING);
+  EXPECT_EQ(info.vcpus(), 2u);
+  EXPECT_EQ(info.memory_bytes(), 256u << 20);
+  EXPECT_EQ(info.kernel(), "/boot/guest.elf");
+  EXPECT_EQ(info.cmdline(), "test=api");
+  EXPECT_EQ(info.uptime_ms(), 3000);
+  EXPECT_EQ(info.pid(), 4242u);
+  ASSERT_EQ(info.drives_size(), 3);
+  EXPECT_EQ(info.drives(2).name(), "disk0");
+
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Pause, pb::PauseRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::PAUSED);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Pause, pb::PauseRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::PAUSED);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Resume, pb::ResumeRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::RUNNING);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Resume, pb::ResumeRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::RUNNING);
+}
+
+TEST_F(ApiServerTest, Shutdown) {
+  StartServer();
+  pb::VmInfo info;
+  pb::ShutdownRequest graceful;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Shutdown, graceful, &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::STOPPING);
+  pb::ShutdownRequest graceful_short;
+  graceful_short.set_grace_period_ms(250);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Shutdown, graceful_short, &info).ok());
+  pb::ShutdownRequest forced;
+  forced.set_force(true);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Shutdown, forced, &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::STOPPING);
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    ASSERT_EQ(vm_.shutdowns.size(), 3u);
+    EXPECT_FALSE(vm_.shutdowns[0].first);
+    EXPECT_EQ(vm_.shutdowns[0].second, absl::Milliseconds(5000)) << "the default grace period";
+    EXPECT_EQ(vm_.shutdowns[1].second, absl::Milliseconds(250));
+    EXPECT_TRUE(vm_.shutdowns[2].first);
+  }
+  // A stopping VM cannot be paused; the VmControl's code comes through.
+  EXPECT_EQ(Vm(&pb::VmService::Stub::Pause, pb::PauseRequest(), &info).error_code(),
+            StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ApiServerTest, GetStats) {
+  StartServer();
+  // One 4 KiB read and one 8 KiB write through disk0's block-layer queue.
+  auto queue = vm_.disk0->CreateQueue([](uint64_t, block::Completion completion) {
+    EXPECT_TRUE(completion.ok());
+  });
+  ASSERT_TRUE(queue.ok());
+  std::vector<uint8_t> read_buffer(4096), write_buffer(8192, 7);
+  iovec read_iov{read_buffer.data(), read_buffer.size()};
+  iovec write_iov{write_buffer.data(), write_buffer.size()};
+  block::Request read;
+  read.type = block::RequestType::kRead;
+  read.buffers = std::span<const iovec>(&read_iov, 1);
+  block::Request write;
+  write.type = block::RequestType::kWrite;
+  write.offset = 65536;
+  write.buffers = std::span<const iovec>(&write_iov, 1);
+  (*queue)->Enqueue(read, 1);
+  (*queue)->Enqueue(write, 2);
+  (*queue)->Submit();
+  while ((*queue)->in_flight() > 0) {
+    pollfd fd{(*queue)->completion_fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&fd, 1, 5000), 1);
+    (*queue)->ProcessCompletions();
+  }
+
+  grpc::ClientContext context;
+  Deadline(context);
+  pb::GetStatsRequest request;
+  pb::GetStatsResponse response;
+  ASSERT_TRUE(vm_service_->GetStats(&context, request, &response).ok());
+  ASSERT_EQ(response.drives_size(), 3);
+  const pb::DriveStats& disk = response.drives(2);
+  EXPECT_EQ(disk.drive(), "disk0");
+  EXPECT_EQ(disk.read_requests(), 1u);
+  EXPECT_EQ(disk.read_bytes(), 4096u);
+  EXPECT_EQ(disk.write_requests(), 1u);
+  EXPECT_EQ(disk.write_bytes(), 8192u);
+  EXPECT_EQ(disk.errors(), 0u);
+  EXPECT_LE(disk.latency_p50_us(), disk.latency_p99_us());
+  EXPECT_LE(disk.latency_p99_us(), disk.latency_max_us());
+  EXPECT_EQ(response.drives(0).read_requests(), 0u);
+
+  grpc::ClientContext one_context;
+  Deadline(one_context);
+  request.set_drive("disk0");
+  response.Clear();
+  ASSERT_TRUE(vm_service_->GetStats(&one_context, request, &response).ok());
+  ASSERT_EQ(response.drives_size(), 1);
+  EXPECT_EQ(response.drives(0).write_bytes(), 8192u);
+
+  grpc::ClientContext bad_context;
+  Deadline(bad_context);
+  request.set_drive("disk9");
+  EXPECT_EQ(vm_service_->GetStats(&bad_context, request, &response).error_code(),
+            StatusCode::NOT_FOUND);
+}
+
+// ---- Many clients at once ----
+
+// 8 threads x 200 mixed calls on cd1 (insert/eject/tray/status) and the VM (info/pause/resume/
+// stats), each on its own channel, with a watcher: every call answers (deadlines catch a
+// deadlock), every snapshot is consistent, and the counts add up.
+TEST_F(ApiServerTest, ManyConcurrentClients) {
+  StartServer({.unix_socket_path = socket_path_, .watch_queue_limit = 1 << 20});
+  auto watch = OpenWatch(*media_, "cd1");
+  std::atomic<int> inserted{0}, insert_refused{0}, failures{0};
+  std::atomic<int> inconsistent{0};
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto channel = grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
+      auto media = pb::MediaService::NewStub(channel);
+      auto vm = pb::VmService::NewStub(channel);
+      // A consistent snapshot of cd1: present exactly when the generation is odd (it starts
+      // empty at 0; each insert and each removal bumps it once), a source exactly when present.
+      auto check = [&](const pb::DriveStatus& s) {
+        if (s.medium_present() != (s.generation() % 2 == 1) ||
+            s.medium_present() == s.source().empty()) {
+          inconsistent.fetch_add(1);
+        }
+      };
+      for (int i = 0; i < kCalls; ++i) {
+        grpc::ClientContext context;
+        Deadline(context);
+        pb::DriveStatus status;
+        pb::VmInfo info;
+        grpc::Status result;
+        switch ((t + i) % 8) {
+          case 0:
+          case 1: {
+            pb::InsertRequest request;
+            request.set_drive("cd1");
+            request.set_path(t % 2 ? iso_ : iso2_);
+            result = media->Insert(&context, request, &status);
+            if (result.ok()) {
+              inserted.fetch_add(1);
+              check(status);
+            } else if (result.error_code() == StatusCode::FAILED_PRECONDITION) {
+              insert_refused.fetch_add(1);
+              result = grpc::Status::OK;
+            }
+            break;
+          }
+          case 2: {
+            pb::EjectRequest request;
+            request.set_drive("cd1");
+            result = media->Eject(&context, request, &status);
+            if (result.ok()) check(status);
+            break;
+          }
+          case 3: {
+            pb::SetTrayRequest request;
+            request.set_drive("cd1");
+            request.set_open(i % 2 == 0);
+            result = media->SetTray(&context, request, &status);
+            if (result.ok()) check(status);
+            break;
+          }
+          case 4: {
+            pb::GetStatusRequest request;
+            request.set_drive("cd1");
+            result = media->GetStatus(&context, request, &status);
+            if (result.ok()) check(status);
+            break;
+          }
+          case 5:
+            result = vm->GetInfo(&context, pb::GetInfoRequest(), &info);
+            if (result.ok()) check(info.drives(1));
+            break;
+          case 6:
+            result = (i % 2 == 0) ? vm->Pause(&context, pb::PauseRequest(), &info)
+                                  : vm->Resume(&context, pb::ResumeRequest(), &info);
+            break;
+          case 7: {
+            pb::GetStatsResponse stats;
+            result = vm->GetStats(&context, pb::GetStatsRequest(), &stats);
+            if (result.ok() && stats.drives_size() != 3) inconsistent.fetch_add(1);
+            break;
+          }
+        }
+        if (!result.ok()) {
+          failures.fetch_add(1);
+          ADD_FAILURE() << "call " << (t + i) % 8 << ": " << result.error_code() << " "
+                        << result.error_message();
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(inconsistent.load(), 0);
+  EXPECT_GT(inserted.load(), 0);
+  EXPECT_GT(insert_refused.load(), 0);
+
+  const auto final_state = vm_.cd1_media->Current();
+  const uint64_t generation = final_state->generation;
+  const int removals = static_cast<int>(generation) - inserted.load();
+  EXPECT_EQ(inserted.load() - removals, final_state->present ? 1 : 0)
+      << "generation " << generation << ", inserts " << inserted.load();
+
+  // The watcher saw every change, in order: as many insertions and removals as happened, with
+  // generations that never go back.
+  int seen_inserted = 0, seen_removed = 0;
+  uint64_t last_generation = 0;
+  pb::MediaEvent event;
+  while ((seen_inserted < inserted.load() || seen_removed < removals) && watch->reader->Read(&event)) {
+    EXPECT_GE(event.status().generation(), last_generation);
+    last_generation = event.status().generation();
+    if (event.type() == pb::MediaEvent::MEDIUM_INSERTED) ++seen_inserted;
+    if (event.type() == pb::MediaEvent::MEDIUM_REMOVED) ++seen_removed;
+  }
+  EXPECT_EQ(seen_inserted, inserted.load());
+  EXPECT_EQ(seen_removed, removals);
+  EXPECT_EQ(last_generation, generation);
+  watch->context.TryCancel();
+  while (watch->reader->Read(&event)) {
+  }
+  watch->reader->Finish();
+}
+
+}  // namespace
+}  // namespace api

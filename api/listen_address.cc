@@ -1,0 +1,144 @@
+#include "api/listen_address.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+
+namespace api {
+namespace {
+
+std::string Errno(int error) { return std::string(strerror(error)); }
+
+// The directory part of `path` ("." for a bare name).
+std::string Directory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::Status PrepareUnixSocketPath(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("the API socket path is empty");
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("API socket path %s is %d bytes; a unix socket path holds at most %d", path,
+                        path.size(), sizeof(address.sun_path) - 1));
+  }
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("the API socket path contains a NUL byte");
+  }
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    if (error != ENOENT) {
+      return absl::ErrnoToStatus(error, absl::StrFormat("API socket %s", path));
+    }
+    const std::string directory = Directory(path);
+    struct stat dir {};
+    if (stat(directory.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) {
+      return absl::NotFoundError(absl::StrFormat(
+          "API socket %s: the directory %s does not exist", path, directory));
+    }
+    return absl::OkStatus();
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "API socket %s: the path exists and is not a socket (%s); refusing to replace it", path,
+        S_ISREG(st.st_mode)   ? "a regular file"
+        : S_ISDIR(st.st_mode) ? "a directory"
+        : S_ISLNK(st.st_mode) ? "a symbolic link"
+                              : "a special file"));
+  }
+  // A socket: live (someone accepts connections) or stale (left by a process that died).
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::ErrnoToStatus(errno, "socket(AF_UNIX)");
+  address.sun_family = AF_UNIX;
+  memcpy(address.sun_path, path.data(), path.size());
+  int result;
+  do {
+    result = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+  } while (result != 0 && errno == EINTR);
+  const int error = result == 0 ? 0 : errno;
+  close(fd);
+  if (result == 0 || error == EAGAIN) {
+    // EAGAIN: a listener whose backlog is full, alive all the same.
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "API socket %s: another process is listening on it (another VMM?); refusing to take it "
+        "over", path));
+  }
+  if (error != ECONNREFUSED) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "API socket %s exists and cannot be checked (connect: %s); remove it if it is stale", path,
+        Errno(error)));
+  }
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("removing the stale API socket %s", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any) {
+  std::string host;
+  std::string port_text;
+  if (!text.empty() && text[0] == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("API address %s: expected [IPv6]:PORT", text));
+    }
+    host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos || text.find(':') != colon) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "API address %s: expected HOST:PORT (IPv6 as [ADDRESS]:PORT)", text));
+    }
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  uint32_t port = 0;
+  if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrFormat("API address %s: bad port '%s'", text,
+                                                      port_text));
+  }
+  bool loopback = false;
+  std::string grpc_address;
+  in_addr v4{};
+  in6_addr v6{};
+  if (host == "localhost") {
+    loopback = true;
+    grpc_address = absl::StrFormat("localhost:%d", port);
+  } else if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
+    loopback = (ntohl(v4.s_addr) >> 24) == 127;
+    grpc_address = absl::StrFormat("%s:%d", host, port);
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6) ||
+               (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    grpc_address = absl::StrFormat("[%s]:%d", host, port);
+  } else {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "API address %s: '%s' is not an IP address (or localhost)", text, host));
+  }
+  if (!loopback && !listen_any) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "API address %s is not a loopback address; the API has no authentication, so it listens "
+        "beyond this host only with --api-listen-any",
+        text));
+  }
+  return grpc_address;
+}
+
+}  // namespace api

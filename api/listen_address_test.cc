@@ -1,0 +1,125 @@
+#include "api/listen_address.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace api {
+namespace {
+
+// A fresh directory under /tmp (the sandbox's TEST_TMPDIR is too long for a socket path).
+class ListenAddressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char name[] = "/tmp/listen_test.XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir_ = name;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  // A socket bound at `path`; listening or not. Returns the fd (the caller closes it).
+  int BindSocket(const std::string& path, bool listening) {
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << strerror(errno);
+    if (listening) {
+      EXPECT_EQ(listen(fd, 4), 0);
+    }
+    return fd;
+  }
+
+  static bool Exists(const std::string& path) {
+    struct stat st {};
+    return lstat(path.c_str(), &st) == 0;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ListenAddressTest, AFreePathIsFine) {
+  EXPECT_TRUE(PrepareUnixSocketPath(dir_ + "/api.sock").ok());
+  EXPECT_FALSE(Exists(dir_ + "/api.sock"));
+}
+
+TEST_F(ListenAddressTest, BadPaths) {
+  EXPECT_EQ(PrepareUnixSocketPath("").code(), absl::StatusCode::kInvalidArgument);
+  const std::string long_path = dir_ + "/" + std::string(120, 'x');
+  absl::Status status = PrepareUnixSocketPath(long_path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("at most 107"), std::string::npos) << status;
+  status = PrepareUnixSocketPath(dir_ + "/missing/api.sock");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(status.message().find(dir_ + "/missing"), std::string::npos) << status;
+}
+
+TEST_F(ListenAddressTest, RefusesARegularFileADirectoryAndASymlink) {
+  const std::string file = dir_ + "/file";
+  std::ofstream(file) << "precious";
+  absl::Status status = PrepareUnixSocketPath(file);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(status.message().find(file), std::string::npos) << status;
+  EXPECT_NE(status.message().find("regular file"), std::string::npos) << status;
+  EXPECT_TRUE(Exists(file));
+
+  EXPECT_EQ(PrepareUnixSocketPath(dir_).code(), absl::StatusCode::kAlreadyExists);
+
+  // Even a symlink to a stale socket: never follow links into someone else's directory.
+  const std::string socket_path = dir_ + "/stale.sock";
+  close(BindSocket(socket_path, /*listening=*/false));
+  ASSERT_EQ(symlink(socket_path.c_str(), (dir_ + "/link").c_str()), 0);
+  EXPECT_EQ(PrepareUnixSocketPath(dir_ + "/link").code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(Exists(socket_path));
+}
+
+TEST_F(ListenAddressTest, RefusesALiveSocket) {
+  const std::string path = dir_ + "/live.sock";
+  const int fd = BindSocket(path, /*listening=*/true);
+  absl::Status status = PrepareUnixSocketPath(path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(status.message().find("listening"), std::string::npos) << status;
+  EXPECT_NE(status.message().find(path), std::string::npos) << status;
+  EXPECT_TRUE(Exists(path));
+  close(fd);
+}
+
+TEST_F(ListenAddressTest, RemovesAStaleSocket) {
+  const std::string path = dir_ + "/stale.sock";
+  close(BindSocket(path, /*listening=*/true));  // the listener died; the file stayed
+  ASSERT_TRUE(Exists(path));
+  EXPECT_TRUE(PrepareUnixSocketPath(path).ok());
+  EXPECT_FALSE(Exists(path));
+}
+
+TEST(TcpListenAddressTest, LoopbackOnlyUnlessAsked) {
+  EXPECT_EQ(*ParseTcpListenAddress("127.0.0.1:7000", false), "127.0.0.1:7000");
+  EXPECT_EQ(*ParseTcpListenAddress("127.1.2.3:0", false), "127.1.2.3:0");
+  EXPECT_EQ(*ParseTcpListenAddress("[::1]:7000", false), "[::1]:7000");
+  EXPECT_EQ(*ParseTcpListenAddress("localhost:7000", false), "localhost:7000");
+  for (const char* outside : {"0.0.0.0:7000", "10.0.0.1:7000", "[::]:7000", "[2001:db8::1]:80"}) {
+    auto parsed = ParseTcpListenAddress(outside, false);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << outside;
+    EXPECT_NE(parsed.status().message().find("--api-listen-any"), std::string::npos) << outside;
+    EXPECT_TRUE(ParseTcpListenAddress(outside, true).ok()) << outside;
+  }
+}
+
+TEST(TcpListenAddressTest, Malformed) {
+  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:x",
+                          "::1:7000", "[::1]7000", "[::1", "example.com:80", "127.0.0.1:-1"}) {
+    EXPECT_EQ(ParseTcpListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace api

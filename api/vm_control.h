@@ -1,0 +1,73 @@
+#ifndef API_VM_CONTROL_H_
+#define API_VM_CONTROL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "block/backend.h"
+#include "block/drive.h"
+#include "block/media.h"
+
+namespace api {
+
+// One drive of the VM as the API sees it. Fixed for the VM's lifetime; the media state lives in
+// `media` (block::RemovableMedia), which the API reads and changes directly: the devices hear of
+// every change through the block layer's media events, so the API needs no device knowledge.
+struct DriveEntry {
+  std::string name;            // "cd0", "disk0", ...
+  bool cdrom = false;          // else a disk
+  std::string bus;             // "virtio-scsi" or "ide"
+  std::string address;         // "0:0:LUN" (channel:target:lun) or "CHANNEL:UNIT" (IDE)
+  std::string source;          // disks: the image's host path (CD-ROMs: from the media state)
+  bool read_only = false;      // disks (CD-ROMs are always read-only)
+  std::string cache_mode;      // disks: "writeback", "none", ...
+  std::shared_ptr<block::Drive> drive;          // size, statistics
+  std::shared_ptr<block::RemovableMedia> media;  // null for disks
+};
+
+enum class VmRunState { kRunning, kPaused, kStopping };
+
+struct VmStatus {
+  VmRunState state = VmRunState::kRunning;
+  uint32_t vcpus = 0;
+  uint64_t memory_bytes = 0;
+  std::string kernel;
+  std::string cmdline;
+  absl::Duration uptime;
+  uint32_t pid = 0;
+};
+
+// What the API server needs of the VMM. The VMM implements it over its Vm (vmm/vm_api.h); tests
+// fake it. Every method may be called from any gRPC thread, concurrently.
+class VmControl {
+ public:
+  virtual ~VmControl() = default;
+
+  // Every drive, disks included, in a stable order. Called once when the server starts.
+  virtual std::vector<DriveEntry> Drives() const = 0;
+
+  // Opens the host file `path` as a read-only CD/DVD medium. Errors name the path: NotFound,
+  // PermissionDenied, or anything else for a file that cannot be a medium.
+  virtual absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(
+      const std::string& path) = 0;
+
+  virtual VmStatus Status() const = 0;
+
+  // Stops every vCPU (devices and iothreads keep running) / lets them run again. Idempotent.
+  // FailedPrecondition when the VM is stopping.
+  virtual absl::Status Pause() = 0;
+  virtual absl::Status Resume() = 0;
+
+  // Stops the VM now (`force`), or gracefully within `grace_period`. Returns at once; the VMM
+  // process then exits with status 0. Idempotent.
+  virtual absl::Status Shutdown(bool force, absl::Duration grace_period) = 0;
+};
+
+}  // namespace api
+
+#endif  // API_VM_CONTROL_H_

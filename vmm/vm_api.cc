@@ -1,0 +1,69 @@
+#include "vmm/vm_api.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_format.h"
+#include "block/cache_mode.h"
+
+namespace vmm {
+
+std::vector<api::DriveEntry> VmApiControl::Drives() const {
+  std::vector<api::DriveEntry> entries;
+  for (const AttachedDrive& attached : vm_.storage().drives()) {
+    api::DriveEntry entry;
+    entry.name = attached.name;
+    entry.cdrom = attached.spec.kind == DriveSpec::Kind::kCdrom;
+    if (attached.spec.bus == DriveSpec::Bus::kIde) {
+      entry.bus = "ide";
+      entry.address = absl::StrFormat("%d:%d", attached.ide_channel, attached.ide_unit);
+    } else {
+      // One virtio-scsi controller, target 0: channel:target:lun.
+      entry.bus = "virtio-scsi";
+      entry.address = absl::StrFormat("0:0:%d", attached.lun);
+    }
+    if (!entry.cdrom) {
+      entry.source = attached.spec.path;
+      entry.read_only = attached.spec.read_only;
+      entry.cache_mode = block::CacheModeName(attached.spec.cache_mode);
+    }
+    entry.drive = attached.drive;
+    entry.media = attached.media;
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
+    const std::string& path) {
+  return Storage::OpenMedium(path);
+}
+
+api::VmStatus VmApiControl::Status() const {
+  api::VmStatus status;
+  switch (vm_.run_state()) {
+    case Vm::RunState::kRunning:
+      status.state = api::VmRunState::kRunning;
+      break;
+    case Vm::RunState::kPaused:
+      status.state = api::VmRunState::kPaused;
+      break;
+    case Vm::RunState::kStopping:
+      status.state = api::VmRunState::kStopping;
+      break;
+  }
+  const VmConfig& config = vm_.config();
+  status.vcpus = config.vcpus;
+  status.memory_bytes = config.memory_bytes;
+  status.kernel = config.kernel_path;
+  status.cmdline = config.cmdline;
+  status.uptime = absl::Now() - config.launch_time;
+  status.pid = static_cast<uint32_t>(getpid());
+  return status;
+}
+
+absl::Status VmApiControl::Shutdown(bool force, absl::Duration grace_period) {
+  vm_.RequestStop(force, grace_period);
+  return absl::OkStatus();
+}
+
+}  // namespace vmm

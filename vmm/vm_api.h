@@ -1,0 +1,32 @@
+#ifndef VMM_VM_API_H_
+#define VMM_VM_API_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "api/vm_control.h"
+#include "vmm/vm.h"
+
+namespace vmm {
+
+// The control API's view of a Vm (api::VmControl): its drives as the storage wired them, media
+// opened as Storage::OpenMedium does, pause/resume/stop through the Vm. The Vm must outlive it.
+class VmApiControl : public api::VmControl {
+ public:
+  explicit VmApiControl(Vm& vm) : vm_(vm) {}
+
+  std::vector<api::DriveEntry> Drives() const override;
+  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
+  api::VmStatus Status() const override;
+  absl::Status Pause() override { return vm_.Pause(); }
+  absl::Status Resume() override { return vm_.Resume(); }
+  absl::Status Shutdown(bool force, absl::Duration grace_period) override;
+
+ private:
+  Vm& vm_;
+};
+
+}  // namespace vmm
+
+#endif  // VMM_VM_API_H_
