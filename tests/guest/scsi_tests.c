@@ -1229,6 +1229,67 @@ GUEST_TEST_NAMED(scsi_media, "scsi-media", "virtio-scsi: CD medium change (@@EJE
 }
 
 /* ============================================================================================
+ * scsi-lock: the guest holds the medium lock while the host acts (the control API's eject while
+ * locked, and guest-initiated ejects). Driven by one command per line on the serial input.
+ */
+
+static bool is_not_ready(const struct tur_state *t) { return is_not_ready_no_medium(t); }
+
+GUEST_TEST_NAMED(scsi_lock, "scsi-lock", "virtio-scsi: PREVENT MEDIUM REMOVAL, prints @@LOCKED cd, then runs host commands from the serial input") {
+  setup(arg_u64("verbose", 0) != 0);
+  need_cd();
+  struct scsi_lun *l = &cd;
+  uint64_t hold_us = arg_u64("hold_ms", 30000) * 1000, timeout_us = arg_u64("timeout_ms", 10000) * 1000;
+  uint64_t poll_us = arg_u64("poll_ms", 10) * 1000;
+  scsi_wait_ready(l, 5000000, false);
+  uint8_t prevent[6] = {SCSI_PREVENT_ALLOW, 0, 0, 0, 1, 0};
+  struct vscsi_req *r = scsi_cmd(l, prevent, 6, VSCSI_DIR_NONE, NULL, 0);
+  if (!scsi_good(r)) test_fail("PREVENT MEDIUM REMOVAL: %s", RES(r));
+  printf("@@LOCKED cd\n");
+  /* Host commands, one per line, each answered with "scsi-lock: CMD -> RESULT":
+   *   loej / load   START STOP UNIT with LoEj, START=0 (eject: open the tray) / START=1 (load)
+   *   tur           one TEST UNIT READY
+   *   gone          poll TEST UNIT READY until NOT READY 02/3A (the medium is out)
+   *   ready         poll until GOOD (a medium is in; unit attentions are consumed on the way)
+   *   read          READ(10) of the first 16 sectors, pattern-checked (seed from block 0)
+   *   lock / unlock PREVENT / ALLOW MEDIUM REMOVAL
+   *   done          ALLOW MEDIUM REMOVAL and PASS */
+  char line[64];
+  for (;;) {
+    int n = serial_read_line(line, sizeof(line), hold_us);
+    if (n < 0) test_fail("no host command within %lu ms", hold_us / 1000);
+    if (n == 0) continue;
+    if (!strcmp(line, "loej") || !strcmp(line, "load")) {
+      uint8_t ssu[6] = {SCSI_START_STOP_UNIT, 0, 0, 0, (uint8_t)(!strcmp(line, "load") ? 0x03 : 0x02), 0};
+      r = scsi_cmd(l, ssu, 6, VSCSI_DIR_NONE, NULL, 0);
+      printf("scsi-lock: %s -> %s\n", line, RES(r));
+    } else if (!strcmp(line, "tur")) {
+      struct tur_state t = tur_once(l);
+      (void)t;
+      printf("scsi-lock: tur -> %s\n", RES(&l->req));
+    } else if (!strcmp(line, "gone")) {
+      poll_tur(l, is_not_ready, timeout_us, poll_us, "NOT READY 02/3A/xx (medium gone)");
+      printf("scsi-lock: gone -> %s\n", RES(&l->req));
+    } else if (!strcmp(line, "ready")) {
+      poll_tur(l, is_good, timeout_us, poll_us, "GOOD (a medium)");
+      printf("scsi-lock: ready -> GOOD\n");
+    } else if (!strcmp(line, "read")) {
+      scsi_read_capacity(l, false); /* the block size, and the medium may have changed */
+      cd_read_verify(l, 0, 16 < l->blocks ? 16 : l->blocks, false, 0, "scsi-lock");
+      printf("scsi-lock: read -> GOOD\n");
+    } else if (!strcmp(line, "lock") || !strcmp(line, "unlock") || !strcmp(line, "done")) {
+      prevent[4] = !strcmp(line, "lock") ? 1 : 0;
+      r = scsi_cmd(l, prevent, 6, VSCSI_DIR_NONE, NULL, 0);
+      printf("scsi-lock: %s -> %s\n", line, RES(r));
+      if (!scsi_good(r)) test_fail("PREVENT ALLOW MEDIUM REMOVAL: %s", RES(r));
+      if (!strcmp(line, "done")) return;
+    } else {
+      printf("scsi-lock: %s -> unknown command\n", line);
+    }
+  }
+}
+
+/* ============================================================================================
  * scsi-bench: polled 4 KiB random writes
  */
 

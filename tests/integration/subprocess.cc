@@ -48,6 +48,7 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
   bool signalled = false;
   int open_fds = 2;
   int fds[2] = {out_pipe[0], err_pipe[0]};
+  size_t lines_seen = 0;  // result.out up to here went to on_output_line
   while (open_fds > 0) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -69,6 +70,14 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
         continue;
       }
       (i == 0 ? result.out : result.err).append(buffer, static_cast<size_t>(count));
+    }
+    if (options.on_output_line) {
+      size_t newline;
+      while ((newline = result.out.find('\n', lines_seen)) != std::string::npos) {
+        const std::string reply = options.on_output_line(result.out.substr(lines_seen, newline - lines_seen));
+        lines_seen = newline + 1;
+        if (!reply.empty() && stdin_fd >= 0) (void)!write(stdin_fd, reply.data(), reply.size());
+      }
     }
     if (options.signal != 0 && !signalled &&
         result.out.find(options.signal_after_output) != std::string::npos) {

@@ -1,6 +1,7 @@
 #ifndef TESTS_INTEGRATION_SUBPROCESS_H_
 #define TESTS_INTEGRATION_SUBPROCESS_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct ProcessOptions {
   // If set, the signal is sent once `signal_after_output` appears on stdout.
   int signal = 0;
   std::string signal_after_output;
+  // If set, called on the calling thread with every complete line of stdout (without its newline)
+  // as it arrives; what it returns is written to the child's stdin (with keep_stdin_open; ignored
+  // once stdin is closed). A test answers its guest's "@@..." lines this way.
+  std::function<std::string(const std::string& line)> on_output_line;
 };
 
 // Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the timeout.

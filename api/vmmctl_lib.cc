@@ -1,0 +1,772 @@
+#include "api/vmmctl_lib.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace vmmctl {
+namespace {
+
+using vmm::v1::DriveStatus;
+
+// ---- Watch cancellation (SIGINT/SIGTERM in vmmctl's main) ----
+
+absl::Mutex watch_mutex;
+grpc::ClientContext* active_watch ABSL_GUARDED_BY(watch_mutex) = nullptr;
+bool watch_cancelled ABSL_GUARDED_BY(watch_mutex) = false;
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
+  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
+}
+
+std::string KindName(DriveStatus::Kind kind) {
+  switch (kind) {
+    case DriveStatus::DISK:
+      return "disk";
+    case DriveStatus::CDROM:
+      return "cdrom";
+    default:
+      return "unknown";
+  }
+}
+
+std::string Bus(const DriveStatus& d) {
+  std::string bus = d.bus().empty() ? "-" : d.bus();
+  if (!d.address().empty()) absl::StrAppend(&bus, " ", d.address());
+  return bus;
+}
+
+std::string MediumSummary(const DriveStatus& d) {
+  if (!d.medium_present()) return "no medium";
+  std::string s = absl::StrCat(d.removable() ? "medium " : "", d.source().empty() ? "(unnamed)" : d.source(), " (",
+                               HumanSize(d.size_bytes()));
+  if (d.read_only()) absl::StrAppend(&s, ", read-only");
+  if (!d.cache_mode().empty()) absl::StrAppend(&s, ", cache ", d.cache_mode());
+  absl::StrAppend(&s, ")");
+  return s;
+}
+
+// Pads every column of `rows` to its widest cell (the last column is not padded).
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i + 1 < row.size()) {
+        absl::StrAppend(&line, row[i], std::string(widths[i] - row[i].size() + 2, ' '));
+      } else {
+        absl::StrAppend(&line, row[i]);
+      }
+    }
+    absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
+  }
+  return out;
+}
+
+// ---- Commands ----
+
+struct CommandSpec {
+  std::vector<std::string> words;  // e.g. {"media", "eject"}
+  size_t min_args, max_args;       // positional arguments after the words
+  std::set<std::string> options;   // allowed command options
+  const char* synopsis;
+};
+
+const std::vector<CommandSpec>& Commands() {
+  static const auto* commands = new std::vector<CommandSpec>{
+      {{"media", "list"}, 0, 0, {}, "media list"},
+      {{"media", "status"}, 1, 1, {}, "media status DRIVE"},
+      {{"media", "insert"}, 2, 2, {"force", "format", "read-only"}, "media insert DRIVE PATH [--force] [--format raw]"},
+      {{"media", "eject"}, 1, 1, {"force"}, "media eject DRIVE [--force]"},
+      {{"media", "tray"}, 2, 2, {"force"}, "media tray DRIVE open|close [--force]"},
+      {{"media", "watch"}, 0, 1, {"count"}, "media watch [DRIVE] [--count N]"},
+      {{"vm", "info"}, 0, 0, {}, "vm info"},
+      {{"vm", "pause"}, 0, 0, {}, "vm pause"},
+      {{"vm", "resume"}, 0, 0, {}, "vm resume"},
+      {{"vm", "shutdown"}, 0, 0, {"force", "grace-ms"}, "vm shutdown [--force] [--grace-ms N]"},
+      {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
+  };
+  return *commands;
+}
+
+// Options that take a value; every other known option is a switch.
+const std::set<std::string>& ValueOptions() {
+  static const auto* names = new std::set<std::string>{"api", "timeout", "connect-timeout", "grace-ms", "count", "format"};
+  return *names;
+}
+const std::set<std::string>& SwitchOptions() {
+  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help"};
+  return *names;
+}
+
+class Runner {
+ public:
+  Runner(const CommandLine& cl, std::ostream& out, std::ostream& err) : cl_(cl), out_(out), err_(err) {}
+
+  int Execute(const CommandSpec& spec, const std::vector<std::string>& args);
+
+ private:
+  // Fails with the gRPC status: "vmmctl: media eject cd0: FAILED_PRECONDITION: ...".
+  int RpcError(const grpc::Status& status) {
+    err_ << "vmmctl: " << what_ << ": " << StatusCodeName(status.error_code());
+    if (!status.error_message().empty()) err_ << ": " << status.error_message();
+    err_ << "\n";
+    return kExitRpcFailed;
+  }
+  int UsageError(const std::string& message) {
+    err_ << "vmmctl: " << message << "\n(vmmctl --help for usage)\n";
+    return kExitUsage;
+  }
+  void Context(grpc::ClientContext& context, absl::Duration extra = absl::ZeroDuration()) {
+    context.set_deadline(DeadlineAfter(cl_.timeout + extra));
+  }
+  // Prints `message` as JSON, or `human` (already formatted) otherwise.
+  int Print(const google::protobuf::Message& message, const std::string& human) {
+    if (cl_.json) {
+      out_ << ToJson(message, /*pretty=*/true) << "\n";
+    } else {
+      out_ << human;
+    }
+    out_.flush();
+    return kExitOk;
+  }
+
+  int MediaList();
+  int MediaStatus(const std::string& drive);
+  int MediaInsert(const std::string& drive, const std::string& path);
+  int MediaEject(const std::string& drive);
+  int MediaTray(const std::string& drive, const std::string& position);
+  int MediaWatch(const std::string& drive);
+  int VmInfo();
+  int VmPauseResume(bool pause);
+  int VmShutdown();
+  int VmStats(const std::string& drive);
+
+  bool Has(const std::string& option) const { return cl_.options.count(option) != 0; }
+
+  const CommandLine& cl_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::string what_;  // the command, for error messages
+  std::unique_ptr<vmm::v1::MediaService::Stub> media_;
+  std::unique_ptr<vmm::v1::VmService::Stub> vm_;
+};
+
+int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& args) {
+  what_ = absl::StrJoin(spec.words, " ");
+  if (!args.empty()) absl::StrAppend(&what_, " ", args[0]);
+  // Check what can be checked before connecting.
+  uint64_t number = 0;
+  if (Has("grace-ms") && (!absl::SimpleAtoi(cl_.options.at("grace-ms"), &number) || number > 0xffffffffu)) {
+    return UsageError("--grace-ms: expected a number of milliseconds, got \"" + cl_.options.at("grace-ms") + "\"");
+  }
+  if (Has("count") && (!absl::SimpleAtoi(cl_.options.at("count"), &number) || number == 0)) {
+    return UsageError("--count: expected a positive number, got \"" + cl_.options.at("count") + "\"");
+  }
+  if (spec.words[1] == "tray" && args[1] != "open" && args[1] != "close") {
+    return UsageError("media tray: expected open or close, got \"" + args[1] + "\"");
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    // A drive name is never empty; an empty path is the server's to refuse (INVALID_ARGUMENT).
+    if (i == 0 && args[0].empty()) return UsageError(what_ + ": empty drive name");
+  }
+
+  if (cl_.api.empty()) return UsageError("no API address: give --api unix:PATH or HOST:PORT (or set VMMCTL_API)");
+  auto address = ParseApiAddress(cl_.api);
+  if (!address.ok()) return UsageError(std::string(address.status().message()));
+  auto channel = Connect(*address, cl_.connect_timeout);
+  if (!channel.ok()) {
+    err_ << "vmmctl: " << channel.status().message() << "\n";
+    return kExitCannotConnect;
+  }
+  media_ = vmm::v1::MediaService::NewStub(*channel);
+  vm_ = vmm::v1::VmService::NewStub(*channel);
+
+  const std::string& noun = spec.words[0];
+  const std::string& verb = spec.words[1];
+  const std::string arg0 = args.size() > 0 ? args[0] : "";
+  if (noun == "media") {
+    if (verb == "list") return MediaList();
+    if (verb == "status") return MediaStatus(arg0);
+    if (verb == "insert") return MediaInsert(arg0, args[1]);
+    if (verb == "eject") return MediaEject(arg0);
+    if (verb == "tray") return MediaTray(arg0, args[1]);
+    if (verb == "watch") return MediaWatch(arg0);
+  } else {
+    if (verb == "info") return VmInfo();
+    if (verb == "pause") return VmPauseResume(true);
+    if (verb == "resume") return VmPauseResume(false);
+    if (verb == "shutdown") return VmShutdown();
+    if (verb == "stats") return VmStats(arg0);
+  }
+  return UsageError("unknown command " + what_);
+}
+
+int Runner::MediaList() {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::ListDrivesResponse response;
+  grpc::Status status = media_->ListDrives(&context, vmm::v1::ListDrivesRequest(), &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, response.drives().empty() ? "no drives\n" : DriveTable(response.drives()));
+}
+
+int Runner::MediaStatus(const std::string& drive) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::GetStatusRequest request;
+  request.set_drive(drive);
+  DriveStatus response;
+  grpc::Status status = media_->GetStatus(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, DriveDetails(response));
+}
+
+int Runner::MediaInsert(const std::string& drive, const std::string& path) {
+  // The VMM opens the path itself, possibly from another working directory: send it absolute.
+  std::string absolute = path;
+  if (!path.empty() && path[0] != '/') {
+    std::error_code ec;
+    auto p = std::filesystem::absolute(path, ec);
+    if (!ec) absolute = p.lexically_normal().string();
+  }
+  if (Has("force")) {
+    // --force: take out whatever is in the drive first (ignoring the guest's lock).
+    grpc::ClientContext context;
+    Context(context);
+    vmm::v1::GetStatusRequest get;
+    get.set_drive(drive);
+    DriveStatus now;
+    grpc::Status status = media_->GetStatus(&context, get, &now);
+    if (!status.ok()) return RpcError(status);
+    if (now.medium_present() && now.removable()) {
+      grpc::ClientContext eject_context;
+      Context(eject_context);
+      vmm::v1::EjectRequest eject;
+      eject.set_drive(drive);
+      eject.set_force(true);
+      status = media_->Eject(&eject_context, eject, &now);
+      if (!status.ok()) return RpcError(status);
+    }
+  }
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::InsertRequest request;
+  request.set_drive(drive);
+  request.set_path(absolute);
+  request.set_read_only(Has("read-only"));
+  if (Has("format")) request.set_format(cl_.options.at("format"));
+  DriveStatus response;
+  grpc::Status status = media_->Insert(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, DriveLine(response) + "\n");
+}
+
+int Runner::MediaEject(const std::string& drive) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::EjectRequest request;
+  request.set_drive(drive);
+  request.set_force(Has("force"));
+  DriveStatus response;
+  grpc::Status status = media_->Eject(&context, request, &response);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !Has("force") &&
+        !absl::StrContains(status.error_message(), "force")) {
+      return RpcError(grpc::Status(status.error_code(), status.error_message() + " (--force overrides the lock)"));
+    }
+    return RpcError(status);
+  }
+  return Print(response, DriveLine(response) + "\n");
+}
+
+int Runner::MediaTray(const std::string& drive, const std::string& position) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::SetTrayRequest request;
+  request.set_drive(drive);
+  request.set_open(position == "open");
+  request.set_force(Has("force"));
+  DriveStatus response;
+  grpc::Status status = media_->SetTray(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, DriveLine(response) + "\n");
+}
+
+int Runner::MediaWatch(const std::string& drive) {
+  uint64_t limit = 0;
+  if (Has("count")) (void)absl::SimpleAtoi(cl_.options.at("count"), &limit);
+  grpc::ClientContext context;  // no deadline: a watch lasts until interrupted
+  vmm::v1::WatchRequest request;
+  request.set_drive(drive);
+  {
+    absl::MutexLock lock(&watch_mutex);
+    if (watch_cancelled) return kExitOk;
+    active_watch = &context;
+  }
+  auto reader = media_->Watch(&context, request);
+  // The server sends its initial metadata once the stream is subscribed: from then on no change is
+  // missed. (A server that does not send it early: this returns with the first event.)
+  reader->WaitForInitialMetadata();
+  err_ << "vmmctl: watching " << (drive.empty() ? "every drive" : drive) << " on " << cl_.api
+       << " (one line per event; Ctrl-C ends)\n";
+  err_.flush();
+  vmm::v1::MediaEvent event;
+  uint64_t seen = 0;
+  while (reader->Read(&event)) {
+    if (cl_.json) {
+      out_ << ToJson(event, /*pretty=*/false) << "\n";
+    } else {
+      out_ << EventLine(event) << "\n";
+    }
+    out_.flush();
+    if (limit != 0 && ++seen >= limit) {
+      context.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  bool cancelled_by_us;
+  {
+    absl::MutexLock lock(&watch_mutex);
+    active_watch = nullptr;
+    cancelled_by_us = watch_cancelled;
+  }
+  if (limit != 0 && seen >= limit) return kExitOk;
+  if (status.error_code() == grpc::StatusCode::CANCELLED && cancelled_by_us) return kExitOk;
+  if (status.ok()) {
+    err_ << "vmmctl: the server ended the watch\n";
+    return kExitOk;
+  }
+  return RpcError(status);
+}
+
+int Runner::VmInfo() {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::VmInfo response;
+  grpc::Status status = vm_->GetInfo(&context, vmm::v1::GetInfoRequest(), &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, VmInfoText(response));
+}
+
+int Runner::VmPauseResume(bool pause) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::VmInfo response;
+  grpc::Status status = pause ? vm_->Pause(&context, vmm::v1::PauseRequest(), &response)
+                              : vm_->Resume(&context, vmm::v1::ResumeRequest(), &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
+}
+
+int Runner::VmShutdown() {
+  vmm::v1::ShutdownRequest request;
+  request.set_force(Has("force"));
+  uint64_t grace = 0;
+  if (Has("grace-ms")) (void)absl::SimpleAtoi(cl_.options.at("grace-ms"), &grace);
+  request.set_grace_period_ms(static_cast<uint32_t>(grace));
+  grpc::ClientContext context;
+  // The VMM may wait for the guest up to the grace period (default 5 s) before it answers.
+  Context(context, absl::Milliseconds(grace == 0 ? 5000 : grace));
+  vmm::v1::VmInfo response;
+  grpc::Status status = vm_->Shutdown(&context, request, &response);
+  if (!status.ok()) {
+    // The VMM exits right after a shutdown: a connection that drops before the answer is success.
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (cl_.json) {
+        vmm::v1::VmInfo stopping;
+        stopping.set_state(vmm::v1::VmInfo::STOPPING);
+        return Print(stopping, "");
+      }
+      out_ << "state: STOPPING (the VMM closed the connection)\n";
+      return kExitOk;
+    }
+    return RpcError(status);
+  }
+  return Print(response, absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
+}
+
+int Runner::VmStats(const std::string& drive) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::GetStatsRequest request;
+  request.set_drive(drive);
+  vmm::v1::GetStatsResponse response;
+  grpc::Status status = vm_->GetStats(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, StatsTable(response));
+}
+
+bool ParseSeconds(const std::string& text, absl::Duration* out) {
+  double seconds = 0;
+  if (!absl::SimpleAtod(text, &seconds) || !(seconds > 0) || seconds > 1e6) return false;
+  *out = absl::Seconds(seconds);
+  return true;
+}
+
+}  // namespace
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",           "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
+      "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int value = static_cast<int>(code);
+  if (value >= 0 && value < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[value];
+  return absl::StrCat("CODE_", value);
+}
+
+absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api) {
+  ApiAddress address;
+  if (api.empty()) return absl::InvalidArgumentError("empty --api address");
+  absl::string_view rest = api;
+  if (absl::ConsumePrefix(&rest, "unix:")) {
+    absl::ConsumePrefix(&rest, "//");  // unix:///abs/path -> /abs/path
+    if (rest.empty()) return absl::InvalidArgumentError("--api unix: needs a socket path");
+    address.is_unix = true;
+    address.path = std::string(rest);
+  } else if (absl::StartsWith(rest, "/") || absl::StartsWith(rest, ".")) {
+    address.is_unix = true;
+    address.path = std::string(rest);
+  } else if (absl::StartsWith(rest, "dns:") || absl::StartsWith(rest, "ipv4:") || absl::StartsWith(rest, "ipv6:")) {
+    address.target = std::string(rest);
+    return address;
+  } else {
+    const size_t colon = rest.rfind(':');
+    int port = 0;
+    if (colon == absl::string_view::npos || colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) ||
+        port <= 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--api ", api, ": expected unix:PATH (a unix socket) or HOST:PORT (TCP, port 1-65535)"));
+    }
+    address.target = std::string(rest);
+    return address;
+  }
+  if (address.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--api %s: a unix socket path has at most %d bytes",
+                                                      api, sizeof(sockaddr_un{}.sun_path) - 1));
+  }
+  address.target = "unix:" + address.path;
+  return address;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address, absl::Duration timeout) {
+  const std::string shown = address.is_unix ? "unix:" + address.path : address.target;
+  if (address.is_unix) {
+    struct stat st;
+    if (stat(address.path.c_str(), &st) != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", shown, ": ", strerror(errno)));
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", shown, ": not a socket"));
+    }
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+      sockaddr_un sun{};
+      sun.sun_family = AF_UNIX;
+      std::memcpy(sun.sun_path, address.path.data(), address.path.size());
+      const int rc = connect(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun));
+      const int error = errno;
+      close(fd);
+      if (rc != 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot connect to ", shown, ": ", strerror(error),
+            error == ECONNREFUSED ? " (a stale socket: is the VMM running?)" : ""));
+      }
+    }
+  }
+  grpc::ChannelArguments args;
+  // Fail fast instead of backing off for seconds when the server is not there.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  auto channel = grpc::CreateCustomChannel(address.target, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(DeadlineAfter(timeout))) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to ", shown, " within ", absl::FormatDuration(timeout)));
+  }
+  return channel;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  if (const char* env = getenv("VMMCTL_API"); env != nullptr) cl.api = env;
+  bool options_done = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (options_done || arg.size() < 2 || arg[0] != '-' || arg == "-") {
+      cl.words.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    if (arg == "-h") {
+      cl.help = true;
+      continue;
+    }
+    if (arg[1] != '-') return absl::InvalidArgumentError("unknown option " + arg);
+    std::string name = arg.substr(2);
+    std::optional<std::string> value;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    if (ValueOptions().count(name)) {
+      if (!value) {
+        if (i + 1 >= args.size()) return absl::InvalidArgumentError("--" + name + " needs a value");
+        value = args[++i];
+      }
+    } else if (SwitchOptions().count(name)) {
+      if (value) return absl::InvalidArgumentError("--" + name + " takes no value");
+      value = "";
+    } else {
+      return absl::InvalidArgumentError("unknown option --" + name);
+    }
+    if (name == "api") {
+      cl.api = *value;
+    } else if (name == "json") {
+      cl.json = true;
+    } else if (name == "help") {
+      cl.help = true;
+    } else if (name == "timeout") {
+      if (!ParseSeconds(*value, &cl.timeout)) return absl::InvalidArgumentError("--timeout: expected seconds > 0");
+    } else if (name == "connect-timeout") {
+      if (!ParseSeconds(*value, &cl.connect_timeout)) {
+        return absl::InvalidArgumentError("--connect-timeout: expected seconds > 0");
+      }
+    } else {
+      cl.options[name] = *value;
+    }
+  }
+  return cl;
+}
+
+std::string UsageText() {
+  std::string text =
+      "usage: vmmctl --api unix:PATH|HOST:PORT [--json] [--timeout SECONDS] COMMAND [ARGS]\n"
+      "\n"
+      "Talks to a microvm's control API (started with --api-socket PATH or --api-tcp HOST:PORT).\n"
+      "\n"
+      "commands:\n";
+  for (const CommandSpec& spec : Commands()) absl::StrAppend(&text, "  ", spec.synopsis, "\n");
+  absl::StrAppend(&text,
+                  "\n"
+                  "options:\n"
+                  "  --api ADDR             unix:PATH, a path, or HOST:PORT (default: $VMMCTL_API)\n"
+                  "  --json                 print the reply as protobuf JSON (media watch: one object per line)\n"
+                  "  --timeout S            deadline of every call, seconds (default 10)\n"
+                  "  --connect-timeout S    how long to wait for the connection (default 5)\n"
+                  "  --force                eject/open the tray although the guest locked it; insert: eject first\n"
+                  "  --grace-ms N           vm shutdown: how long the guest gets before it is stopped\n"
+                  "  --count N              media watch: exit after N events\n"
+                  "\n"
+                  "exit status: 0 ok, 1 the server refused or failed (the gRPC code and message go to stderr),\n"
+                  "2 usage, 3 cannot connect.\n");
+  return text;
+}
+
+int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto cl = ParseCommandLine(args);
+  if (!cl.ok()) {
+    err << "vmmctl: " << cl.status().message() << "\n(vmmctl --help for usage)\n";
+    return kExitUsage;
+  }
+  if (cl->help || (cl->words.size() == 1 && cl->words[0] == "help")) {
+    out << UsageText();
+    return kExitOk;
+  }
+  if (cl->words.size() < 2) {
+    err << "vmmctl: " << (cl->words.empty() ? "no command" : "incomplete command: " + cl->words[0]) << "\n"
+        << UsageText();
+    return kExitUsage;
+  }
+  const CommandSpec* spec = nullptr;
+  for (const CommandSpec& candidate : Commands()) {
+    if (candidate.words[0] == cl->words[0] && candidate.words[1] == cl->words[1]) spec = &candidate;
+  }
+  if (spec == nullptr) {
+    err << "vmmctl: unknown command \"" << cl->words[0] << " " << cl->words[1] << "\"\n" << UsageText();
+    return kExitUsage;
+  }
+  std::vector<std::string> positional(cl->words.begin() + 2, cl->words.end());
+  if (positional.size() < spec->min_args || positional.size() > spec->max_args) {
+    err << "vmmctl: usage: vmmctl " << spec->synopsis << "\n";
+    return kExitUsage;
+  }
+  for (const auto& [name, value] : cl->options) {
+    if (!spec->options.count(name)) {
+      err << "vmmctl: " << spec->words[0] << " " << spec->words[1] << " takes no --" << name << "\n"
+          << "usage: vmmctl " << spec->synopsis << "\n";
+      return kExitUsage;
+    }
+  }
+  Runner runner(*cl, out, err);
+  return runner.Execute(*spec, positional);
+}
+
+void CancelWatch() {
+  absl::MutexLock lock(&watch_mutex);
+  watch_cancelled = true;
+  if (active_watch != nullptr) active_watch->TryCancel();
+}
+
+void ResetWatchCancellationForTesting() {
+  absl::MutexLock lock(&watch_mutex);
+  watch_cancelled = false;
+}
+
+// ---- Output ----
+
+std::string HumanSize(uint64_t bytes) {
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 5) {
+    value /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", value, kUnits[unit]);
+}
+
+std::string DriveLine(const DriveStatus& d) {
+  std::string line = absl::StrCat(d.name(), " ", KindName(d.kind()), " ", Bus(d), ": ", MediumSummary(d));
+  if (d.removable()) {
+    absl::StrAppend(&line, ", tray ", d.tray_open() ? "open" : "closed", ", ", d.locked() ? "locked" : "unlocked",
+                    ", generation ", d.generation());
+  }
+  return line;
+}
+
+std::string DriveDetails(const DriveStatus& d) {
+  std::vector<std::vector<std::string>> rows = {
+      {"drive:", d.name()},
+      {"kind:", KindName(d.kind())},
+      {"bus:", Bus(d)},
+      {"removable:", d.removable() ? "yes" : "no"},
+  };
+  if (d.medium_present()) {
+    rows.push_back({"medium:", d.source().empty() ? "present" : d.source()});
+    rows.push_back({"size:", absl::StrCat(d.size_bytes(), " bytes (", HumanSize(d.size_bytes()), ")")});
+    rows.push_back({"read-only:", d.read_only() ? "yes" : "no"});
+  } else {
+    rows.push_back({"medium:", "none"});
+  }
+  if (d.removable()) {
+    rows.push_back({"tray:", d.tray_open() ? "open" : "closed"});
+    rows.push_back({"locked:", d.locked() ? "yes (the guest prevents removal)" : "no"});
+    rows.push_back({"generation:", absl::StrCat(d.generation())});
+  }
+  if (!d.cache_mode().empty()) rows.push_back({"cache:", d.cache_mode()});
+  return Table(rows);
+}
+
+std::string DriveTable(const google::protobuf::RepeatedPtrField<DriveStatus>& drives) {
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "KIND", "BUS", "ADDR", "MEDIUM", "TRAY", "LOCK", "SIZE", "GEN", "SOURCE"}};
+  for (const DriveStatus& d : drives) {
+    rows.push_back({d.name(), KindName(d.kind()), d.bus().empty() ? "-" : d.bus(),
+                    d.address().empty() ? "-" : d.address(), d.medium_present() ? "yes" : "no",
+                    d.removable() ? (d.tray_open() ? "open" : "closed") : "-",
+                    d.removable() ? (d.locked() ? "locked" : "-") : "-",
+                    d.medium_present() ? HumanSize(d.size_bytes()) : "-",
+                    d.removable() ? absl::StrCat(d.generation()) : "-",
+                    d.source().empty() ? "-" : d.source()});
+  }
+  return Table(rows);
+}
+
+std::string EventLine(const vmm::v1::MediaEvent& event) {
+  std::string when = "-";
+  if (event.time_unix_nanos() != 0) {
+    when = absl::FormatTime("%Y-%m-%dT%H:%M:%E3S%Ez", absl::FromUnixNanos(event.time_unix_nanos()),
+                            absl::LocalTimeZone());
+  }
+  std::string line = absl::StrCat(when, " ", event.drive().empty() ? event.status().name() : event.drive(), " ",
+                                  vmm::v1::MediaEvent::Type_Name(event.type()),
+                                  event.by_guest() ? " by guest" : " by host");
+  if (event.has_status()) absl::StrAppend(&line, ": ", DriveLine(event.status()));
+  return line;
+}
+
+std::string VmInfoText(const vmm::v1::VmInfo& info) {
+  std::vector<std::vector<std::string>> rows = {
+      {"state:", vmm::v1::VmInfo::State_Name(info.state())},
+      {"pid:", absl::StrCat(info.pid())},
+      {"vcpus:", absl::StrCat(info.vcpus())},
+      {"memory:", HumanSize(info.memory_bytes())},
+      {"kernel:", info.kernel()},
+      {"cmdline:", info.cmdline()},
+      {"uptime:", absl::StrFormat("%.3f s", info.uptime_ms() / 1000.0)},
+      {"drives:", absl::StrCat(info.drives_size())},
+  };
+  std::string text = Table(rows);
+  if (info.drives_size() > 0) {
+    std::string table = DriveTable(info.drives());
+    for (absl::string_view line : absl::StrSplit(absl::StripSuffix(table, "\n"), '\n')) {
+      absl::StrAppend(&text, "  ", line, "\n");
+    }
+  }
+  return text;
+}
+
+std::string StatsTable(const vmm::v1::GetStatsResponse& stats) {
+  std::vector<std::vector<std::string>> rows = {{"DRIVE", "READS", "READ", "WRITES", "WRITTEN", "FLUSHES", "DISCARDS",
+                                                 "ERRORS", "FUA(NATIVE/EMUL)", "LAT-MEAN", "P50", "P99", "MAX"}};
+  for (const auto& d : stats.drives()) {
+    rows.push_back({d.drive(), absl::StrCat(d.read_requests()), HumanSize(d.read_bytes()),
+                    absl::StrCat(d.write_requests()), HumanSize(d.write_bytes()), absl::StrCat(d.flush_requests()),
+                    absl::StrCat(d.discard_requests()), absl::StrCat(d.errors()),
+                    absl::StrCat(d.fua_native(), "/", d.fua_emulated()),
+                    absl::StrFormat("%.1fus", d.latency_mean_us()), absl::StrCat(d.latency_p50_us(), "us"),
+                    absl::StrCat(d.latency_p99_us(), "us"), absl::StrCat(d.latency_max_us(), "us")});
+  }
+  if (stats.drives().empty()) return "no drives\n";
+  return Table(rows);
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
+  if (!status.ok()) return absl::StrCat("{\"error\": \"", status.ToString(), "\"}");
+  // add_whitespace leaves a trailing newline.
+  while (!json.empty() && json.back() == '\n') json.pop_back();
+  return json;
+}
+
+}  // namespace vmmctl

@@ -1,0 +1,556 @@
+// vmmctl against an in-process fake of the control API (the real server is tested end to end in
+// tests/integration/api_test.cc): the command line, human and JSON output, the exit statuses
+// (0 ok, 1 RPC error, 2 usage, 3 cannot connect), deadlines, and media watch.
+#include "api/vmmctl_lib.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/vmm/v1/vmm.grpc.pb.h"
+
+namespace vmmctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using vmm::v1::DriveStatus;
+
+// A socket path must fit sun_path (108 bytes); Bazel's TEST_TMPDIR is longer: use a short private
+// directory under /tmp.
+std::string TempPath(const std::string& name) {
+  static const std::string* dir = [] {
+    char pattern[] = "/tmp/vmmctl-test-XXXXXX";
+    const char* made = mkdtemp(pattern);
+    if (made == nullptr) return new std::string("/tmp");
+    atexit([] { std::filesystem::remove_all(*dir); });
+    return new std::string(made);
+  }();
+  return *dir + "/" + name;
+}
+
+// A fake VMM: one CD-ROM (cd0) and one disk (disk0), the media rules of vmm.proto.
+class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmService::Service {
+ public:
+  FakeVmm() {
+    DriveStatus cd;
+    cd.set_name("cd0");
+    cd.set_kind(DriveStatus::CDROM);
+    cd.set_bus("virtio-scsi");
+    cd.set_address("0:1");
+    cd.set_removable(true);
+    cd.set_medium_present(true);
+    cd.set_size_bytes(8 << 20);
+    cd.set_generation(1);
+    cd.set_source("/images/old.iso");
+    cd.set_read_only(true);
+    drives_.push_back(cd);
+    DriveStatus disk;
+    disk.set_name("disk0");
+    disk.set_kind(DriveStatus::DISK);
+    disk.set_bus("virtio-scsi");
+    disk.set_address("0:0");
+    disk.set_medium_present(true);
+    disk.set_size_bytes(64 << 20);
+    disk.set_source("/images/disk.img");
+    disk.set_cache_mode("none");
+    drives_.push_back(disk);
+  }
+
+  void set_locked(bool locked) {
+    absl::MutexLock lock(&mutex_);
+    drives_[0].set_locked(locked);
+  }
+  std::string last_insert_path() {
+    absl::MutexLock lock(&mutex_);
+    return last_insert_path_;
+  }
+  int watchers() {
+    absl::MutexLock lock(&mutex_);
+    return watchers_;
+  }
+  void Emit(vmm::v1::MediaEvent::Type type, bool by_guest) {
+    absl::MutexLock lock(&mutex_);
+    vmm::v1::MediaEvent event;
+    event.set_type(type);
+    event.set_drive("cd0");
+    event.set_by_guest(by_guest);
+    *event.mutable_status() = drives_[0];
+    event.set_time_unix_nanos(1764517921123000000);
+    events_.push_back(event);
+  }
+  void set_delay(absl::Duration delay) {
+    absl::MutexLock lock(&mutex_);
+    delay_ = delay;
+  }
+
+  grpc::Status ListDrives(grpc::ServerContext*, const vmm::v1::ListDrivesRequest*,
+                          vmm::v1::ListDrivesResponse* response) override {
+    absl::MutexLock lock(&mutex_);
+    for (const DriveStatus& d : drives_) *response->add_drives() = d;
+    return grpc::Status::OK;
+  }
+  grpc::Status GetStatus(grpc::ServerContext*, const vmm::v1::GetStatusRequest* request,
+                         DriveStatus* response) override {
+    absl::Duration delay;
+    {
+      absl::MutexLock lock(&mutex_);
+      delay = delay_;
+    }
+    absl::SleepFor(delay);
+    absl::MutexLock lock(&mutex_);
+    DriveStatus* d = Find(request->drive());
+    if (d == nullptr) return NotFound(request->drive());
+    *response = *d;
+    return grpc::Status::OK;
+  }
+  grpc::Status Insert(grpc::ServerContext*, const vmm::v1::InsertRequest* request, DriveStatus* response) override {
+    absl::MutexLock lock(&mutex_);
+    DriveStatus* d = Find(request->drive());
+    if (d == nullptr) return NotFound(request->drive());
+    if (!d->removable()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "disk0 is not removable");
+    if (d->medium_present()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cd0 has a medium");
+    last_insert_path_ = request->path();
+    d->set_medium_present(true);
+    d->set_tray_open(false);
+    d->set_source(request->path());
+    d->set_generation(d->generation() + 1);
+    *response = *d;
+    return grpc::Status::OK;
+  }
+  grpc::Status Eject(grpc::ServerContext*, const vmm::v1::EjectRequest* request, DriveStatus* response) override {
+    absl::MutexLock lock(&mutex_);
+    DriveStatus* d = Find(request->drive());
+    if (d == nullptr) return NotFound(request->drive());
+    if (d->locked() && !request->force()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the guest has locked cd0");
+    }
+    if (d->medium_present()) d->set_generation(d->generation() + 1);
+    d->set_medium_present(false);
+    d->set_tray_open(true);
+    d->clear_source();
+    d->set_size_bytes(0);
+    *response = *d;
+    return grpc::Status::OK;
+  }
+  grpc::Status SetTray(grpc::ServerContext*, const vmm::v1::SetTrayRequest* request, DriveStatus* response) override {
+    absl::MutexLock lock(&mutex_);
+    DriveStatus* d = Find(request->drive());
+    if (d == nullptr) return NotFound(request->drive());
+    d->set_tray_open(request->open());
+    *response = *d;
+    return grpc::Status::OK;
+  }
+  grpc::Status Watch(grpc::ServerContext* context, const vmm::v1::WatchRequest*,
+                     grpc::ServerWriter<vmm::v1::MediaEvent>* writer) override {
+    {
+      absl::MutexLock lock(&mutex_);
+      ++watchers_;
+    }
+    writer->SendInitialMetadata();  // subscribed (as the real server does)
+    while (!context->IsCancelled()) {
+      std::optional<vmm::v1::MediaEvent> next;
+      {
+        absl::MutexLock lock(&mutex_);
+        mutex_.AwaitWithTimeout(absl::Condition(
+                                    +[](std::deque<vmm::v1::MediaEvent>* q) { return !q->empty(); }, &events_),
+                                absl::Milliseconds(20));
+        if (!events_.empty()) {
+          next = events_.front();
+          events_.pop_front();
+        }
+      }
+      if (next && !writer->Write(*next)) break;
+    }
+    absl::MutexLock lock(&mutex_);
+    --watchers_;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetInfo(grpc::ServerContext*, const vmm::v1::GetInfoRequest*, vmm::v1::VmInfo* info) override {
+    absl::MutexLock lock(&mutex_);
+    info->set_state(vmm::v1::VmInfo::RUNNING);
+    info->set_vcpus(2);
+    info->set_memory_bytes(128 << 20);
+    info->set_kernel("/guest.elf");
+    info->set_cmdline("test=hello");
+    info->set_uptime_ms(1234);
+    info->set_pid(4242);
+    for (const DriveStatus& d : drives_) *info->add_drives() = d;
+    return grpc::Status::OK;
+  }
+  grpc::Status Pause(grpc::ServerContext*, const vmm::v1::PauseRequest*, vmm::v1::VmInfo* info) override {
+    info->set_state(vmm::v1::VmInfo::PAUSED);
+    return grpc::Status::OK;
+  }
+  grpc::Status Resume(grpc::ServerContext*, const vmm::v1::ResumeRequest*, vmm::v1::VmInfo* info) override {
+    info->set_state(vmm::v1::VmInfo::RUNNING);
+    return grpc::Status::OK;
+  }
+  grpc::Status Shutdown(grpc::ServerContext*, const vmm::v1::ShutdownRequest* request,
+                        vmm::v1::VmInfo* info) override {
+    absl::MutexLock lock(&mutex_);
+    last_shutdown_ = *request;
+    info->set_state(vmm::v1::VmInfo::STOPPING);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetStats(grpc::ServerContext*, const vmm::v1::GetStatsRequest* request,
+                        vmm::v1::GetStatsResponse* response) override {
+    if (!request->drive().empty() && request->drive() != "cd0" && request->drive() != "disk0") {
+      return NotFound(request->drive());
+    }
+    auto* s = response->add_drives();
+    s->set_drive("cd0");
+    s->set_read_requests(4096 / 64);
+    s->set_read_bytes(8 << 20);
+    s->set_latency_mean_us(41.5);
+    s->set_latency_p50_us(40);
+    s->set_latency_p99_us(90);
+    s->set_latency_max_us(300);
+    return grpc::Status::OK;
+  }
+
+  vmm::v1::ShutdownRequest last_shutdown() {
+    absl::MutexLock lock(&mutex_);
+    return last_shutdown_;
+  }
+
+ private:
+  DriveStatus* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    for (DriveStatus& d : drives_) {
+      if (d.name() == name) return &d;
+    }
+    return nullptr;
+  }
+  static grpc::Status NotFound(const std::string& name) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no drive \"" + name + "\"");
+  }
+
+  absl::Mutex mutex_;
+  std::vector<DriveStatus> drives_ ABSL_GUARDED_BY(mutex_);
+  std::string last_insert_path_ ABSL_GUARDED_BY(mutex_);
+  std::deque<vmm::v1::MediaEvent> events_ ABSL_GUARDED_BY(mutex_);
+  int watchers_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Duration delay_ ABSL_GUARDED_BY(mutex_);
+  vmm::v1::ShutdownRequest last_shutdown_ ABSL_GUARDED_BY(mutex_);
+};
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+class VmmctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    socket_ = TempPath("fake-vmm.sock");
+    unlink(socket_.c_str());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("unix:" + socket_, grpc::InsecureServerCredentials());
+    builder.RegisterService(static_cast<vmm::v1::MediaService::Service*>(&fake_));
+    builder.RegisterService(static_cast<vmm::v1::VmService::Service*>(&fake_));
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ResetWatchCancellationForTesting();
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+
+  Result Vmmctl(std::vector<std::string> args, bool with_api = true) {
+    if (with_api) args.insert(args.begin(), {"--api", "unix:" + socket_});
+    std::ostringstream out, err;
+    const int status = vmmctl::Run(args, out, err);
+    return {status, out.str(), err.str()};
+  }
+
+  std::string socket_;
+  FakeVmm fake_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+TEST(ParseTest, Addresses) {
+  auto a = ParseApiAddress("unix:/run/vm.sock");
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->is_unix);
+  EXPECT_EQ(a->path, "/run/vm.sock");
+  EXPECT_EQ(a->target, "unix:/run/vm.sock");
+  EXPECT_EQ(ParseApiAddress("unix:///run/vm.sock")->path, "/run/vm.sock");
+  EXPECT_EQ(ParseApiAddress("/run/vm.sock")->target, "unix:/run/vm.sock");
+  EXPECT_EQ(ParseApiAddress("./vm.sock")->path, "./vm.sock");
+  EXPECT_EQ(ParseApiAddress("unix:vm.sock")->path, "vm.sock");
+  auto tcp = ParseApiAddress("127.0.0.1:7000");
+  ASSERT_TRUE(tcp.ok());
+  EXPECT_FALSE(tcp->is_unix);
+  EXPECT_EQ(tcp->target, "127.0.0.1:7000");
+  EXPECT_EQ(ParseApiAddress("[::1]:7000")->target, "[::1]:7000");
+  EXPECT_EQ(ParseApiAddress("localhost:7000")->target, "localhost:7000");
+  EXPECT_FALSE(ParseApiAddress("").ok());
+  EXPECT_FALSE(ParseApiAddress("unix:").ok());
+  EXPECT_FALSE(ParseApiAddress("localhost").ok());
+  EXPECT_FALSE(ParseApiAddress("localhost:0").ok());
+  EXPECT_FALSE(ParseApiAddress("localhost:99999").ok());
+  EXPECT_FALSE(ParseApiAddress("unix:/" + std::string(200, 'x')).ok());  // beyond sun_path
+}
+
+TEST(ParseTest, OptionsAnywhere) {
+  auto cl = ParseCommandLine({"media", "--json", "eject", "cd0", "--force", "--api=unix:/s", "--timeout", "2.5"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->api, "unix:/s");
+  EXPECT_TRUE(cl->json);
+  EXPECT_EQ(cl->timeout, absl::Milliseconds(2500));
+  EXPECT_THAT(cl->words, ::testing::ElementsAre("media", "eject", "cd0"));
+  EXPECT_EQ(cl->options.count("force"), 1u);
+  auto dashdash = ParseCommandLine({"media", "insert", "cd0", "--", "--weird.iso"});
+  ASSERT_TRUE(dashdash.ok());
+  EXPECT_THAT(dashdash->words, ::testing::ElementsAre("media", "insert", "cd0", "--weird.iso"));
+  EXPECT_FALSE(ParseCommandLine({"--bogus"}).ok());
+  EXPECT_FALSE(ParseCommandLine({"--api"}).ok());
+  EXPECT_FALSE(ParseCommandLine({"--force=yes"}).ok());
+  EXPECT_FALSE(ParseCommandLine({"--timeout", "0"}).ok());
+  EXPECT_FALSE(ParseCommandLine({"-x"}).ok());
+}
+
+TEST(OutputTest, Sizes) {
+  EXPECT_EQ(HumanSize(512), "512 B");
+  EXPECT_EQ(HumanSize(8 << 20), "8.0 MiB");
+  EXPECT_EQ(HumanSize(3ull << 30), "3.0 GiB");
+  EXPECT_EQ(HumanSize(1536), "1.5 KiB");
+}
+
+TEST_F(VmmctlTest, UsageErrorsExitTwoWithoutConnecting) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {},
+           {"media"},
+           {"media", "frobnicate"},
+           {"media", "eject"},
+           {"media", "eject", "cd0", "extra"},
+           {"media", "eject", "cd0", "--grace-ms", "5"},
+           {"media", "tray", "cd0", "sideways"},
+           {"media", "insert", "cd0"},
+           {"vm", "shutdown", "--grace-ms", "soon"},
+           {"media", "watch", "--count", "0"},
+           {"media", "eject", ""},
+           {"--nope", "vm", "info"},
+       }) {
+    Result r = Vmmctl(args);
+    EXPECT_EQ(r.status, kExitUsage) << ::testing::PrintToString(args) << "\n" << r.err;
+    EXPECT_FALSE(r.err.empty());
+  }
+  // No address at all (and none in the environment).
+  unsetenv("VMMCTL_API");
+  Result r = Vmmctl({"vm", "info"}, /*with_api=*/false);
+  EXPECT_EQ(r.status, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("--api"));
+  Result help = Vmmctl({"--help"}, false);
+  EXPECT_EQ(help.status, 0);
+  EXPECT_THAT(help.out, HasSubstr("media eject DRIVE [--force]"));
+}
+
+TEST_F(VmmctlTest, AddressFromTheEnvironment) {
+  setenv("VMMCTL_API", ("unix:" + socket_).c_str(), 1);
+  Result r = Vmmctl({"vm", "info"}, /*with_api=*/false);
+  unsetenv("VMMCTL_API");
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
+TEST_F(VmmctlTest, CannotConnectExitsThree) {
+  Result missing = Vmmctl({"--api", "unix:" + TempPath("nothing-here.sock"), "vm", "info"}, false);
+  EXPECT_EQ(missing.status, kExitCannotConnect);
+  EXPECT_THAT(missing.err, HasSubstr("No such file or directory"));
+
+  const std::string regular = TempPath("regular-file");
+  std::ofstream(regular) << "not a socket";
+  Result file = Vmmctl({"--api", regular, "vm", "info"}, false);
+  EXPECT_EQ(file.status, kExitCannotConnect);
+  EXPECT_THAT(file.err, HasSubstr("not a socket"));
+
+  // A socket nobody listens on any more.
+  const std::string stale = TempPath("stale.sock");
+  unlink(stale.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un sun{};
+  sun.sun_family = AF_UNIX;
+  strncpy(sun.sun_path, stale.c_str(), sizeof(sun.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)), 0);
+  close(fd);
+  const absl::Time start = absl::Now();
+  Result refused = Vmmctl({"--api", "unix:" + stale, "vm", "info"}, false);
+  EXPECT_EQ(refused.status, kExitCannotConnect);
+  EXPECT_THAT(refused.err, HasSubstr("Connection refused"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "a stale socket must fail at once";
+
+  // Nothing listening on a loopback TCP port: bounded by --connect-timeout.
+  Result tcp = Vmmctl({"--api", "127.0.0.1:1", "--connect-timeout", "0.5", "vm", "info"}, false);
+  EXPECT_EQ(tcp.status, kExitCannotConnect);
+}
+
+TEST_F(VmmctlTest, MediaListAndStatus) {
+  Result list = Vmmctl({"media", "list"});
+  ASSERT_EQ(list.status, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("NAME"));
+  EXPECT_THAT(list.out, HasSubstr("cd0"));
+  EXPECT_THAT(list.out, HasSubstr("/images/old.iso"));
+  EXPECT_THAT(list.out, HasSubstr("disk0"));
+
+  Result status = Vmmctl({"media", "status", "cd0"});
+  ASSERT_EQ(status.status, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("kind:"));
+  EXPECT_THAT(status.out, HasSubstr("cdrom"));
+  EXPECT_THAT(status.out, HasSubstr("8388608 bytes (8.0 MiB)"));
+  EXPECT_THAT(status.out, HasSubstr("generation:"));
+
+  Result json = Vmmctl({"--json", "media", "status", "cd0"});
+  ASSERT_EQ(json.status, 0) << json.err;
+  DriveStatus parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  EXPECT_EQ(parsed.name(), "cd0");
+  EXPECT_EQ(parsed.size_bytes(), 8u << 20);
+  EXPECT_THAT(json.out, HasSubstr("\"trayOpen\": false"));  // zero values are printed too
+
+  Result unknown = Vmmctl({"media", "status", "cd9"});
+  EXPECT_EQ(unknown.status, kExitRpcFailed);
+  EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(unknown.err, HasSubstr("cd9"));
+  EXPECT_TRUE(unknown.out.empty());
+}
+
+TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
+  fake_.set_locked(true);
+  Result refused = Vmmctl({"media", "eject", "cd0"});
+  EXPECT_EQ(refused.status, kExitRpcFailed);
+  EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
+  EXPECT_THAT(refused.err, HasSubstr("--force"));
+  Result forced = Vmmctl({"media", "eject", "cd0", "--force"});
+  ASSERT_EQ(forced.status, 0) << forced.err;
+  EXPECT_THAT(forced.out, HasSubstr("cd0 cdrom virtio-scsi 0:1: no medium, tray open, locked, generation 2"));
+
+  // A relative path is sent absolute (the VMM has its own working directory).
+  Result inserted = Vmmctl({"media", "insert", "cd0", "new.iso"});
+  ASSERT_EQ(inserted.status, 0) << inserted.err;
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  EXPECT_EQ(fake_.last_insert_path(), std::string(cwd) + "/new.iso");
+  EXPECT_THAT(inserted.out, HasSubstr("tray closed"));
+
+  Result again = Vmmctl({"media", "insert", "cd0", "/other.iso"});
+  EXPECT_EQ(again.status, kExitRpcFailed);
+  EXPECT_THAT(again.err, HasSubstr("FAILED_PRECONDITION"));
+  // --force: ejects (through the lock) first.
+  Result replaced = Vmmctl({"--json", "media", "insert", "cd0", "/other.iso", "--force"});
+  ASSERT_EQ(replaced.status, 0) << replaced.err;
+  EXPECT_EQ(fake_.last_insert_path(), "/other.iso");
+  DriveStatus parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replaced.out, &parsed).ok()) << replaced.out;
+  EXPECT_EQ(parsed.generation(), 5u);  // eject, insert, eject, insert
+
+  Result disk = Vmmctl({"media", "insert", "disk0", "/x.iso"});
+  EXPECT_EQ(disk.status, kExitRpcFailed);
+  Result tray = Vmmctl({"media", "tray", "cd0", "open"});
+  ASSERT_EQ(tray.status, 0) << tray.err;
+  EXPECT_THAT(tray.out, HasSubstr("tray open"));
+}
+
+TEST_F(VmmctlTest, VmCommands) {
+  Result info = Vmmctl({"vm", "info"});
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("RUNNING"));
+  EXPECT_THAT(info.out, HasSubstr("4242"));
+  EXPECT_THAT(info.out, HasSubstr("128.0 MiB"));
+  EXPECT_THAT(info.out, HasSubstr("cd0"));
+  Result json = Vmmctl({"vm", "info", "--json"});
+  ASSERT_EQ(json.status, 0);
+  vmm::v1::VmInfo parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &parsed).ok()) << json.out;
+  EXPECT_EQ(parsed.pid(), 4242u);
+  EXPECT_EQ(parsed.drives_size(), 2);
+
+  EXPECT_THAT(Vmmctl({"vm", "pause"}).out, HasSubstr("PAUSED"));
+  EXPECT_THAT(Vmmctl({"vm", "resume"}).out, HasSubstr("RUNNING"));
+  Result stats = Vmmctl({"vm", "stats"});
+  ASSERT_EQ(stats.status, 0);
+  EXPECT_THAT(stats.out, HasSubstr("DRIVE"));
+  EXPECT_THAT(stats.out, HasSubstr("8.0 MiB"));
+  EXPECT_EQ(Vmmctl({"vm", "stats", "nope"}).status, kExitRpcFailed);
+
+  Result shutdown = Vmmctl({"vm", "shutdown", "--grace-ms", "250"});
+  ASSERT_EQ(shutdown.status, 0) << shutdown.err;
+  EXPECT_THAT(shutdown.out, HasSubstr("STOPPING"));
+  EXPECT_EQ(fake_.last_shutdown().grace_period_ms(), 250u);
+  EXPECT_FALSE(fake_.last_shutdown().force());
+  Vmmctl({"vm", "shutdown", "--force"});
+  EXPECT_TRUE(fake_.last_shutdown().force());
+}
+
+TEST_F(VmmctlTest, DeadlineOnUnaryCalls) {
+  fake_.set_delay(absl::Seconds(3));
+  const absl::Time start = absl::Now();
+  Result r = Vmmctl({"--timeout", "0.3", "media", "status", "cd0"});
+  EXPECT_EQ(r.status, kExitRpcFailed);
+  EXPECT_THAT(r.err, HasSubstr("DEADLINE_EXCEEDED"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  fake_.set_delay(absl::ZeroDuration());
+}
+
+TEST_F(VmmctlTest, WatchPrintsOneLinePerEvent) {
+  Result r;
+  std::thread watcher([&] { r = Vmmctl({"media", "watch", "--count", "2"}); });
+  for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(fake_.watchers(), 1);
+  fake_.Emit(vmm::v1::MediaEvent::MEDIUM_REMOVED, false);
+  fake_.Emit(vmm::v1::MediaEvent::EJECT_REQUESTED, true);
+  watcher.join();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("cd0 MEDIUM_REMOVED by host: cd0 cdrom"));
+  EXPECT_THAT(r.out, HasSubstr("cd0 EJECT_REQUESTED by guest"));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2);
+
+  // JSON: one object per line; ended by CancelWatch (SIGINT in vmmctl), status 0.
+  for (int i = 0; i < 500 && fake_.watchers() != 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(fake_.watchers(), 0) << "the first watch's stream is still open on the server";
+  Result j;
+  std::thread json_watcher([&] { j = Vmmctl({"--json", "media", "watch", "cd0"}); });
+  for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  fake_.Emit(vmm::v1::MediaEvent::TRAY_OPENED, true);
+  absl::SleepFor(absl::Milliseconds(500));  // the client prints it
+  CancelWatch();
+  json_watcher.join();
+  EXPECT_EQ(j.status, 0) << j.err;
+  ASSERT_FALSE(j.out.empty());
+  EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 1) << j.out;
+  vmm::v1::MediaEvent event;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(j.out, &event).ok()) << j.out;
+  EXPECT_EQ(event.type(), vmm::v1::MediaEvent::TRAY_OPENED);
+  EXPECT_TRUE(event.by_guest());
+}
+
+TEST_F(VmmctlTest, WatchEndsWithAnErrorWhenTheServerGoesAway) {
+  Result r;
+  std::thread watcher([&] { r = Vmmctl({"media", "watch"}); });
+  for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+  server_.reset();
+  watcher.join();
+  // Either the server finished the stream (OK) or the connection broke: never a hang.
+  EXPECT_TRUE(r.status == 0 || r.status == kExitRpcFailed) << r.status << " " << r.err;
+}
+
+}  // namespace
+}  // namespace vmmctl
