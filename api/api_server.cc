@@ -655,10 +655,6 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
   // port and take half of the connections. One port, one VMM.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // The sync server's pollers wait on their completion queue with this timeout (default 10 s);
-  // a poller that misses the queue's shutdown then holds Server::Wait() for up to that long, which
-  // would delay the VMM's exit.
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::CQ_TIMEOUT_MSEC, 200);
   builder.RegisterService(server->core_->media_service());
   builder.RegisterService(server->core_->vm_service());
   // The socket is created by bind() inside BuildAndStart: with this umask it is never accessible

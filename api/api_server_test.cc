@@ -135,7 +135,6 @@ class FakeVm : public VmControl {
 class ApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    fprintf(stderr, "TIMING setup\n");
     // Under /tmp: the sandbox's TEST_TMPDIR is too long for a unix socket path.
     char name[] = "/tmp/api_test.XXXXXX";
     ASSERT_NE(mkdtemp(name), nullptr);
@@ -146,15 +145,9 @@ class ApiServerTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    absl::Time t2 = absl::Now();
-    media_.reset(); vm_service_.reset(); channel_.reset();
-    fprintf(stderr, "TIMING channel %s\n", absl::FormatDuration(absl::Now() - t2).c_str());
-    absl::Time t0 = absl::Now();
     server_.reset();
-    fprintf(stderr, "TIMING stop %s\n", absl::FormatDuration(absl::Now() - t0).c_str());
     std::system(("rm -rf " + dir_).c_str());
   }
-  ~ApiServerTest() override { fprintf(stderr, "TIMING dtor start\n"); }
 
   std::string WriteFile(const std::string& name, size_t size) {
     const std::string path = dir_ + "/" + name;
@@ -188,7 +181,6 @@ class ApiServerTest : public ::testing::Test {
   }
   grpc::Status Insert(const std::string& drive, const std::string& path, pb::DriveStatus* out,
                       const std::string& format = "") {
-    struct T { absl::Time t = absl::Now(); std::string p; ~T() { auto d = absl::Now() - t; if (d > absl::Seconds(1)) fprintf(stderr, "SLOW insert %s: %s\n", p.substr(0, 60).c_str(), absl::FormatDuration(d).c_str()); } } timer{absl::Now(), path};
     grpc::ClientContext context;
     Deadline(context);
     pb::InsertRequest request;
@@ -433,9 +425,7 @@ TEST_F(ApiServerTest, EjectThenInsert) {
 
 // Every failing Insert leaves the drive exactly as it was: same snapshot, nothing published.
 TEST_F(ApiServerTest, InsertErrors) {
-  absl::Time tb = absl::Now();
   StartServer();
-  fprintf(stderr, "TIMING start %s\n", absl::FormatDuration(absl::Now() - tb).c_str());
   pb::DriveStatus status;
   const auto cd1_before = vm_.cd1_media->Current();
   const auto cd0_before = vm_.cd0_media->Current();
@@ -491,7 +481,10 @@ TEST_F(ApiServerTest, InsertErrors) {
   EXPECT_EQ(error.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(error.error_message().find("PATH_MAX"), std::string::npos) << error.error_message();
   EXPECT_LT(error.error_message().size(), 400u);
-  if (getenv("BIG")) EXPECT_EQ(Insert("cd1", "/" + std::string(1 << 20, 'a'), &status).error_code(),
+  // (Within one HTTP/2 flow-control window: a larger request makes the in-process client's
+  // connection teardown linger for 10 s, a gRPC client quirk; tests/integration/api_test sends
+  // 8 MiB to a real VMM.)
+  EXPECT_EQ(Insert("cd1", "/" + std::string(60000, 'a'), &status).error_code(),
             StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Insert("cd1", iso2_ + std::string(1, '\0') + "x", &status).error_code(),
             StatusCode::INVALID_ARGUMENT);
@@ -513,7 +506,6 @@ TEST_F(ApiServerTest, InsertErrors) {
   EXPECT_EQ(Insert("cd0", iso2_, &status).error_code(), StatusCode::FAILED_PRECONDITION);
   // None of the refused requests needed to open the file, except the denied one.
   EXPECT_EQ(vm_.opens.load(), 1);
-  fprintf(stderr, "TIMING body %s\n", absl::FormatDuration(absl::Now() - tb).c_str());
 }
 
 TEST_F(ApiServerTest, EjectHonoursTheGuestLockUnlessForced) {
