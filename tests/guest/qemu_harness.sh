@@ -72,3 +72,26 @@ probe_drive() {
   printf 'quit\n' | timeout 20 "$QEMU_BIN" -M none -nodefaults -display none -monitor stdio \
     -drive "file=$WORK/disk-pristine.img,if=none,id=d0,format=raw,$1" >/dev/null 2>&1
 }
+
+# Skips the test (exit 0, "SKIPPED: ...") unless /dev/kvm is usable and QEMU and python3 are
+# installed; sets QEMU_BIN and PYTHON.
+require_kvm_qemu_python() {
+  if [[ ! -e /dev/kvm ]]; then
+    echo "SKIPPED: /dev/kvm is absent"
+    exit 0
+  fi
+  if [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then
+    echo "SKIPPED: /dev/kvm is not readable and writable by $(id -un)"
+    exit 0
+  fi
+  QEMU_BIN="$(command -v qemu-system-x86_64 || true)"
+  if [[ -z "$QEMU_BIN" ]]; then
+    echo "SKIPPED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)"
+    exit 0
+  fi
+  PYTHON="$(command -v python3 || true)"
+  if [[ -z "$PYTHON" ]]; then
+    echo "SKIPPED: python3 is missing (tools/make-pattern-image and the monitor client need it)"
+    exit 0
+  fi
+}

@@ -18,24 +18,7 @@ GUEST="${1:-tests/guest/test_guest}"
 MKIMG="${2:-tools/make-pattern-image}"
 RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
 
-if [[ ! -e /dev/kvm ]]; then
-  echo "SKIPPED: /dev/kvm is absent"
-  exit 0
-fi
-if [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then
-  echo "SKIPPED: /dev/kvm is not readable and writable by $(id -un)"
-  exit 0
-fi
-QEMU_BIN="$(command -v qemu-system-x86_64 || true)"
-if [[ -z "$QEMU_BIN" ]]; then
-  echo "SKIPPED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)"
-  exit 0
-fi
-PYTHON="$(command -v python3 || true)"
-if [[ -z "$PYTHON" ]]; then
-  echo "SKIPPED: python3 is missing (tools/make-pattern-image and the monitor client need it)"
-  exit 0
-fi
+require_kvm_qemu_python  # exits 0 with "SKIPPED: ..." when one is missing
 for f in "$GUEST" "$MKIMG"; do
   if [[ ! -f "$f" ]]; then
     echo "FAIL: '$f' not found"
