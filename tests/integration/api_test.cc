@@ -58,6 +58,7 @@
 #include "gtest/gtest.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_util.h"
 
 extern char** environ;
 
@@ -84,11 +85,6 @@ constexpr uint64_t kOtherCdBytes = 2ull << 20;
 constexpr uint32_t kDiskSeed = 11;
 constexpr uint64_t kDiskBytes = 16ull << 20;
 
-std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
 // A unix socket path must fit sun_path (108 bytes); Bazel's TEST_TMPDIR is deeper than that. The
 // sockets live in a private directory under /tmp, removed at exit.
 std::string SocketPath(const std::string& name) {
@@ -100,19 +96,6 @@ std::string SocketPath(const std::string& name) {
     return new std::string(made);
   }();
   return *dir + "/" + name;
-}
-
-std::string FindPython() {
-  const char* path = getenv("PATH");
-  std::vector<std::string> dirs;
-  if (path != nullptr) dirs = absl::StrSplit(path, ':', absl::SkipEmpty());
-  dirs.push_back("/usr/bin");
-  dirs.push_back("/usr/local/bin");
-  for (const std::string& dir : dirs) {
-    const std::string candidate = dir + "/python3";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
 }
 
 std::string CodeName(grpc::StatusCode code) {
@@ -356,13 +339,6 @@ class Background {
  private:
   pid_t pid_ = -1;
 };
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 bool WaitForFileContent(const std::string& path, const std::string& text, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;

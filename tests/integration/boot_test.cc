@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_util.h"
 
 namespace tests {
 namespace {
@@ -23,22 +24,6 @@ using ::testing::Not;
 
 constexpr char kMicrovm[] = "vmm/microvm";
 constexpr char kGuest[] = "tests/guest/test_guest";
-
-std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-void WriteFile(const std::string& path, const std::string& contents) {
-  std::ofstream(path, std::ios::binary) << contents;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 class BootTest : public ::testing::Test {
  protected:

@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_util.h"
 
 namespace tests {
 namespace {
@@ -23,32 +24,20 @@ constexpr char kMicrovm[] = "vmm/microvm";
 constexpr char kGuest[] = "tests/guest/test_guest";
 constexpr char kPatternTool[] = "tools/make-pattern-image";
 
-std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-std::string Python() {
-  for (const char* candidate : {"/usr/bin/python3", "/usr/local/bin/python3"}) {
-    if (access(candidate, X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 class IdeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access("/dev/kvm", R_OK | W_OK) != 0) {
       GTEST_SKIP() << "SKIPPED: /dev/kvm is missing or not accessible";
     }
-    if (Python().empty()) GTEST_SKIP() << "SKIPPED: python3 (for make-pattern-image) is missing";
+    if (FindPython().empty()) GTEST_SKIP() << "SKIPPED: python3 (for make-pattern-image) is missing";
   }
 
   // A fresh pattern image (tests write to disks, so every test makes its own).
   std::string Image(const std::string& name, int seed, const std::string& size) {
     const std::string path = TempPath(name);
     ProcessResult made = RunProcess(
-        {Python(), kPatternTool, "--seed", std::to_string(seed), "--size", size, path});
+        {FindPython(), kPatternTool, "--seed", std::to_string(seed), "--size", size, path});
     EXPECT_EQ(made.exit_status, 0) << made.err;
     return path;
   }

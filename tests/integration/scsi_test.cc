@@ -27,6 +27,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
+#include "tests/integration/test_util.h"
 
 namespace tests {
 namespace {
@@ -47,32 +48,6 @@ constexpr uint64_t kCdBytes = 8ull << 20;  // 4096 sectors of 2048 bytes
 constexpr uint32_t kNewCdSeed = 33;
 constexpr uint64_t kNewCdBytes = 3ull << 20;  // 1536 sectors
 constexpr uint32_t kWriteSeed = 4660;          // scsi-rw's wseed=
-
-std::string TempPath(const std::string& name) {
-  const char* dir = getenv("TEST_TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-// execv() does not search PATH: find python3 ourselves (make-pattern-image is a Python script).
-std::string FindPython() {
-  const char* path = getenv("PATH");
-  std::vector<std::string> dirs;
-  if (path != nullptr) dirs = absl::StrSplit(path, ':', absl::SkipEmpty());
-  dirs.push_back("/usr/bin");
-  dirs.push_back("/usr/local/bin");
-  for (const std::string& dir : dirs) {
-    const std::string candidate = dir + "/python3";
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
 
 // The block pattern of tools/make-pattern-image (its header has the formula), recomputed here so
 // the host can tell which seed a block of the image file carries.
