@@ -1,17 +1,20 @@
 #include "vmm/guest_memory.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
 #include "vmm/layout.h"
 
 namespace vmm {
 
-absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(GuestAddress start,
-                                                                               uint64_t size) {
+namespace {
+
+absl::Status CheckRegionPlacement(GuestAddress start, uint64_t size) {
   if (size == 0 || size % kPageSize != 0 || start.value() % kPageSize != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "guest memory region at 0x%x of 0x%x bytes is not page aligned or empty", start.value(),
@@ -21,12 +24,57 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(Gue
   if (!start.CheckedAdd(size, &end) || end.value() == 0) {
     return absl::InvalidArgumentError("guest memory region wraps around the address space");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(GuestAddress start,
+                                                                               uint64_t size) {
+  if (absl::Status placement = CheckRegionPlacement(start, size); !placement.ok()) {
+    return placement;
+  }
   // MAP_NORESERVE: guest RAM is touched lazily; the kernel need not reserve swap for all of it.
   void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (host == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("cannot map %u MiB of guest memory: %s", size >> 20, strerror(errno)));
+  }
+  return std::unique_ptr<GuestMemoryRegion>(
+      new GuestMemoryRegion(start, size, static_cast<uint8_t*>(host)));
+}
+
+absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFromFile(
+    GuestAddress start, uint64_t size, int fd, uint64_t file_offset) {
+  if (absl::Status placement = CheckRegionPlacement(start, size); !placement.ok()) {
+    return placement;
+  }
+  if (file_offset % kPageSize != 0 || file_offset + size < file_offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory region at 0x%x: file offset 0x%x is not page aligned", start.value(),
+        file_offset));
+  }
+  // A mapping past the end of the file would fault (SIGBUS) on first touch: refuse it up front.
+  struct stat file_status {};
+  if (fstat(fd, &file_status) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("guest memory at 0x%x: bad file descriptor: %s", start.value(),
+                        strerror(errno)));
+  }
+  if (S_ISREG(file_status.st_mode) &&
+      file_offset + size > static_cast<uint64_t>(file_status.st_size)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory at 0x%x: 0x%x bytes at file offset 0x%x run past the file's end (0x%x)",
+        start.value(), size, file_offset, file_status.st_size));
+  }
+  // MAP_SHARED: the other process's stores must be visible here and ours there.
+  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
+                    static_cast<off_t>(file_offset));
+  if (host == MAP_FAILED) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cannot map guest memory at 0x%x (0x%x bytes at file offset 0x%x): %s", start.value(),
+        size, file_offset, strerror(errno)));
   }
   return std::unique_ptr<GuestMemoryRegion>(
       new GuestMemoryRegion(start, size, static_cast<uint8_t*>(host)));

@@ -34,10 +34,17 @@ class GuestAddress {
   uint64_t value_ = 0;
 };
 
-// One contiguous range of guest RAM backed by an anonymous private mapping (unmapped on destruction).
+// One contiguous range of guest RAM, mapped into this process (unmapped on destruction).
 class GuestMemoryRegion {
  public:
+  // Anonymous private memory: the VMM's own guest RAM.
   static absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> Create(GuestAddress start, uint64_t size);
+  // `size` bytes of the file `fd` (a memfd, hugetlbfs or tmpfs file) from `file_offset`, mapped
+  // shared: RAM another process owns, as a vhost-user front end hands it over (SET_MEM_TABLE).
+  // Start, size and offset must be page aligned; the caller may close `fd` afterwards.
+  static absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> CreateFromFile(GuestAddress start,
+                                                                           uint64_t size, int fd,
+                                                                           uint64_t file_offset);
   ~GuestMemoryRegion();
   GuestMemoryRegion(const GuestMemoryRegion&) = delete;
   GuestMemoryRegion& operator=(const GuestMemoryRegion&) = delete;

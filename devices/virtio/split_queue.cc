@@ -186,7 +186,11 @@ absl::StatusOr<SplitQueue> SplitQueue::Create(const vmm::GuestMemory& memory,
     }
     *area.host = span->data();
   }
-  // The used index starts at 0 (§2.7.8), so nothing has been signalled yet and that is known.
+  queue.next_available_ = config.start_index;
+  queue.next_used_ = config.start_index;
+  queue.signalled_used_ = config.start_index;
+  // Nothing has been pushed since the (re)start, and that is known: the driver saw every used
+  // element before the ring was stopped, or there were none.
   queue.signalled_used_valid_ = true;
   return queue;
 }

@@ -22,6 +22,11 @@ struct QueueConfig {
   vmm::GuestAddress used_ring;
   bool event_idx = false;       // VIRTIO_F_EVENT_IDX negotiated (§2.7.7, §2.7.10)
   bool indirect = false;        // VIRTIO_F_INDIRECT_DESC negotiated (§2.7.5.3)
+  // Where the device resumes in the rings: the next available index to consume and the next used
+  // index to write. 0 after a device reset (§2.7); a vhost-user front end that stops and restarts
+  // a ring passes the position back (VHOST_USER_SET_VRING_BASE). Every chain consumed before the
+  // stop must have been made used, so one index serves both rings.
+  uint16_t start_index = 0;
 };
 
 // One available descriptor chain, walked and validated: every buffer lies wholly inside guest memory

@@ -572,6 +572,30 @@ TEST_F(SplitQueueTest, StartsNearTheWrapOfTheAvailableIndex) {
   EXPECT_EQ(queue_->next_available(), 3);
 }
 
+// A vhost-user front end restarting a stopped ring hands back the index it stopped at: the
+// device resumes consuming there and writes used elements from the same position.
+TEST_F(SplitQueueTest, ResumesAtTheStartIndex) {
+  SetUpQueue(8, /*event_idx=*/true);
+  driver_->SetAvailIdx(1000);
+  QueueConfig resumed_config = config_;
+  resumed_config.start_index = 1000;
+  auto resumed = SplitQueue::Create(memory_, resumed_config);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  queue_.emplace(*std::move(resumed));
+  EXPECT_FALSE(queue_->HasAvailable());
+  const Buffer data[] = {Writable(8)};
+  auto head = driver_->AddChain(data);
+  ASSERT_TRUE(head.ok());
+  DescriptorChain chain = PopChain();
+  EXPECT_EQ(chain.head, *head);
+  EXPECT_EQ(queue_->next_available(), 1001);
+  ASSERT_TRUE(queue_->PushUsed(chain.head, 8).ok());
+  EXPECT_EQ(driver_->UsedIdx(), 1001);
+  EXPECT_EQ(driver_->UsedAt(1000).id, *head);
+  driver_->SetUsedEvent(1000);  // the driver wants to hear of the element at index 1000
+  EXPECT_TRUE(queue_->ShouldInterrupt());
+}
+
 TEST(SplitQueueSizesTest, FullRingAtEverySize) {
   vmm::GuestMemory memory = MakeGuestMemory({{0, 0x400000}});
   const GuestAddress buffer(0x300000);
