@@ -28,34 +28,34 @@ std::string Directory(const std::string& path) {
 
 }  // namespace
 
-absl::Status PrepareUnixSocketPath(const std::string& path) {
-  if (path.empty()) return absl::InvalidArgumentError("the API socket path is empty");
+absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& label) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrFormat("the %s path is empty", label));
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("API socket path %s is %d bytes; a unix socket path holds at most %d", path,
+        absl::StrFormat("%s path %s is %d bytes; a unix socket path holds at most %d", label, path,
                         path.size(), sizeof(address.sun_path) - 1));
   }
   if (path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError("the API socket path contains a NUL byte");
+    return absl::InvalidArgumentError(absl::StrFormat("the %s path contains a NUL byte", label));
   }
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
     const int error = errno;
     if (error != ENOENT) {
-      return absl::ErrnoToStatus(error, absl::StrFormat("API socket %s", path));
+      return absl::ErrnoToStatus(error, absl::StrFormat("%s %s", label, path));
     }
     const std::string directory = Directory(path);
     struct stat dir {};
     if (stat(directory.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) {
       return absl::NotFoundError(absl::StrFormat(
-          "API socket %s: the directory %s does not exist", path, directory));
+          "%s %s: the directory %s does not exist", label, path, directory));
     }
     return absl::OkStatus();
   }
   if (!S_ISSOCK(st.st_mode)) {
     return absl::AlreadyExistsError(absl::StrFormat(
-        "API socket %s: the path exists and is not a socket (%s); refusing to replace it", path,
+        "%s %s: the path exists and is not a socket (%s); refusing to replace it", label, path,
         S_ISREG(st.st_mode)   ? "a regular file"
         : S_ISDIR(st.st_mode) ? "a directory"
         : S_ISLNK(st.st_mode) ? "a symbolic link"
@@ -75,16 +75,16 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
   if (result == 0 || error == EAGAIN) {
     // EAGAIN: a listener whose backlog is full, alive all the same.
     return absl::AlreadyExistsError(absl::StrFormat(
-        "API socket %s: another process is listening on it (another VMM?); refusing to take it "
-        "over", path));
+        "%s %s: another process is listening on it (another VMM?); refusing to take it over",
+        label, path));
   }
   if (error != ECONNREFUSED) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "API socket %s exists and cannot be checked (connect: %s); remove it if it is stale", path,
-        Errno(error)));
+        "%s %s exists and cannot be checked (connect: %s); remove it if it is stale", label,
+        path, Errno(error)));
   }
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("removing the stale API socket %s", path));
+    return absl::ErrnoToStatus(errno, absl::StrFormat("removing the stale %s %s", label, path));
   }
   return absl::OkStatus();
 }

@@ -12,8 +12,9 @@ namespace api {
 // socket nobody listens on (connect() is refused), which is removed. Anything else is refused with
 // an error naming the path: a live socket (AlreadyExists), a regular file, directory, symlink or
 // other file (AlreadyExists), a path too long for sockaddr_un or empty (InvalidArgument), a parent
-// directory that does not exist (NotFound).
-absl::Status PrepareUnixSocketPath(const std::string& path);
+// directory that does not exist (NotFound). Errors call the socket `label`.
+absl::Status PrepareUnixSocketPath(const std::string& path,
+                                   const std::string& label = "API socket");
 
 // Parses a TCP listen address "HOST:PORT" ("127.0.0.1:7000", "[::1]:7000", "localhost:7000";
 // port 0 picks a free one) into gRPC's address form. HOST must be an IP literal or "localhost" (no

@@ -106,6 +106,12 @@ class VirtioDevice {
   // an interrupt or the events object from the last activation, and the device is back in its
   // initial state.
   virtual void Reset() = 0;
+  // Stops serving the queues but keeps the device's state, so that Activate() can carry on where
+  // it stopped (a vhost-user front end stops and restarts rings to swap the memory table or to
+  // pause): when this returns, no thread of the device touches guest memory, a queue, a notify
+  // fd, an interrupt or the events object from the last activation, and every chain the device
+  // took from a ring has been made used. Devices without state worth keeping just reset.
+  virtual void Stop() { Reset(); }
 };
 
 }  // namespace devices::virtio

@@ -623,6 +623,8 @@ void VirtioScsi::DrainAllRequests() {
   }
 }
 
+void VirtioScsi::Stop() { StopWorkers(); }
+
 void VirtioScsi::Reset() {
   StopWorkers();
   // A device reset is a bus reset for the units behind it (unit attention 06/29/00).

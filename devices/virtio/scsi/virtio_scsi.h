@@ -49,6 +49,9 @@ class VirtioScsi : public VirtioDevice {
   void WriteConfig(uint32_t offset, std::span<const uint8_t> data) override;
   absl::Status Activate(VirtioActivation activation) override;
   void Reset() override;
+  // Completes every command in flight and stops the queues; the targets keep their state (no
+  // unit attention, unlike Reset()).
+  void Stop() override;
 
   const VirtioScsiOptions& options() const { return options_; }
 

@@ -1,0 +1,596 @@
+#include "devices/virtio/vhost_user/backend.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+
+#include "absl/strings/str_format.h"
+
+namespace devices::virtio::vhost_user {
+namespace {
+
+// Virtio reserved feature bits 24..49 belong to the transport; the device offers 0..23 and 50+.
+constexpr uint64_t kTransportFeatureMask = ((1ull << 50) - 1) & ~((1ull << 24) - 1);
+constexpr uint32_t kMaxQueueSize = 32768;
+constexpr uint32_t kVringFlagLog = 1;  // VHOST_VRING_F_LOG
+// GET_CONFIG / SET_CONFIG payload: offset, size, flags, then the bytes (at most 256).
+constexpr uint32_t kConfigHeaderBytes = 12;
+constexpr uint32_t kMaxConfigBytes = 256;
+
+std::vector<uint8_t> U64Bytes(uint64_t value) {
+  std::vector<uint8_t> bytes(sizeof(value));
+  std::memcpy(bytes.data(), &value, sizeof(value));
+  return bytes;
+}
+
+const char* RequestName(Request request) {
+  switch (request) {
+    case Request::kGetFeatures: return "GET_FEATURES";
+    case Request::kSetFeatures: return "SET_FEATURES";
+    case Request::kSetOwner: return "SET_OWNER";
+    case Request::kResetOwner: return "RESET_OWNER";
+    case Request::kSetMemTable: return "SET_MEM_TABLE";
+    case Request::kSetLogBase: return "SET_LOG_BASE";
+    case Request::kSetLogFd: return "SET_LOG_FD";
+    case Request::kSetVringNum: return "SET_VRING_NUM";
+    case Request::kSetVringAddr: return "SET_VRING_ADDR";
+    case Request::kSetVringBase: return "SET_VRING_BASE";
+    case Request::kGetVringBase: return "GET_VRING_BASE";
+    case Request::kSetVringKick: return "SET_VRING_KICK";
+    case Request::kSetVringCall: return "SET_VRING_CALL";
+    case Request::kSetVringErr: return "SET_VRING_ERR";
+    case Request::kGetProtocolFeatures: return "GET_PROTOCOL_FEATURES";
+    case Request::kSetProtocolFeatures: return "SET_PROTOCOL_FEATURES";
+    case Request::kGetQueueNum: return "GET_QUEUE_NUM";
+    case Request::kSetVringEnable: return "SET_VRING_ENABLE";
+    case Request::kGetConfig: return "GET_CONFIG";
+    case Request::kSetConfig: return "SET_CONFIG";
+    case Request::kResetDevice: return "RESET_DEVICE";
+    default: return "request";
+  }
+}
+
+absl::Status NoDescriptors(const Message& message) {
+  if (!message.fds.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vhost-user %s: %u unexpected file descriptors",
+                        RequestName(message.request()), message.fds.size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// A ring's call or err eventfd. The device's threads Signal() while the front end may replace the
+// descriptor (QEMU swaps call fds when the guest masks MSI-X vectors): readers hold a reference to
+// the descriptor they write, so a replaced one closes only after its last write.
+class VhostUserBackend::Notifier : public VirtioInterrupt {
+ public:
+  void Signal() override {
+    std::shared_ptr<block::ScopedFd> fd = fd_.load(std::memory_order_acquire);
+    if (fd == nullptr) return;
+    const uint64_t one = 1;
+    // An eventfd write fails only when the counter would overflow: the front end is then
+    // signalled already.
+    [[maybe_unused]] ssize_t written = write(fd->get(), &one, sizeof(one));
+  }
+  void Set(block::ScopedFd fd) {
+    fd_.store(fd.valid() ? std::make_shared<block::ScopedFd>(std::move(fd)) : nullptr,
+              std::memory_order_release);
+  }
+
+ private:
+  std::atomic<std::shared_ptr<block::ScopedFd>> fd_;
+};
+
+// The device's events. There is no back-end-to-front-end channel (BACKEND_REQ is not offered), so
+// a configuration change cannot be announced (the front end owns virtio-scsi's configuration
+// anyway); a device that needs a reset tells the front end on every ring's err eventfd.
+class VhostUserBackend::Events : public VirtioDeviceEvents {
+ public:
+  explicit Events(std::vector<std::shared_ptr<Notifier>> errs) : errs_(std::move(errs)) {}
+  void ConfigChanged() override {}
+  void NeedsReset() override {
+    std::fprintf(stderr, "vhost-user: the device needs a reset (the guest broke a ring rule)\n");
+    for (const auto& err : errs_) err->Signal();
+  }
+
+ private:
+  const std::vector<std::shared_ptr<Notifier>> errs_;
+};
+
+VhostUserBackend::VhostUserBackend(VirtioDevice& device)
+    : device_(device), max_sizes_(device.queue_max_sizes()), rings_(max_sizes_.size()) {
+  std::vector<std::shared_ptr<Notifier>> errs;
+  for (Ring& ring : rings_) {
+    ring.call = std::make_shared<Notifier>();
+    ring.err = std::make_shared<Notifier>();
+    errs.push_back(ring.err);
+  }
+  events_ = std::make_unique<Events>(std::move(errs));
+}
+
+VhostUserBackend::~VhostUserBackend() { Disconnect(); }
+
+uint64_t VhostUserBackend::offered_features() const {
+  return (device_.device_features() & ~kTransportFeatureMask) | kFeatureVersion1 |
+         kFeatureEventIdx | kFeatureIndirectDesc | kFeatureProtocolFeatures;
+}
+
+uint64_t VhostUserBackend::offered_protocol_features() {
+  return kProtocolMq | kProtocolReplyAck | kProtocolConfig | kProtocolResetDevice;
+}
+
+VhostUserBackend::Result VhostUserBackend::Handle(Message message) {
+  Result result;
+  switch (message.request()) {
+    case Request::kGetFeatures:
+    case Request::kGetProtocolFeatures:
+    case Request::kGetQueueNum:
+    case Request::kGetVringBase:
+    case Request::kGetConfig: {
+      auto reply = HandleWithReply(message);
+      if (reply.ok()) {
+        result.reply = *std::move(reply);
+      } else {
+        result.status = reply.status();
+      }
+      return result;
+    }
+    default:
+      break;
+  }
+  const bool need_reply = message.need_reply();
+  result.status = HandleNoReply(message);
+  // REPLY_ACK ("Communication"): with the feature negotiated, a request flagged NEED_REPLY gets a
+  // u64, zero for success.
+  if (need_reply && (protocol_features_ & kProtocolReplyAck) != 0) {
+    result.reply = U64Bytes(result.status.ok() ? 0 : 1);
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<uint8_t>> VhostUserBackend::HandleWithReply(const Message& message) {
+  if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+  switch (message.request()) {
+    case Request::kGetFeatures:
+      if (!message.payload.empty()) return absl::InvalidArgumentError("GET_FEATURES: payload");
+      return U64Bytes(offered_features());
+    case Request::kGetProtocolFeatures:
+      if (!message.payload.empty()) {
+        return absl::InvalidArgumentError("GET_PROTOCOL_FEATURES: payload");
+      }
+      return U64Bytes(offered_protocol_features());
+    case Request::kGetQueueNum:
+      if (!message.payload.empty()) return absl::InvalidArgumentError("GET_QUEUE_NUM: payload");
+      return U64Bytes(max_sizes_.size());
+    case Request::kGetVringBase: {
+      auto state = message.PayloadAs<VringState>();
+      if (!state.ok()) return state.status();
+      auto base = GetVringBase(state->index);
+      if (!base.ok()) return base.status();
+      VringState reply{state->index, *base};
+      return std::vector<uint8_t>(AsBytes(reply).begin(), AsBytes(reply).end());
+    }
+    case Request::kGetConfig: {
+      if (message.payload.size() < kConfigHeaderBytes) {
+        return absl::InvalidArgumentError("GET_CONFIG: short payload");
+      }
+      uint32_t offset, size;
+      std::memcpy(&offset, message.payload.data(), 4);
+      std::memcpy(&size, message.payload.data() + 4, 4);
+      if (size > kMaxConfigBytes || message.payload.size() != kConfigHeaderBytes + size ||
+          offset > device_.config_size() || size > device_.config_size() - offset) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "GET_CONFIG: %u bytes at offset %u outside the %u-byte configuration", size, offset,
+            device_.config_size()));
+      }
+      std::vector<uint8_t> reply = message.payload;
+      device_.ReadConfig(offset, std::span<uint8_t>(reply.data() + kConfigHeaderBytes, size));
+      return reply;
+    }
+    default:
+      return absl::InternalError("not a request with a reply");
+  }
+}
+
+absl::Status VhostUserBackend::HandleNoReply(Message& message) {
+  switch (message.request()) {
+    case Request::kSetOwner:
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      owner_set_ = true;
+      return absl::OkStatus();
+    case Request::kResetOwner:
+    case Request::kResetDevice: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      StopDevice();
+      device_.Reset();
+      for (Ring& ring : rings_) {
+        ring.kick.Reset();
+        ring.base = 0;
+        ring.enabled = !protocol_features_on_;
+        ring.address.reset();
+        ring.size = 0;
+      }
+      return absl::OkStatus();
+    }
+    case Request::kSetFeatures: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto features = message.PayloadAs<uint64_t>();
+      if (!features.ok()) return features.status();
+      return SetFeatures(*features);
+    }
+    case Request::kSetProtocolFeatures: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto features = message.PayloadAs<uint64_t>();
+      if (!features.ok()) return features.status();
+      if ((*features & ~offered_protocol_features()) != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SET_PROTOCOL_FEATURES: 0x%x were not offered (0x%x)", *features,
+            offered_protocol_features()));
+      }
+      protocol_features_ = *features;
+      return absl::OkStatus();
+    }
+    case Request::kSetMemTable:
+      return SetMemTable(message);
+    case Request::kSetVringNum: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto state = message.PayloadAs<VringState>();
+      if (!state.ok()) return state.status();
+      auto ring = RingFor(state->index);
+      if (!ring.ok()) return ring.status();
+      if (state->num == 0 || state->num > kMaxQueueSize || !std::has_single_bit(state->num)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state->index,
+            state->num, kMaxQueueSize));
+      }
+      if (active_rings_.contains(state->index)) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("SET_VRING_NUM: ring %u is running", state->index));
+      }
+      (*ring)->size = static_cast<uint16_t>(state->num);
+      return absl::OkStatus();
+    }
+    case Request::kSetVringAddr: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto address = message.PayloadAs<VringAddress>();
+      if (!address.ok()) return address.status();
+      auto ring = RingFor(address->index);
+      if (!ring.ok()) return ring.status();
+      if ((address->flags & kVringFlagLog) != 0) {
+        return absl::InvalidArgumentError("SET_VRING_ADDR: dirty logging was not negotiated");
+      }
+      (*ring)->address = *address;
+      if (active_rings_.contains(address->index)) restart_needed_ = true;
+      return absl::OkStatus();
+    }
+    case Request::kSetVringBase: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto state = message.PayloadAs<VringState>();
+      if (!state.ok()) return state.status();
+      auto ring = RingFor(state->index);
+      if (!ring.ok()) return ring.status();
+      if (state->num > 0xffff) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)", state->index,
+            state->num));
+      }
+      if (active_rings_.contains(state->index)) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("SET_VRING_BASE: ring %u is running", state->index));
+      }
+      (*ring)->base = static_cast<uint16_t>(state->num);
+      return absl::OkStatus();
+    }
+    case Request::kSetVringKick:
+    case Request::kSetVringCall:
+    case Request::kSetVringErr:
+      return SetRingFd(message);
+    case Request::kSetVringEnable: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      auto state = message.PayloadAs<VringState>();
+      if (!state.ok()) return state.status();
+      auto ring = RingFor(state->index);
+      if (!ring.ok()) return ring.status();
+      if (!protocol_features_on_) {
+        return absl::FailedPreconditionError(
+            "SET_VRING_ENABLE without VHOST_USER_F_PROTOCOL_FEATURES");
+      }
+      if (state->num > 1) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SET_VRING_ENABLE: %u is neither 0 nor 1", state->num));
+      }
+      (*ring)->enabled = state->num == 1;
+      return absl::OkStatus();
+    }
+    case Request::kSetConfig: {
+      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      if (message.payload.size() < kConfigHeaderBytes) {
+        return absl::InvalidArgumentError("SET_CONFIG: short payload");
+      }
+      uint32_t offset, size;
+      std::memcpy(&offset, message.payload.data(), 4);
+      std::memcpy(&size, message.payload.data() + 4, 4);
+      if (size > kMaxConfigBytes || message.payload.size() != kConfigHeaderBytes + size ||
+          offset > device_.config_size() || size > device_.config_size() - offset) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SET_CONFIG: %u bytes at offset %u outside the %u-byte configuration", size, offset,
+            device_.config_size()));
+      }
+      device_.WriteConfig(offset, std::span<const uint8_t>(
+                                      message.payload.data() + kConfigHeaderBytes, size));
+      return absl::OkStatus();
+    }
+    default:
+      // Logging (migration), IOTLB, in-flight tracking, memory slots, the back-end channel and
+      // the net/crypto/GPU requests were never offered.
+      return absl::UnimplementedError(
+          absl::StrFormat("vhost-user request %u is not supported", message.header.request));
+  }
+}
+
+absl::Status VhostUserBackend::SetFeatures(uint64_t features) {
+  if ((features & ~offered_features()) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SET_FEATURES: 0x%x were not offered (0x%x)", features, offered_features()));
+  }
+  const bool was_on = protocol_features_on_;
+  protocol_features_on_ = (features & kFeatureProtocolFeatures) != 0;
+  const uint64_t device_features = features & ~kFeatureProtocolFeatures;
+  if (active_ && device_features != features_) restart_needed_ = true;
+  features_ = device_features;
+  // "If VHOST_USER_F_PROTOCOL_FEATURES has not been negotiated, the ring starts directly in the
+  // enabled state"; with it, rings wait for SET_VRING_ENABLE.
+  if (!protocol_features_on_) {
+    for (Ring& ring : rings_) ring.enabled = true;
+  } else if (!was_on && !active_) {
+    for (Ring& ring : rings_) ring.enabled = false;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VhostUserBackend::SetMemTable(Message& message) {
+  if (message.payload.size() < sizeof(MemoryTableHeader)) {
+    return absl::InvalidArgumentError("SET_MEM_TABLE: short payload");
+  }
+  MemoryTableHeader header;
+  std::memcpy(&header, message.payload.data(), sizeof(header));
+  if (header.num_regions == 0 || header.num_regions > kMaxMemoryRegions) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "SET_MEM_TABLE: %u regions (1 to %u)", header.num_regions, kMaxMemoryRegions));
+  }
+  if (message.payload.size() != sizeof(header) + header.num_regions * sizeof(MemoryRegion)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_MEM_TABLE: %u-byte payload for %u regions", message.payload.size(),
+                        header.num_regions));
+  }
+  if (message.fds.size() != header.num_regions) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_MEM_TABLE: %u regions but %u file descriptors", header.num_regions,
+                        message.fds.size()));
+  }
+  std::vector<std::unique_ptr<vmm::GuestMemoryRegion>> regions;
+  std::vector<RegionMapping> mappings;
+  for (uint32_t i = 0; i < header.num_regions; ++i) {
+    MemoryRegion region;
+    std::memcpy(&region, message.payload.data() + sizeof(header) + i * sizeof(MemoryRegion),
+                sizeof(region));
+    if (region.userspace_addr + region.memory_size < region.userspace_addr) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SET_MEM_TABLE: region %u wraps the front end's address space", i));
+    }
+    for (const RegionMapping& other : mappings) {
+      if (region.userspace_addr < other.userspace_addr + other.size &&
+          other.userspace_addr < region.userspace_addr + region.memory_size) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SET_MEM_TABLE: region %u overlaps another in the front end's "
+                            "address space",
+                            i));
+      }
+    }
+    auto mapped = vmm::GuestMemoryRegion::CreateFromFile(vmm::GuestAddress(region.guest_phys_addr),
+                                                         region.memory_size, message.fds[i].get(),
+                                                         region.mmap_offset);
+    if (!mapped.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SET_MEM_TABLE: region %u: %s", i, mapped.status().message()));
+    }
+    regions.push_back(*std::move(mapped));
+    mappings.push_back({region.userspace_addr, region.memory_size, region.guest_phys_addr});
+  }
+  auto memory = vmm::GuestMemory::Create(std::move(regions));
+  if (!memory.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_MEM_TABLE: %s", memory.status().message()));
+  }
+  // The device may be using the old table: stop it before unmapping (Synchronize() restarts it
+  // on the new one, at the same ring positions).
+  StopDevice();
+  memory_ = std::make_unique<vmm::GuestMemory>(*std::move(memory));
+  mappings_ = std::move(mappings);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<VhostUserBackend::Ring*> VhostUserBackend::RingFor(uint32_t index) {
+  if (index >= rings_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vhost-user: ring %u does not exist (the device has %u)", index,
+                        rings_.size()));
+  }
+  return &rings_[index];
+}
+
+absl::Status VhostUserBackend::SetRingFd(Message& message) {
+  const char* name = RequestName(message.request());
+  auto value = message.PayloadAs<uint64_t>();
+  if (!value.ok()) return value.status();
+  if ((*value & ~(kVringIndexMask | kVringNoFd)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: reserved bits set (0x%x)", name, *value));
+  }
+  const uint32_t index = static_cast<uint32_t>(*value & kVringIndexMask);
+  auto ring = RingFor(index);
+  if (!ring.ok()) return ring.status();
+  const bool no_fd = (*value & kVringNoFd) != 0;
+  if (message.fds.size() != (no_fd ? 0u : 1u)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: ring %u came with %u file descriptors", name, index, message.fds.size()));
+  }
+  block::ScopedFd fd = no_fd ? block::ScopedFd() : std::move(message.fds[0]);
+  switch (message.request()) {
+    case Request::kSetVringKick:
+      // A ring without a kick eventfd would have to be polled for ever: not supported.
+      if (no_fd) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SET_VRING_KICK: ring %u without an eventfd (polling mode)", index));
+      }
+      (*ring)->kick = std::move(fd);
+      if (active_rings_.contains(index)) restart_needed_ = true;
+      return absl::OkStatus();
+    case Request::kSetVringCall:
+      (*ring)->call->Set(std::move(fd));
+      // Completions signalled on the old descriptor may not have reached the front end (QEMU
+      // swaps call fds while a guest masks vectors): one spurious interrupt is harmless
+      // (virtio 1.2 §2.7.10: the driver checks the used ring), a lost one hangs the driver.
+      if (active_rings_.contains(index)) (*ring)->call->Signal();
+      return absl::OkStatus();
+    default:
+      (*ring)->err->Set(std::move(fd));
+      return absl::OkStatus();
+  }
+}
+
+absl::StatusOr<uint32_t> VhostUserBackend::GetVringBase(uint32_t index) {
+  auto ring = RingFor(index);
+  if (!ring.ok()) return ring.status();
+  // "Stops the vring and returns the current descriptor index": the whole device stops (the
+  // other rings restart in Synchronize()), with every chain it took made used.
+  if (active_rings_.contains(index)) StopDevice();
+  (*ring)->kick.Reset();
+  return (*ring)->base;
+}
+
+absl::StatusOr<vmm::GuestAddress> VhostUserBackend::Translate(uint64_t userspace_addr,
+                                                              uint64_t bytes) const {
+  for (const RegionMapping& mapping : mappings_) {
+    if (userspace_addr < mapping.userspace_addr) continue;
+    const uint64_t offset = userspace_addr - mapping.userspace_addr;
+    if (offset > mapping.size || bytes > mapping.size - offset) continue;
+    return vmm::GuestAddress(mapping.guest_phys_addr + offset);
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "vhost-user: [0x%x, +0x%x) is not inside one region of the memory table", userspace_addr,
+      bytes));
+}
+
+std::set<uint32_t> VhostUserBackend::WantedRings() const {
+  std::set<uint32_t> wanted;
+  if (memory_ == nullptr) return wanted;
+  for (uint32_t i = 0; i < rings_.size(); ++i) {
+    const Ring& ring = rings_[i];
+    if (ring.kick.valid() && ring.enabled && ring.size != 0 && ring.address.has_value()) {
+      wanted.insert(i);
+    }
+  }
+  return wanted;
+}
+
+absl::Status VhostUserBackend::Synchronize() {
+  const std::set<uint32_t> wanted = WantedRings();
+  if (active_ && (wanted != active_rings_ || restart_needed_)) StopDevice();
+  if (active_ || wanted.empty()) return absl::OkStatus();
+  return StartDevice(wanted);
+}
+
+void VhostUserBackend::StopDevice() {
+  if (!active_) return;
+  device_.Stop();
+  for (uint32_t index : active_rings_) {
+    Ring& ring = rings_[index];
+    // Every chain the device took is used now, so the used index is where to resume. (It lives
+    // in guest memory: a guest that scribbles on it only confuses its own ring.)
+    auto used = Translate(ring.address->used, 4);
+    if (!used.ok()) continue;
+    auto used_index = memory_->ReadObject<uint16_t>(*used + 2);
+    if (used_index.ok()) ring.base = *used_index;
+  }
+  active_ = false;
+  active_rings_.clear();
+  restart_needed_ = false;
+}
+
+absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
+  VirtioActivation activation;
+  activation.memory = memory_.get();
+  activation.features = features_;
+  activation.events = events_.get();
+  for (uint32_t index : rings) {
+    const Ring& ring = rings_[index];
+    if (ring.size > max_sizes_[index]) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "vhost-user: ring %u has %u entries, the device allows %u", index, ring.size,
+          max_sizes_[index]));
+    }
+    const uint64_t size = ring.size;
+    auto descriptors = Translate(ring.address->descriptor, 16 * size);
+    auto available = Translate(ring.address->available, 6 + 2 * size);
+    auto used = Translate(ring.address->used, 6 + 8 * size);
+    for (const auto* area : {&descriptors, &available, &used}) {
+      if (!area->ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("vhost-user: ring %u: %s", index, area->status().message()));
+      }
+    }
+    VirtioQueue queue;
+    queue.index = static_cast<uint16_t>(index);
+    queue.config.size = ring.size;
+    queue.config.descriptor_table = *descriptors;
+    queue.config.available_ring = *available;
+    queue.config.used_ring = *used;
+    queue.config.event_idx = (features_ & kFeatureEventIdx) != 0;
+    queue.config.indirect = (features_ & kFeatureIndirectDesc) != 0;
+    queue.config.start_index = ring.base;
+    queue.notify_fd = ring.kick.get();
+    queue.interrupt = ring.call.get();
+    activation.queues.push_back(queue);
+  }
+  absl::Status status = device_.Activate(std::move(activation));
+  if (!status.ok()) {
+    device_.Reset();
+    events_->NeedsReset();
+    return status;
+  }
+  active_ = true;
+  active_rings_ = rings;
+  // Chains made available while the ring was stopped came with no kick the device saw.
+  for (uint32_t index : rings) {
+    [[maybe_unused]] int written = eventfd_write(rings_[index].kick.get(), 1);
+  }
+  return absl::OkStatus();
+}
+
+void VhostUserBackend::Disconnect() {
+  StopDevice();
+  device_.Reset();
+  memory_.reset();
+  mappings_.clear();
+  for (Ring& ring : rings_) {
+    ring.size = 0;
+    ring.address.reset();
+    ring.base = 0;
+    ring.kick.Reset();
+    ring.enabled = false;
+    ring.call->Set(block::ScopedFd());
+    ring.err->Set(block::ScopedFd());
+  }
+  owner_set_ = false;
+  features_ = 0;
+  protocol_features_on_ = false;
+  protocol_features_ = 0;
+  restart_needed_ = false;
+}
+
+}  // namespace devices::virtio::vhost_user

@@ -1,0 +1,90 @@
+#include "devices/virtio/vhost_user/server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
+namespace devices::virtio::vhost_user {
+
+VhostUserServer::VhostUserServer(block::ScopedFd listener, VirtioDevice& device)
+    : listener_(std::move(listener)),
+      stop_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      backend_(device) {}
+
+VhostUserServer::~VhostUserServer() = default;
+
+void VhostUserServer::Stop() {
+  [[maybe_unused]] int written = eventfd_write(stop_.get(), 1);
+}
+
+absl::Status VhostUserServer::Run() {
+  if (!stop_.valid()) return absl::InternalError("vhost-user: no eventfd for stopping");
+  while (true) {
+    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return block::ErrnoStatus(errno, "vhost-user: poll");
+    }
+    if (fds[1].revents != 0) return absl::OkStatus();
+    if (fds[0].revents == 0) continue;
+    block::ScopedFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!connection.valid()) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
+      return block::ErrnoStatus(errno, "vhost-user: accept");
+    }
+    ++connections_;
+    Serve(connection.get());
+    backend_.Disconnect();
+  }
+}
+
+void VhostUserServer::Serve(int connection) {
+  std::fprintf(stderr, "vhost-user: front end connected\n");
+  while (true) {
+    pollfd fds[2] = {{connection, POLLIN, 0}, {stop_.get(), POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      std::fprintf(stderr, "vhost-user: poll: %s\n", strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    auto message = ReadMessage(connection);
+    if (!message.ok()) {
+      std::fprintf(stderr, "vhost-user: dropping the front end: %s\n",
+                   std::string(message.status().message()).c_str());
+      return;
+    }
+    if (!message->has_value()) {
+      std::fprintf(stderr, "vhost-user: front end disconnected\n");
+      return;
+    }
+    const Header header = (*message)->header;
+    VhostUserBackend::Result result = backend_.Handle(*std::move(*message));
+    if (!result.status.ok()) {
+      std::fprintf(stderr, "vhost-user: %s\n", std::string(result.status.message()).c_str());
+      // Failures the front end cannot be told about leave it and us out of step: drop it.
+      if (!result.reply.has_value()) return;
+    }
+    // Start or stop the device once the front end has said everything it had queued (QEMU sends
+    // a ring's set-up as a burst), so a ring set-up costs one device start, not one per message.
+    pollfd pending{connection, POLLIN, 0};
+    if (poll(&pending, 1, 0) == 0) {
+      if (absl::Status synced = backend_.Synchronize(); !synced.ok()) {
+        std::fprintf(stderr, "vhost-user: starting the device: %s\n",
+                     std::string(synced.message()).c_str());
+      }
+    }
+    if (result.reply.has_value()) {
+      if (absl::Status sent = SendReply(connection, header, *result.reply); !sent.ok()) {
+        std::fprintf(stderr, "vhost-user: %s\n", std::string(sent.message()).c_str());
+        return;
+      }
+    }
+  }
+}
+
+}  // namespace devices::virtio::vhost_user

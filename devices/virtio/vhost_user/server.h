@@ -1,0 +1,45 @@
+#ifndef DEVICES_VIRTIO_VHOST_USER_SERVER_H_
+#define DEVICES_VIRTIO_VHOST_USER_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "block/scoped_fd.h"
+#include "devices/virtio/vhost_user/backend.h"
+#include "devices/virtio/virtio_device.h"
+
+namespace devices::virtio::vhost_user {
+
+// Serves vhost-user front ends on a listening unix stream socket, one connection at a time (a
+// vhost-user device has one front end). When the front end disconnects or breaks the protocol,
+// the device is stopped and reset, the connection dropped, and the next one accepted: a VMM that
+// restarts (or reconnects) finds the device as new.
+class VhostUserServer {
+ public:
+  // `listener` is a bound, listening AF_UNIX SOCK_STREAM socket; `device` outlives the server.
+  VhostUserServer(block::ScopedFd listener, VirtioDevice& device);
+  ~VhostUserServer();
+
+  // Accepts and serves until Stop(). Returns an error only when the listening socket fails.
+  absl::Status Run();
+  // Makes Run() return (from any thread, e.g. a signal handler's thread). The connection being
+  // served is dropped and the device reset first.
+  void Stop();
+
+  uint64_t connections() const { return connections_.load(); }
+
+ private:
+  // Serves one connection until it ends or Stop(); logs why it ended.
+  void Serve(int connection);
+
+  block::ScopedFd listener_;
+  block::ScopedFd stop_;  // eventfd
+  VhostUserBackend backend_;
+  std::atomic<uint64_t> connections_{0};
+};
+
+}  // namespace devices::virtio::vhost_user
+
+#endif  // DEVICES_VIRTIO_VHOST_USER_SERVER_H_
