@@ -1,5 +1,8 @@
 #include "vmm/guest_memory.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -87,6 +90,32 @@ TEST(GuestMemoryTest, X86LayoutSplitsAroundTheMmioHole) {
   EXPECT_EQ(large->regions()[1]->size(), 64ull << 20);
   EXPECT_FALSE(large->IsValidRange(GuestAddress(kMmioHoleStart), 1));
   EXPECT_FALSE(GuestMemory::CreateX86(1 << 20).ok());
+}
+
+TEST(GuestMemoryTest, FileRegionIsSharedWithTheFile) {
+  const int fd = memfd_create("guest-memory-test", MFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0x6000), 0);
+  // Another process's view of the same memory, as a vhost-user front end maps it.
+  void* other = mmap(nullptr, 0x6000, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(other, MAP_FAILED);
+  auto region = GuestMemoryRegion::CreateFromFile(GuestAddress(0x100000), 0x4000, fd, 0x2000);
+  ASSERT_TRUE(region.ok()) << region.status();
+  std::vector<std::unique_ptr<GuestMemoryRegion>> regions;
+  regions.push_back(*std::move(region));
+  GuestMemory memory = *GuestMemory::Create(std::move(regions));
+  static_cast<uint8_t*>(other)[0x2000 + 0x10] = 0xab;
+  EXPECT_EQ(*memory.ReadObject<uint8_t>(GuestAddress(0x100010)), 0xab);
+  ASSERT_TRUE(memory.WriteObject<uint8_t>(GuestAddress(0x103fff), 0x5a).ok());
+  EXPECT_EQ(static_cast<uint8_t*>(other)[0x5fff], 0x5a);
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x104000), 1));
+
+  // Past the file's end (would fault on touch), unaligned offsets and bad fds are refused.
+  EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x6000, fd, 0x1000).ok());
+  EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x1000, fd, 0x800).ok());
+  EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x1000, -1, 0).ok());
+  munmap(other, 0x6000);
+  close(fd);
 }
 
 }  // namespace

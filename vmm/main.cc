@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "api/api_server.h"
+#include "vmm/command_line.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/vm.h"
@@ -73,79 +74,6 @@ namespace {
 
 constexpr int kExitError = 1;
 
-// Parses "256", "256M", "1G", "65536K" into bytes; a bare number is MiB, as QEMU's -m.
-bool ParseMemorySize(absl::string_view text, uint64_t* bytes) {
-  uint64_t multiplier = 1ull << 20;
-  if (absl::ConsumeSuffix(&text, "K") || absl::ConsumeSuffix(&text, "k")) {
-    multiplier = 1ull << 10;
-  } else if (absl::ConsumeSuffix(&text, "M") || absl::ConsumeSuffix(&text, "m")) {
-    multiplier = 1ull << 20;
-  } else if (absl::ConsumeSuffix(&text, "G") || absl::ConsumeSuffix(&text, "g")) {
-    multiplier = 1ull << 30;
-  }
-  uint64_t value = 0;
-  if (!absl::SimpleAtoi(text, &value) || value == 0 || value > (1ull << 50) / multiplier) {
-    return false;
-  }
-  *bytes = value * multiplier;
-  return true;
-}
-
-// absl flags are named with underscores; users type dashes (--cpu-features, --dump-dtb), as with
-// QEMU and Firecracker. Accept both by rewriting the name part of every "--name[=value]" argument.
-void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage) {
-  storage.assign(argv, argv + argc);
-  for (size_t i = 1; i < storage.size(); ++i) {
-    std::string& arg = storage[i];
-    if (arg == "--") break;
-    if (arg.size() <= 2 || arg[0] != '-' || arg[1] != '-') continue;
-    const size_t name_end = std::min(arg.find('='), arg.size());
-    std::replace(arg.begin() + 2, arg.begin() + static_cast<std::ptrdiff_t>(name_end), '-', '_');
-  }
-}
-
-// Takes every --disk, --cdrom, --ide-disk and --ide-cdrom out of `args` (they repeat, which absl
-// flags do not), in order.
-absl::StatusOr<std::vector<vmm::DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args) {
-  std::vector<vmm::DriveSpec> drives;
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    // Names as NormalizeFlagNames left them (dashes inside a name became underscores).
-    static constexpr struct {
-      const char* name;
-      vmm::DriveSpec::Kind kind;
-      vmm::DriveSpec::Bus bus;
-    } kDriveFlags[] = {
-        {"--disk", vmm::DriveSpec::Kind::kDisk, vmm::DriveSpec::Bus::kScsi},
-        {"--cdrom", vmm::DriveSpec::Kind::kCdrom, vmm::DriveSpec::Bus::kScsi},
-        {"--ide_disk", vmm::DriveSpec::Kind::kDisk, vmm::DriveSpec::Bus::kIde},
-        {"--ide_cdrom", vmm::DriveSpec::Kind::kCdrom, vmm::DriveSpec::Bus::kIde},
-    };
-    const auto* flag = std::find_if(std::begin(kDriveFlags), std::end(kDriveFlags), [&](const auto& f) {
-      const std::string name = f.name;
-      return arg == name || absl::StartsWith(arg, name + "=");
-    });
-    if (flag == std::end(kDriveFlags)) {
-      rest.push_back(arg);
-      continue;
-    }
-    const std::string name = flag->name;
-    std::string value;
-    if (arg.size() > name.size()) {
-      value = arg.substr(name.size() + 1);
-    } else if (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) {
-      // "--disk PATH"; a bare --cdrom (last, or followed by another flag) is an empty drive.
-      value = args[++i];
-    }
-    auto spec = vmm::ParseDriveSpec(flag->kind, value, flag->bus);
-    if (!spec.ok()) return spec.status();
-    drives.push_back(*std::move(spec));
-  }
-  args = std::move(rest);
-  return drives;
-}
-
 int Fail(const std::string& message) {
   absl::FPrintF(stderr, "microvm: %s\n", message);
   return kExitError;
@@ -159,8 +87,8 @@ int main(int argc, char** argv) {
       "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
       "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
   std::vector<std::string> storage;
-  NormalizeFlagNames(argc, argv, storage);
-  auto drives = ExtractDriveFlags(storage);
+  vmm::NormalizeFlagNames(argc, argv, storage);
+  auto drives = vmm::ExtractDriveFlags(storage);
   if (!drives.ok()) return Fail(std::string(drives.status().message()));
   std::vector<char*> normalized;
   for (std::string& arg : storage) normalized.push_back(arg.data());
@@ -180,7 +108,7 @@ int main(int argc, char** argv) {
   config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   config.test_media_path = absl::GetFlag(FLAGS_test_media);
   if (config.kernel_path.empty()) return Fail("--kernel is required");
-  if (!ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
+  if (!vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
     return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
                                 absl::GetFlag(FLAGS_memory)));
   }

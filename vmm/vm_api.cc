@@ -7,9 +7,9 @@
 
 namespace vmm {
 
-std::vector<api::DriveEntry> VmApiControl::Drives() const {
+std::vector<api::DriveEntry> DriveEntries(const Storage& storage) {
   std::vector<api::DriveEntry> entries;
-  for (const AttachedDrive& attached : vm_.storage().drives()) {
+  for (const AttachedDrive& attached : storage.drives()) {
     api::DriveEntry entry;
     entry.name = attached.name;
     entry.cdrom = attached.spec.kind == DriveSpec::Kind::kCdrom;
@@ -32,6 +32,8 @@ std::vector<api::DriveEntry> VmApiControl::Drives() const {
   }
   return entries;
 }
+
+std::vector<api::DriveEntry> VmApiControl::Drives() const { return DriveEntries(vm_.storage()); }
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
     const std::string& path) {

@@ -10,6 +10,9 @@
 
 namespace vmm {
 
+// The API's entries for every drive `storage` wired, in its order.
+std::vector<api::DriveEntry> DriveEntries(const Storage& storage);
+
 // The control API's view of a Vm (api::VmControl): its drives as the storage wired them, media
 // opened as Storage::OpenMedium does, pause/resume/stop through the Vm. The Vm must outlive it.
 class VmApiControl : public api::VmControl {

@@ -1,0 +1,56 @@
+#include "vmm/backend_api.h"
+
+#include <unistd.h>
+
+#include "absl/time/clock.h"
+#include "vmm/vm_api.h"
+
+namespace vmm {
+
+BackendApiControl::BackendApiControl(const Storage& storage, std::string description,
+                                     absl::Time launch_time, absl::AnyInvocable<void()> stop)
+    : storage_(storage),
+      description_(std::move(description)),
+      launch_time_(launch_time),
+      stop_(std::move(stop)) {}
+
+std::vector<api::DriveEntry> BackendApiControl::Drives() const { return DriveEntries(storage_); }
+
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> BackendApiControl::OpenMedium(
+    const std::string& path) {
+  return Storage::OpenMedium(path);
+}
+
+api::VmStatus BackendApiControl::Status() const {
+  api::VmStatus status;
+  status.state = stopping_.load() ? api::VmRunState::kStopping : api::VmRunState::kRunning;
+  status.cmdline = description_;
+  status.uptime = absl::Now() - launch_time_;
+  status.pid = static_cast<uint32_t>(getpid());
+  return status;
+}
+
+absl::Status BackendApiControl::Pause() {
+  return absl::FailedPreconditionError(
+      "a vhost-user back end has no vCPUs: pause the VM in its front end (QEMU: stop)");
+}
+
+absl::Status BackendApiControl::Resume() {
+  return absl::FailedPreconditionError(
+      "a vhost-user back end has no vCPUs: resume the VM in its front end (QEMU: cont)");
+}
+
+absl::Status BackendApiControl::Shutdown(bool /*force*/, absl::Duration /*grace_period*/) {
+  // The front end owns the guest; the back end just stops serving (in-flight requests complete
+  // first: the device is stopped, not abandoned).
+  stopping_.store(true);
+  absl::MutexLock lock(&mutex_);
+  if (stop_) {
+    auto stop = std::move(stop_);
+    stop_ = nullptr;
+    stop();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vmm
