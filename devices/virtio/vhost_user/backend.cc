@@ -16,9 +16,6 @@ namespace {
 constexpr uint64_t kTransportFeatureMask = ((1ull << 50) - 1) & ~((1ull << 24) - 1);
 constexpr uint32_t kMaxQueueSize = 32768;
 constexpr uint32_t kVringFlagLog = 1;  // VHOST_VRING_F_LOG
-// GET_CONFIG / SET_CONFIG payload: offset, size, flags, then the bytes (at most 256).
-constexpr uint32_t kConfigHeaderBytes = 12;
-constexpr uint32_t kMaxConfigBytes = 256;
 
 std::vector<uint8_t> U64Bytes(uint64_t value) {
   std::vector<uint8_t> bytes(sizeof(value));
@@ -121,7 +118,7 @@ uint64_t VhostUserBackend::offered_features() const {
 }
 
 uint64_t VhostUserBackend::offered_protocol_features() {
-  return kProtocolMq | kProtocolReplyAck | kProtocolConfig | kProtocolResetDevice;
+  return kProtocolMq | kProtocolReplyAck | kProtocolResetDevice;
 }
 
 VhostUserBackend::Result VhostUserBackend::Handle(Message message) {
@@ -130,8 +127,7 @@ VhostUserBackend::Result VhostUserBackend::Handle(Message message) {
     case Request::kGetFeatures:
     case Request::kGetProtocolFeatures:
     case Request::kGetQueueNum:
-    case Request::kGetVringBase:
-    case Request::kGetConfig: {
+    case Request::kGetVringBase: {
       auto reply = HandleWithReply(message);
       if (reply.ok()) {
         result.reply = *std::move(reply);
@@ -174,23 +170,6 @@ absl::StatusOr<std::vector<uint8_t>> VhostUserBackend::HandleWithReply(const Mes
       if (!base.ok()) return base.status();
       VringState reply{state->index, *base};
       return std::vector<uint8_t>(AsBytes(reply).begin(), AsBytes(reply).end());
-    }
-    case Request::kGetConfig: {
-      if (message.payload.size() < kConfigHeaderBytes) {
-        return absl::InvalidArgumentError("GET_CONFIG: short payload");
-      }
-      uint32_t offset, size;
-      std::memcpy(&offset, message.payload.data(), 4);
-      std::memcpy(&size, message.payload.data() + 4, 4);
-      if (size > kMaxConfigBytes || message.payload.size() != kConfigHeaderBytes + size ||
-          offset > device_.config_size() || size > device_.config_size() - offset) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "GET_CONFIG: %u bytes at offset %u outside the %u-byte configuration", size, offset,
-            device_.config_size()));
-      }
-      std::vector<uint8_t> reply = message.payload;
-      device_.ReadConfig(offset, std::span<uint8_t>(reply.data() + kConfigHeaderBytes, size));
-      return reply;
     }
     default:
       return absl::InternalError("not a request with a reply");
@@ -307,40 +286,29 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       (*ring)->enabled = state->num == 1;
       return absl::OkStatus();
     }
-    case Request::kSetConfig: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      if (message.payload.size() < kConfigHeaderBytes) {
-        return absl::InvalidArgumentError("SET_CONFIG: short payload");
-      }
-      uint32_t offset, size;
-      std::memcpy(&offset, message.payload.data(), 4);
-      std::memcpy(&size, message.payload.data() + 4, 4);
-      if (size > kMaxConfigBytes || message.payload.size() != kConfigHeaderBytes + size ||
-          offset > device_.config_size() || size > device_.config_size() - offset) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_CONFIG: %u bytes at offset %u outside the %u-byte configuration", size, offset,
-            device_.config_size()));
-      }
-      device_.WriteConfig(offset, std::span<const uint8_t>(
-                                      message.payload.data() + kConfigHeaderBytes, size));
-      return absl::OkStatus();
-    }
     default:
-      // Logging (migration), IOTLB, in-flight tracking, memory slots, the back-end channel and
-      // the net/crypto/GPU requests were never offered.
+      // Logging (migration), IOTLB, in-flight tracking, memory slots, the back-end channel,
+      // device configuration (the front end owns virtio-scsi's) and the net/crypto/GPU requests
+      // were never offered.
       return absl::UnimplementedError(
           absl::StrFormat("vhost-user request %u is not supported", message.header.request));
   }
 }
 
 absl::Status VhostUserBackend::SetFeatures(uint64_t features) {
-  if ((features & ~offered_features()) != 0) {
+  // Transport bits change what the rings look like: one that was not offered cannot be served.
+  const uint64_t unoffered = features & ~offered_features();
+  if ((unoffered & (kTransportFeatureMask | kFeatureProtocolFeatures)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "SET_FEATURES: 0x%x were not offered (0x%x)", features, offered_features()));
+        "SET_FEATURES: transport features 0x%x were not offered (0x%x)", unoffered,
+        offered_features()));
   }
+  // Device bits the front end implements itself come along (QEMU's vhost-user-scsi passes on
+  // the guest's VIRTIO_SCSI_F_CHANGE, which QEMU offers whatever the back end says); the device
+  // is told only of the ones it offered.
   const bool was_on = protocol_features_on_;
   protocol_features_on_ = (features & kFeatureProtocolFeatures) != 0;
-  const uint64_t device_features = features & ~kFeatureProtocolFeatures;
+  const uint64_t device_features = features & offered_features() & ~kFeatureProtocolFeatures;
   if (active_ && device_features != features_) restart_needed_ = true;
   features_ = device_features;
   // "If VHOST_USER_F_PROTOCOL_FEATURES has not been negotiated, the ring starts directly in the

@@ -192,7 +192,10 @@ TEST_F(VhostUserBackendTest, OffersFeaturesAndQueues) {
   EXPECT_NE(protocol & kProtocolReplyAck, 0u);
   EXPECT_EQ(ReplyU64(Send(MakeEmpty(Request::kGetQueueNum))), 3u);
 
-  ExpectError(Make<uint64_t>(Request::kSetFeatures, features | (1ull << 40)));
+  // A transport bit that was not offered (it would change the ring layout) is refused; device
+  // bits the front end handles itself pass, but the device never sees them.
+  ExpectError(Make<uint64_t>(Request::kSetFeatures, features | kFeatureRingPacked));
+  ExpectOk(Make<uint64_t>(Request::kSetFeatures, kFeatureVersion1 | (1ull << 3)));
   ExpectError(Make<uint64_t>(Request::kSetProtocolFeatures, 1ull << 1));  // LOG_SHMFD
 }
 
@@ -273,26 +276,6 @@ TEST_F(VhostUserBackendTest, MemoryTableSwapStopsAndRestartsTheDevice) {
   EXPECT_NE(device_.last.memory, first);
 }
 
-TEST_F(VhostUserBackendTest, ConfigIsReadAndWrittenWithinBounds) {
-  std::vector<uint8_t> payload(12 + 4, 0);
-  const uint32_t offset = 2, size = 4;
-  std::memcpy(payload.data(), &offset, 4);
-  std::memcpy(payload.data() + 4, &size, 4);
-  Message get;
-  get.header = {static_cast<uint32_t>(Request::kGetConfig), kVersion, 16};
-  get.payload = payload;
-  auto reply = Send(std::move(get));
-  ASSERT_TRUE(reply.status.ok()) << reply.status;
-  EXPECT_EQ(std::vector<uint8_t>(reply.reply->begin() + 12, reply.reply->end()),
-            (std::vector<uint8_t>{3, 4, 5, 6}));
-  const uint32_t past = 6;
-  std::memcpy(payload.data(), &past, 4);
-  Message bad;
-  bad.header = {static_cast<uint32_t>(Request::kGetConfig), kVersion, 16};
-  bad.payload = payload;
-  EXPECT_FALSE(Send(std::move(bad)).status.ok());
-}
-
 TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   Negotiate(/*protocol_features=*/false);
   // Wrong payload sizes, rings that do not exist, sizes that are not powers of two.
@@ -323,8 +306,9 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   Message nine_regions = front_.MemTable();
   nine_regions.payload[0] = 9;
   ExpectError(std::move(nine_regions));
-  // Logging and unknown requests were never offered.
+  // Logging, configuration and unknown requests were never offered.
   ExpectError(Make<uint64_t>(Request::kSetLogBase, 0));
+  ExpectError(MakeEmpty(Request::kGetConfig));
   Message unknown = MakeEmpty(static_cast<Request>(999));
   auto result = Send(std::move(unknown));
   EXPECT_EQ(result.status.code(), absl::StatusCode::kUnimplemented);

@@ -57,7 +57,6 @@ inline constexpr uint64_t kFeatureProtocolFeatures = 1ull << 30;
 // Protocol feature bits ("Protocol features").
 inline constexpr uint64_t kProtocolMq = 1ull << 0;
 inline constexpr uint64_t kProtocolReplyAck = 1ull << 3;
-inline constexpr uint64_t kProtocolConfig = 1ull << 9;
 inline constexpr uint64_t kProtocolResetDevice = 1ull << 13;
 inline constexpr uint64_t kProtocolConfigureMemSlots = 1ull << 15;
 
@@ -70,8 +69,8 @@ inline constexpr uint64_t kVringNoFd = 1ull << 8;
 inline constexpr int kMaxFds = 8;
 // SET_MEM_TABLE carries at most this many regions.
 inline constexpr uint32_t kMaxMemoryRegions = 8;
-// Largest payload accepted: SET_MEM_TABLE with 8 regions is 8 + 8 * 32 = 264 bytes; GET/SET_CONFIG
-// carry up to 256 bytes of configuration after a 12-byte header.
+// Largest payload accepted: SET_MEM_TABLE with 8 regions is 8 + 8 * 32 = 264 bytes, the largest a
+// back end offering these features receives (GET/SET_CONFIG would carry up to 268).
 inline constexpr uint32_t kMaxPayload = 4096;
 
 struct Header {
