@@ -1,0 +1,421 @@
+#!/bin/busybox sh
+# /init of the Linux guest tests (tools/make-linux-initramfs packs it): loads the virtio-scsi, sd,
+# sr and isofs modules, waits for the SCSI disk and CD-ROM, runs the scenario named on the kernel
+# command line and powers off. Everything the host checks is printed on the console as
+#   RESULT <key>=<value>          (the value is the rest of the line)
+#   SCENARIO <name> PASS | SCENARIO <name> FAIL <reason>     (last; then the guest powers off)
+#   @@EJECT-NOW / @@INSERT-NOW    (media: the host answers by ejecting / inserting the disc)
+#
+# Kernel command-line arguments (key=value):
+#   scenario=probe|fio|fio-bench|fs|iso|cd-read|media   (required)
+#   disk=sdX cd=srN        default: the first SCSI disk / CD-ROM
+#   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
+#   guest_timeout=300      seconds before the guest gives up and powers off
+#   verbose=1              leave kernel messages on the console (default: only emergencies)
+#   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0
+#   fio-bench: qd=1 seconds=5 size=64M rw=randwrite bs=4k sync=1 engine=libaio
+#   fs:        fs_mb=4 seed=1
+#   iso:       iso_file=NAME iso_md5=HEX
+#   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
+#   media:     iso_file iso_md5 iso2_file iso2_md5, media_wait=60 (seconds per phase),
+#              media_poll_ms=0 (block events_dfl_poll_msecs: >0 lets sr poll with GET EVENT STATUS)
+
+export PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin
+/bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp /mnt
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t tmpfs tmpfs /tmp
+exec </dev/console >/dev/console 2>&1
+
+uptime_s() { read -r up _ < /proc/uptime; echo "$up"; }
+elapsed() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }'; }
+T_INIT=$(uptime_s)
+
+# key=value arguments become arg_<key> (keys with other characters than [A-Za-z0-9_] are skipped).
+for word in $(cat /proc/cmdline); do
+  case "$word" in
+    *=*)
+      key=${word%%=*}
+      case "$key" in ''|*[!A-Za-z0-9_]*) continue ;; esac
+      eval "arg_$key=\${word#*=}"
+      ;;
+  esac
+done
+scenario=${arg_scenario:-none}
+
+result() { echo "RESULT $1=$2"; }
+info() { echo "INFO $*"; }
+finish() {
+  sync
+  poweroff -f
+  sleep 2
+  echo o > /proc/sysrq-trigger
+}
+pass() {
+  result scenario_seconds "$(elapsed "$T_READY")"
+  echo "SCENARIO $scenario PASS"
+  finish
+}
+fail() {
+  echo "DMESG-TAIL (last 40 kernel lines)"
+  dmesg | tail -n 40 | sed 's/^/DMESG /'
+  echo "SCENARIO $scenario FAIL $*"
+  finish
+}
+
+[ "${arg_verbose:-0}" = 1 ] || dmesg -n 1
+result init_uptime "$T_INIT"
+result kernel "$(uname -r)"
+
+# A guest-side bound on the whole run, whatever hangs.
+(
+  sleep "${arg_guest_timeout:-300}"
+  echo "DMESG-TAIL (last 40 kernel lines)"
+  dmesg | tail -n 40 | sed 's/^/DMESG /'
+  echo "SCENARIO $scenario FAIL guest timeout after ${arg_guest_timeout:-300} s"
+  sync
+  poweroff -f
+) &
+
+# --- modules ---------------------------------------------------------------------------------
+while read -r path; do
+  name=${path##*/}
+  name=${name%.ko}
+  params=""
+  # Scan targets synchronously while virtio_scsi probes, so that every LUN exists afterwards.
+  [ "$name" = scsi_mod ] && params="scan=sync"
+  insmod "$path" $params 2>/tmp/insmod.err || info "insmod $name failed: $(cat /tmp/insmod.err)"
+done < /etc/modules.load
+result modules_uptime "$(uptime_s)"
+
+# --- devices ---------------------------------------------------------------------------------
+case "$scenario" in
+  probe|fio|fio-bench|fs) default_wait=sd ;;
+  iso|cd-read|media) default_wait=sr ;;
+  *) default_wait="" ;;
+esac
+want=${arg_wait:-$default_wait}
+
+first_block() {  # prefix: the first /sys/block entry with it (sda before sdb, sr0 before sr1)
+  ls /sys/block 2>/dev/null | grep "^$1" | sort | head -n 1
+}
+devices_ready() {
+  local d type
+  # Every SCSI disk (type 0) and CD/DVD (type 5) the scan found has its block device...
+  for d in /sys/bus/scsi/devices/*:*:*:*; do
+    [ -r "$d/type" ] || continue
+    type=$(cat "$d/type")
+    case "$type" in 0|5) ls "$d/block" >/dev/null 2>&1 || return 1 ;; esac
+  done
+  # ... and the ones the scenario needs exist, with their device nodes.
+  case ",$want," in *,sd,*) d=${arg_disk:-$(first_block sd)}; [ -n "$d" ] && [ -b "/dev/$d" ] || return 1 ;; esac
+  case ",$want," in *,sr,*) d=${arg_cd:-$(first_block sr)}; [ -n "$d" ] && [ -b "/dev/$d" ] || return 1 ;; esac
+  return 0
+}
+i=0
+limit=$(( ${arg_wait_s:-30} * 10 ))
+until devices_ready; do
+  i=$((i + 1))
+  if [ $i -ge $limit ]; then
+    ls /sys/bus/scsi/devices/ 2>&1 | sed 's/^/INFO scsi devices: /'
+    fail "devices ($want) did not appear within ${arg_wait_s:-30} s"
+  fi
+  sleep 0.1
+done
+disk=${arg_disk:-$(first_block sd)}
+cd=${arg_cd:-$(first_block sr)}
+T_READY=$(uptime_s)
+result ready_uptime "$T_READY"
+
+size_kib() {  # 64M, 512K, 1G, 4096 (bytes) -> KiB
+  case "$1" in
+    *[kK]) echo $(( ${1%?} )) ;;
+    *[mM]) echo $(( ${1%?} * 1024 )) ;;
+    *[gG]) echo $(( ${1%?} * 1024 * 1024 )) ;;
+    *) echo $(( $1 / 1024 )) ;;
+  esac
+}
+field() { echo "$1" | cut -d';' -f"$2"; }  # terse-line field-number
+
+# --- scenarios -------------------------------------------------------------------------------
+scenario_probe() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local sys=/sys/block/$disk q=/sys/block/$disk/queue sd_dir
+  result disk "$disk"
+  result disk_sectors "$(cat "$sys/size")"
+  result vendor "$(cat "$sys/device/vendor" | sed 's/ *$//')"
+  result model "$(cat "$sys/device/model" | sed 's/ *$//')"
+  result rev "$(cat "$sys/device/rev" 2>/dev/null | sed 's/ *$//')"
+  result scsi_address "$(basename "$(readlink -f "$sys/device")")"
+  result logical_block_size "$(cat "$q/logical_block_size")"
+  result physical_block_size "$(cat "$q/physical_block_size")"
+  # The sd driver's view of the caching mode page (WCE) and DPOFUA bit.
+  dmesg | grep -F "[$disk]" | sed 's/^\[ *[0-9.]*\] //' | while IFS= read -r line; do
+    result dmesg "$line"
+  done
+  line=$(dmesg | grep -F "[$disk]" | grep -E 'DPO|FUA' | tail -n 1)
+  case "$line" in
+    *"supports DPO and FUA"*) result dpofua yes ;;
+    *"support DPO or FUA"*) result dpofua no ;;
+    *) result dpofua unknown ;;
+  esac
+  case "$line" in
+    *"Write cache: enabled"*) result wce enabled ;;
+    *"Write cache: disabled"*) result wce disabled ;;
+    *) result wce unknown ;;
+  esac
+  result fua "$(cat "$q/fua")"
+  result write_cache "$(cat "$q/write_cache")"
+  sd_dir=$(ls -d "$sys"/device/scsi_disk/* 2>/dev/null | head -n 1)
+  result cache_type "$(cat "$sd_dir/cache_type" 2>/dev/null)"
+  result provisioning_mode "$(cat "$sd_dir/provisioning_mode" 2>/dev/null)"
+  result nr_queues "$(ls "$sys/mq" | wc -l)"
+  result nr_cpus "$(grep -c ^processor /proc/cpuinfo)"
+  result rotational "$(cat "$q/rotational")"
+  result max_sectors_kb "$(cat "$q/max_sectors_kb")"
+  result max_hw_sectors_kb "$(cat "$q/max_hw_sectors_kb")"
+  result discard_max_bytes "$(cat "$q/discard_max_bytes")"
+  result write_zeroes_max_bytes "$(cat "$q/write_zeroes_max_bytes")"
+  result scsi_level "$(cat "$sys/device/scsi_level" 2>/dev/null)"
+  if [ -n "$cd" ]; then
+    result sr "$cd"
+    result sr_model "$(cat "/sys/block/$cd/device/model" | sed 's/ *$//')"
+    result sr_scsi_address "$(basename "$(readlink -f "/sys/block/$cd/device")")"
+    result sr_size_sectors "$(cat "/sys/block/$cd/size")"
+    result sr_events "$(cat "/sys/block/$cd/events" 2>/dev/null)"
+    dmesg | grep -F "[$cd]" | sed 's/^\[ *[0-9.]*\] //' | while IFS= read -r line; do
+      result sr_dmesg "$line"
+    done
+  else
+    result sr none
+  fi
+  # sg3-utils' view, when packed: INQUIRY identity, READ CAPACITY and the caching mode page.
+  if command -v sg_readcap >/dev/null; then
+    sg_readcap --16 "/dev/$disk" 2>&1 | grep -E 'Last LBA|Logical block length|Number of logical' |
+      sed 's/^ *//' | while IFS= read -r line; do info "sg_readcap: $line"; done
+    sg_modes --six --page=0x08 "/dev/$disk" 2>&1 | grep -v '^ *$' |
+      sed 's/^ *//' | while IFS= read -r line; do info "sg_modes: $line"; done
+    sg_inq "/dev/$disk" 2>&1 | grep -E 'Vendor identification|Product identification|Product revision|PQual' |
+      sed 's/^ *//' | while IFS= read -r line; do info "sg_inq: $line"; done
+  fi
+  [ "$(cat "$sys/size")" -gt 0 ] || fail "disk $disk has size 0"
+  pass
+}
+
+scenario_fio() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local qd=${arg_qd:-1} size=${arg_size:-64M} out line st kib
+  kib=$(size_kib "$size")
+  result fio_job "randwrite bs=4k direct=1 sync=1 ioengine=${arg_engine:-libaio} iodepth=$qd size=$size verify=crc32c"
+  fio --name=verify --filename="/dev/$disk" --rw=randwrite --bs=4k --direct=1 --sync=1 \
+    --ioengine="${arg_engine:-libaio}" --iodepth="$qd" --size="$size" --offset="${arg_offset:-0}" \
+    --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
+    --runtime="${arg_runtime:-60}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
+  st=$?
+  line=$(grep '^3;' /tmp/fio.out | head -n 1)
+  sed 's/^/INFO fio: /' /tmp/fio.err
+  [ -n "$line" ] || { sed 's/^/INFO fio: /' /tmp/fio.out; fail "fio printed no terse line (exit $st)"; }
+  result fio_status "$st"
+  result fio_error "$(field "$line" 5)"
+  result fio_iops "$(field "$line" 49)"
+  result fio_write_kb "$(field "$line" 47)"
+  result fio_lat_mean_us "$(field "$line" 81)"
+  result fio_verify_kb "$(field "$line" 6)"
+  if [ "$st" = 0 ] && [ "$(field "$line" 5)" = 0 ] && [ "$(field "$line" 47)" = "$kib" ] &&
+     [ "$(field "$line" 6)" = "$kib" ]; then
+    result fio_verify ok
+    pass
+  fi
+  if [ "$st" != 0 ] || [ "$(field "$line" 5)" != 0 ]; then
+    result fio_verify failed
+    fail "fio exit status $st, error $(field "$line" 5) (wrote $(field "$line" 47) KiB, verified $(field "$line" 6) KiB of $kib)"
+  fi
+  result fio_verify incomplete
+  fail "fio wrote $(field "$line" 47) KiB and verified $(field "$line" 6) KiB of $kib (runtime=${arg_runtime:-60} too short?)"
+}
+
+scenario_fio_bench() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local qd=${arg_qd:-1} rw=${arg_rw:-randwrite} line st
+  result fio_job "$rw bs=${arg_bs:-4k} direct=1 sync=${arg_sync:-1} ioengine=${arg_engine:-libaio} iodepth=$qd seconds=${arg_seconds:-5}"
+  fio --name=bench --filename="/dev/$disk" --rw="$rw" --bs="${arg_bs:-4k}" --direct=1 \
+    --sync="${arg_sync:-1}" --ioengine="${arg_engine:-libaio}" --iodepth="$qd" \
+    --size="${arg_size:-64M}" --time_based --runtime="${arg_seconds:-5}" \
+    --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
+  st=$?
+  line=$(grep '^3;' /tmp/fio.out | head -n 1)
+  sed 's/^/INFO fio: /' /tmp/fio.err
+  [ -n "$line" ] || { sed 's/^/INFO fio: /' /tmp/fio.out; fail "fio printed no terse line (exit $st)"; }
+  case "$rw" in
+    *read*) result fio_iops "$(field "$line" 8)"; result fio_bw_kbs "$(field "$line" 7)"
+            result fio_lat_mean_us "$(field "$line" 40)" ;;
+  esac
+  case "$rw" in
+    *write*|rw|randrw) result fio_write_iops "$(field "$line" 49)"; result fio_write_bw_kbs "$(field "$line" 48)"
+                       result fio_write_lat_mean_us "$(field "$line" 81)"
+                       case "$rw" in *write*) result fio_iops "$(field "$line" 49)" ;; esac ;;
+  esac
+  result fio_status "$st"
+  [ "$st" = 0 ] && [ "$(field "$line" 5)" = 0 ] || fail "fio exit status $st, error $(field "$line" 5)"
+  pass
+}
+
+scenario_fs() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local dev=/dev/$disk mnt=/mnt/fs seed=${arg_seed:-1} mb=${arg_fs_mb:-4} i t
+  mkdir -p "$mnt"
+  t=$(uptime_s)
+  /usr/local/bin/mke2fs -t ext4 -F -q "$dev" >/tmp/mkfs.out 2>&1 || { sed 's/^/INFO mkfs: /' /tmp/mkfs.out; fail "mkfs.ext4 failed"; }
+  result mkfs_seconds "$(elapsed "$t")"
+  mount -t ext4 "$dev" "$mnt" || fail "mount ext4 failed"
+  t=$(uptime_s)
+  # Known content: a pattern stream, the busybox binary, and small fsync'd files cut out of it.
+  yes "microvm fs seed=$seed" | head -c $((mb * 1024 * 1024)) > "$mnt/pattern" || fail "writing pattern"
+  cp /bin/busybox "$mnt/busybox.bin" || fail "copying busybox"
+  mkdir -p "$mnt/small"
+  i=0
+  while [ $i -lt 32 ]; do
+    dd if=/bin/busybox of="$mnt/small/f$i" bs=4096 skip=$i count=1 conv=fsync 2>/dev/null || fail "writing small/f$i"
+    i=$((i + 1))
+  done
+  sync
+  result fs_write_seconds "$(elapsed "$t")"
+  # Expected sums from the sources, not from the files just written.
+  {
+    echo "$(yes "microvm fs seed=$seed" | head -c $((mb * 1024 * 1024)) | md5sum | cut -d' ' -f1)  $mnt/pattern"
+    echo "$(md5sum < /bin/busybox | cut -d' ' -f1)  $mnt/busybox.bin"
+    i=0
+    while [ $i -lt 32 ]; do
+      echo "$(dd if=/bin/busybox bs=4096 skip=$i count=1 2>/dev/null | md5sum | cut -d' ' -f1)  $mnt/small/f$i"
+      i=$((i + 1))
+    done
+  } > /tmp/expected.md5
+  umount "$mnt" || fail "umount failed"
+  echo 3 > /proc/sys/vm/drop_caches
+  mount -t ext4 "$dev" "$mnt" || fail "second mount failed"
+  if md5sum -c /tmp/expected.md5 >/tmp/md5.out 2>&1; then
+    result fs_files "$(wc -l < /tmp/expected.md5)"
+  else
+    grep -v ': OK$' /tmp/md5.out | sed 's/^/INFO md5sum: /'
+    result fs mismatch
+    fail "file contents differ after remount"
+  fi
+  umount "$mnt" || fail "second umount failed"
+  if [ -x /usr/local/bin/e2fsck ]; then
+    if /usr/local/bin/e2fsck -fn "$dev" >/tmp/fsck.out 2>&1; then
+      result fsck clean
+    else
+      sed 's/^/INFO e2fsck: /' /tmp/fsck.out
+      result fsck errors
+      fail "e2fsck found errors"
+    fi
+  fi
+  result fs ok
+  pass
+}
+
+check_iso_file() {  # name expected-md5 result-key: mounts /dev/$cd, compares, unmounts
+  local mnt=/mnt/cd sum
+  [ -n "$1" ] && [ -n "$2" ] || fail "iso_file/iso_md5 (or iso2_*) missing on the command line"
+  mkdir -p "$mnt"
+  mount -t iso9660 -o ro "/dev/$cd" "$mnt" || fail "mount iso9660 /dev/$cd failed"
+  info "$cd contents: $(ls "$mnt" | tr '\n' ' ')"
+  sum=$(md5sum "$mnt/$1" 2>/dev/null | cut -d' ' -f1)
+  umount "$mnt"
+  result "$3_md5" "${sum:-none}"
+  if [ "$sum" = "$2" ]; then
+    result "$3" ok
+    return 0
+  fi
+  result "$3" mismatch
+  fail "$1 on $cd: md5 ${sum:-unreadable}, expected $2"
+}
+
+scenario_iso() {
+  [ -n "$cd" ] || fail "no CD-ROM"
+  result sr "$cd"
+  result sr_size_sectors "$(cat "/sys/block/$cd/size")"
+  check_iso_file "${arg_iso_file:-}" "${arg_iso_md5:-}" iso
+  pass
+}
+
+scenario_cd_read() {
+  [ -n "$cd" ] || fail "no CD-ROM"
+  local t size bytes=0 pass=0 flag=""
+  [ "${arg_cd_direct:-0}" = 1 ] && flag=iflag=direct
+  size=$(blockdev --getsize64 "/dev/$cd") || fail "blockdev --getsize64 /dev/$cd"
+  # /proc/uptime counts in 10 ms: several cold passes (page cache dropped before each) of a small
+  # disc give a usable figure.
+  t=$(uptime_s)
+  while [ $pass -lt "${arg_cd_passes:-1}" ]; do
+    echo 3 > /proc/sys/vm/drop_caches
+    dd if="/dev/$cd" of=/dev/null bs="${arg_cd_bs:-32K}" $flag 2>/tmp/dd.err || { cat /tmp/dd.err; fail "dd of /dev/$cd failed"; }
+    bytes=$((bytes + size))
+    pass=$((pass + 1))
+  done
+  t=$(elapsed "$t")
+  result cd_bytes "$bytes"
+  result cd_seconds "$t"
+  result cd_kbs "$(awk -v b="$bytes" -v s="$t" 'BEGIN { printf "%d", (s > 0 ? b / 1024 / s : 0) }')"
+  pass
+}
+
+medium_readable() { dd if="/dev/$cd" of=/dev/null bs=2048 count=1 2>/tmp/dd.err; }
+
+scenario_media() {
+  [ -n "$cd" ] || fail "no CD-ROM"
+  local wait=${arg_media_wait:-60} t n before
+  if [ "${arg_media_poll_ms:-0}" != 0 ]; then
+    echo "${arg_media_poll_ms}" > /sys/module/block/parameters/events_dfl_poll_msecs
+  fi
+  result media_poll_ms "$(cat /sys/module/block/parameters/events_dfl_poll_msecs)"
+  # The kernel's disk events (DISK_MEDIA_CHANGE=1, DISK_EJECT_REQUEST=1) as uevents.
+  uevent sh -c 'case "$DEVNAME" in *sr*) echo "$(cut -d" " -f1 /proc/uptime) $ACTION $DEVNAME${DISK_MEDIA_CHANGE:+ DISK_MEDIA_CHANGE=$DISK_MEDIA_CHANGE}${DISK_EJECT_REQUEST:+ DISK_EJECT_REQUEST=$DISK_EJECT_REQUEST}" >> /tmp/uevents ;; esac' &
+  check_iso_file "${arg_iso_file:-}" "${arg_iso_md5:-}" media_first
+  result sr_size_sectors "$(cat "/sys/block/$cd/size")"
+  before=$(dmesg | wc -l)
+  echo "@@EJECT-NOW"
+  t=$(uptime_s)
+  n=0
+  while medium_readable; do
+    n=$((n + 1))
+    [ $n -ge $((wait * 5)) ] && fail "the medium is still readable $wait s after @@EJECT-NOW"
+    sleep 0.2
+  done
+  result eject_seen_seconds "$(elapsed "$t")"
+  result eject_error "$(tail -n 1 /tmp/dd.err)"
+  result sr_size_sectors_ejected "$(cat "/sys/block/$cd/size")"
+  echo "@@INSERT-NOW"
+  t=$(uptime_s)
+  n=0
+  until medium_readable; do
+    n=$((n + 1))
+    [ $n -ge $((wait * 5)) ] && fail "no readable medium $wait s after @@INSERT-NOW ($(tail -n 1 /tmp/dd.err))"
+    sleep 0.2
+  done
+  result insert_seen_seconds "$(elapsed "$t")"
+  result sr_size_sectors_new "$(cat "/sys/block/$cd/size")"
+  check_iso_file "${arg_iso2_file:-}" "${arg_iso2_md5:-}" media_second
+  # What the kernel said about the change, if anything.
+  dmesg | tail -n +$((before + 1)) | sed 's/^\[ *[0-9.]*\] //' | while IFS= read -r line; do
+    result media_dmesg "$line"
+  done
+  sleep 0.2
+  [ -s /tmp/uevents ] && while IFS= read -r line; do result media_uevent "$line"; done < /tmp/uevents
+  result media ok
+  pass
+}
+
+case "$scenario" in
+  probe) scenario_probe ;;
+  fio) scenario_fio ;;
+  fio-bench) scenario_fio_bench ;;
+  fs) scenario_fs ;;
+  iso) scenario_iso ;;
+  cd-read) scenario_cd_read ;;
+  media) scenario_media ;;
+  *) fail "unknown scenario '$scenario'" ;;
+esac
+fail "scenario $scenario returned without a verdict"
