@@ -3,6 +3,8 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -642,27 +645,43 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
 
   std::unique_ptr<ApiServer> server(new ApiServer());
   server->core_ = std::make_unique<ApiCore>(control, options);
-  grpc::ServerBuilder builder;
   std::vector<std::string> where;
-  if (!options.unix_socket_path.empty()) {
-    builder.AddListeningPort("unix:" + options.unix_socket_path, grpc::InsecureServerCredentials());
-    where.push_back("unix:" + options.unix_socket_path);
-  }
-  if (!tcp_address.empty()) {
-    builder.AddListeningPort(tcp_address, grpc::InsecureServerCredentials(), &server->tcp_port_);
-    where.push_back(tcp_address);
-  }
-  // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
-  // port and take half of the connections. One port, one VMM.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.RegisterService(server->core_->media_service());
-  builder.RegisterService(server->core_->vm_service());
-  // The socket is created by bind() inside BuildAndStart: with this umask it is never accessible
-  // to anyone but the owner, not even briefly (umask is per process; nothing else creates files
-  // while the VMM starts up).
-  const mode_t old_umask = umask(0177);
-  server->server_ = builder.BuildAndStart();
-  umask(old_umask);
+  // Linux nice values are per thread and inherited by the threads a thread creates. gRPC starts
+  // its threads (timers, executors, the sync server's pollers and workers) from the thread that
+  // first initializes it and from its own threads: build everything on a thread that lowered
+  // its own priority, and all of them run at that priority. (Nothing else in the VMM uses gRPC.)
+  std::thread starter([&] {
+    if (options.thread_nice > 0) {
+      const int tid = static_cast<int>(syscall(SYS_gettid));
+      errno = 0;
+      const int current = getpriority(PRIO_PROCESS, tid);
+      if (errno == 0) {
+        setpriority(PRIO_PROCESS, tid, std::min(current + options.thread_nice, 19));
+      }
+    }
+    grpc::ServerBuilder builder;
+    if (!options.unix_socket_path.empty()) {
+      builder.AddListeningPort("unix:" + options.unix_socket_path,
+                               grpc::InsecureServerCredentials());
+      where.push_back("unix:" + options.unix_socket_path);
+    }
+    if (!tcp_address.empty()) {
+      builder.AddListeningPort(tcp_address, grpc::InsecureServerCredentials(), &server->tcp_port_);
+      where.push_back(tcp_address);
+    }
+    // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
+    // port and take half of the connections. One port, one VMM.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.RegisterService(server->core_->media_service());
+    builder.RegisterService(server->core_->vm_service());
+    // The socket is created by bind() inside BuildAndStart: with this umask it is never
+    // accessible to anyone but the owner, not even briefly (umask is per process; nothing else
+    // creates files while the VMM starts up).
+    const mode_t old_umask = umask(0177);
+    server->server_ = builder.BuildAndStart();
+    umask(old_umask);
+  });
+  starter.join();
   if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
     if (server->server_ != nullptr) server->server_->Shutdown();
     server->stopped_ = true;

@@ -30,6 +30,11 @@ struct ApiServerOptions {
   int max_watchers = 32;
   // How long Stop() lets calls in progress finish before cancelling them.
   absl::Duration stop_grace = absl::Seconds(1);
+  // The API's threads run this much nicer than the thread that starts the server (Linux nice,
+  // 0..19), so a client querying in a tight loop takes CPU time from the vCPUs and iothreads only
+  // when they leave it idle: the guest's I/O comes first, control calls just get slower. 0 keeps
+  // the VMM's priority.
+  int thread_nice = 10;
 };
 
 class ApiCore;

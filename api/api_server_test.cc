@@ -9,7 +9,9 @@
 #include <limits.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -85,6 +87,8 @@ class FakeVm : public VmControl {
 
   VmStatus Status() const override {
     absl::MutexLock lock(&mutex);
+    errno = 0;
+    status_thread_nice = getpriority(PRIO_PROCESS, static_cast<int>(syscall(SYS_gettid)));
     VmStatus status;
     status.state = stopping ? VmRunState::kStopping : paused ? VmRunState::kPaused
                                                              : VmRunState::kRunning;
@@ -124,6 +128,8 @@ class FakeVm : public VmControl {
   std::shared_ptr<block::MemoryBackend> disk0_backend;
   std::atomic<int> opens{0};
 
+  // The nice value of the thread that last served Status().
+  mutable int status_thread_nice ABSL_GUARDED_BY(mutex) = 0;
   mutable absl::Mutex mutex;
   std::set<std::string> denied ABSL_GUARDED_BY(mutex);
   bool paused ABSL_GUARDED_BY(mutex) = false;
@@ -733,6 +739,19 @@ TEST_F(ApiServerTest, TooManyWatchersAreRefused) {
 }
 
 // ---- VmService ----
+
+// Calls are served on threads nicer than the one that started the server: a client querying in
+// a loop yields to the vCPUs and iothreads.
+TEST_F(ApiServerTest, CallsRunOnLowerPriorityThreads) {
+  errno = 0;
+  const int own = getpriority(PRIO_PROCESS, static_cast<int>(syscall(SYS_gettid)));
+  ASSERT_EQ(errno, 0);
+  StartServer();
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok());
+  absl::MutexLock lock(&vm_.mutex);
+  EXPECT_EQ(vm_.status_thread_nice, std::min(own + 10, 19));
+}
 
 TEST_F(ApiServerTest, InfoPauseResume) {
   StartServer();
