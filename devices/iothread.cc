@@ -115,18 +115,48 @@ void IoThread::RemoveFd(int fd) {
   handlers_.erase(fd);
 }
 
-int IoThread::AddPoller(absl::AnyInvocable<bool()> poll) {
+int IoThread::AddPoller(absl::AnyInvocable<bool()> poll, absl::AnyInvocable<void()> begin,
+                        absl::AnyInvocable<bool()> end) {
   const int id = next_poller_id_++;
-  pollers_[id] = std::move(poll);
+  Poller& poller = pollers_[id];
+  poller.poll = std::move(poll);
+  poller.begin = std::move(begin);
+  poller.end = std::move(end);
+  // A poller added during a polling phase joins it.
+  if (polling_ && poller.begin) poller.begin();
   return id;
 }
 
-void IoThread::RemovePoller(int id) { pollers_.erase(id); }
+void IoThread::RemovePoller(int id) {
+  auto poller = pollers_.find(id);
+  if (poller == pollers_.end()) return;
+  // Leave its queue as it would be outside polling (notifications on).
+  if (polling_ && poller->second.end) poller->second.end();
+  pollers_.erase(poller);
+}
 
 bool IoThread::RunPollers() {
   bool progress = false;
-  for (auto& [id, poll] : pollers_) progress |= poll();
+  for (auto& [id, poller] : pollers_) progress |= poller.poll();
   return progress;
+}
+
+void IoThread::BeginPolling() {
+  if (polling_) return;
+  polling_ = true;
+  for (auto& [id, poller] : pollers_) {
+    if (poller.begin) poller.begin();
+  }
+}
+
+bool IoThread::EndPolling() {
+  if (!polling_) return false;
+  polling_ = false;
+  bool pending = false;
+  for (auto& [id, poller] : pollers_) {
+    if (poller.end) pending |= poller.end();
+  }
+  return pending;
 }
 
 void IoThread::RunPosted() {
@@ -159,11 +189,15 @@ void IoThread::Loop() {
     const int64_t window = poll_ns_.load(std::memory_order_relaxed);
     bool polled_progress = false;
     if (options_.poll_max_ns > 0 && !pollers_.empty() && window > 0) {
+      BeginPolling();
       const int64_t deadline = NowNs() + window;
       do {
         polled_progress = RunPollers();
       } while (!polled_progress && NowNs() < deadline && !stopping_.load());
     }
+    // About to sleep: notifications back on, and a last look for work that slipped in while
+    // they were off (it would otherwise wait for an unrelated event).
+    if (!polled_progress && EndPolling()) polled_progress = true;
     const int64_t before = NowNs();
     const int count = epoll_wait(epoll_.get(), events, kMaxEvents, polled_progress ? 0 : -1);
     if (options_.poll_max_ns > 0 && !polled_progress && count > 0) {
@@ -187,6 +221,7 @@ void IoThread::Loop() {
     // Pollers also run after events: the ring may hold more work than the notification said.
     if (!pollers_.empty() && options_.poll_max_ns > 0) RunPollers();
   }
+  EndPolling();
   // Drop handlers on this thread: they may own state that belongs to it.
   handlers_.clear();
   pollers_.clear();

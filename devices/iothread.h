@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,7 +54,14 @@ class IoThread {
   absl::Status AddFd(int fd, absl::AnyInvocable<void()> on_readable);
   void RemoveFd(int fd);
   // A poller returns true when it found (and handled) work. Returns an id for RemovePoller().
-  int AddPoller(absl::AnyInvocable<bool()> poll);
+  int AddPoller(absl::AnyInvocable<bool()> poll) { return AddPoller(std::move(poll), {}, {}); }
+  // With hooks around each polling phase, as QEMU's io_poll_begin/io_poll_end: `begin` runs when
+  // the loop starts busy-polling (a virtqueue turns its notifications off: the poller will see new
+  // buffers anyway, and the driver saves a VM exit per request); `end` runs before the loop
+  // sleeps, and must turn notifications back on and return true if work arrived meanwhile (the
+  // loop then polls again instead of sleeping, or that work would wait for the next event).
+  int AddPoller(absl::AnyInvocable<bool()> poll, absl::AnyInvocable<void()> begin,
+                absl::AnyInvocable<bool()> end);
   void RemovePoller(int id);
 
   bool OnLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
@@ -64,6 +72,9 @@ class IoThread {
  private:
   void Loop();
   bool RunPollers();
+  void BeginPolling();
+  // Ends a polling phase; true if a poller reported work that arrived meanwhile.
+  bool EndPolling();
   void RunPosted();
 
   const std::string name_;
@@ -77,8 +88,14 @@ class IoThread {
 
   // Touched only on the loop thread (or before Start()).
   std::map<int, absl::AnyInvocable<void()>> handlers_;
-  std::map<int, absl::AnyInvocable<bool()>> pollers_;
+  struct Poller {
+    absl::AnyInvocable<bool()> poll;
+    absl::AnyInvocable<void()> begin;  // may be empty
+    absl::AnyInvocable<bool()> end;    // may be empty
+  };
+  std::map<int, Poller> pollers_;
   int next_poller_id_ = 1;
+  bool polling_ = false;  // between the pollers' begin and end hooks
 
   absl::Mutex posted_mutex_;
   std::deque<absl::AnyInvocable<void()>> posted_ ABSL_GUARDED_BY(posted_mutex_);

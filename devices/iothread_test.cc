@@ -83,6 +83,62 @@ TEST(IoThreadTest, AdaptivePollingGrowsWhenPollsFindWork) {
   thread.Stop();
 }
 
+// A queue that, like a virtqueue, needs a notification only while the consumer is not polling:
+// begin/end hooks turn notifications off and on, and no work is lost across the switch.
+TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
+  IoThreadOptions options;
+  options.poll_max_ns = 50'000'000;
+  IoThread thread("test-hooks", options);
+  std::atomic<int> queued{0};
+  std::atomic<int> done{0};
+  std::atomic<bool> notify{true};
+  std::atomic<int> begins{0};
+  std::atomic<int> ends{0};
+  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  auto consume = [&] {
+    const int items = queued.exchange(0);
+    done += items;
+    return items > 0;
+  };
+  ASSERT_TRUE(thread
+                  .AddFd(event.get(),
+                         [&] {
+                           uint64_t value;
+                           (void)!read(event.get(), &value, sizeof(value));
+                           consume();
+                         })
+                  .ok());
+  thread.AddPoller(
+      consume,
+      [&] {
+        ++begins;
+        notify = false;
+      },
+      [&] {
+        ++ends;
+        notify = true;
+        return queued.load() > 0;  // work that came while notifications were off
+      });
+  ASSERT_TRUE(thread.Start().ok());
+  constexpr int kItems = 2000;
+  int notifications = 0;
+  for (int i = 0; i < kItems; ++i) {
+    ++queued;
+    if (notify.load()) {
+      Signal(event.get());
+      ++notifications;
+    }
+    if (i % 8 == 0) absl::SleepFor(absl::Microseconds(50));
+  }
+  for (int i = 0; i < 1000 && done.load() < kItems; ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_EQ(done.load(), kItems);
+  EXPECT_LT(notifications, kItems);  // polling made most notifications unnecessary
+  EXPECT_GT(begins.load(), 0);
+  thread.Stop();
+  EXPECT_EQ(begins.load(), ends.load());  // every polling phase ended, notifications back on
+  EXPECT_TRUE(notify.load());
+}
+
 TEST(IoThreadTest, PollWindowFollowsQemusRule) {
   const int64_t max = 32000;
   EXPECT_EQ(NextPollWindow(0, 10000, max), 4000);       // room to grow: start at 4 µs

@@ -118,7 +118,7 @@ class VirtioScsi::RequestWorker {
     if (broken_) return false;
     bool progress = false;
     while (true) {
-      queue_.DisableNotifications();
+      if (!polling_) queue_.DisableNotifications();
       while (true) {
         absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
         if (!chain.ok()) Break(chain.status().message());
@@ -127,7 +127,8 @@ class VirtioScsi::RequestWorker {
         Start(**chain);
         if (broken_) break;
       }
-      if (broken_ || !queue_.EnableNotifications()) break;
+      // While the iothread polls, notifications stay off (EndPolling turns them back on).
+      if (broken_ || polling_ || !queue_.EnableNotifications()) break;
     }
     // Commands started before a break still go out: they complete, and are dropped (Complete()).
     if (progress) state_.SubmitAll();
@@ -167,6 +168,20 @@ class VirtioScsi::RequestWorker {
     const uint64_t data_in_written = sc::TotalLength(slot.data_in) - task.data_in_residual();
     Respond(slot, response, std::span<const uint8_t>(sense.data(), response.sense_len),
             data_in_written);
+  }
+
+  // The iothread's polling phase (IoThread::AddPoller's hooks): the driver need not kick while
+  // the avail ring is being polled (virtio 1.2 §2.7.10, as QEMU's virtio_queue_aio_poll_begin).
+  void BeginPolling() {
+    if (broken_) return;
+    polling_ = true;
+    queue_.DisableNotifications();
+  }
+  // Notifications on again; true if buffers arrived while they were off.
+  bool EndPolling() {
+    polling_ = false;
+    if (broken_) return false;
+    return queue_.EnableNotifications();
   }
 
   void FlushInterrupt() {
@@ -280,6 +295,7 @@ class VirtioScsi::RequestWorker {
   std::vector<Slot> slots_;  // by descriptor head
   bool pushed_ = false;
   bool broken_ = false;
+  bool polling_ = false;  // the iothread is busy-polling this queue: notifications are off
 };
 
 // The control queue (§5.6.6.2): task management and asynchronous-notification requests, answered
@@ -577,15 +593,17 @@ absl::Status VirtioScsi::Activate(VirtioActivation activation) {
               // Polls the avail ring and the block completions (as QEMU's iothread polls its
               // virtqueues and io_uring together), so a busy queue is served without waking
               // through the eventfds.
-              state->thread->AddPoller([worker, state] {
-                bool progress = worker->ProcessAvailable();
-                const size_t in_flight = state->InFlight();
-                if (in_flight > 0) {
-                  state->ProcessCompletions();
-                  progress |= state->InFlight() < in_flight;
-                }
-                return progress;
-              }));
+              state->thread->AddPoller(
+                  [worker, state] {
+                    bool progress = worker->ProcessAvailable();
+                    const size_t in_flight = state->InFlight();
+                    if (in_flight > 0) {
+                      state->ProcessCompletions();
+                      progress |= state->InFlight() < in_flight;
+                    }
+                    return progress;
+                  },
+                  [worker] { worker->BeginPolling(); }, [worker] { return worker->EndPolling(); }));
         }
         // Requests the driver queued before DRIVER_OK.
         worker->ProcessAvailable();
