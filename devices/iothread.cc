@@ -1,5 +1,7 @@
 #include "devices/iothread.h"
 
+#include <sched.h>
+
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -193,6 +195,11 @@ void IoThread::Loop() {
       const int64_t deadline = NowNs() + window;
       do {
         polled_progress = RunPollers();
+        // Let whatever else is runnable on this CPU go first: on a host with no idle CPU the
+        // kernel's own completion work (the kworker that finishes an O_DSYNC write) may be
+        // queued right here, and the I/O being polled for waits on it. Measured at depth 1 with
+        // a 512 us window: 2,643 IOPS without the yield, 10,165 with it.
+        if (!polled_progress) sched_yield();
       } while (!polled_progress && NowNs() < deadline && !stopping_.load());
     }
     // About to sleep: notifications back on, and a last look for work that slipped in while
