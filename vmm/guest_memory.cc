@@ -62,8 +62,15 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
         absl::StrFormat("guest memory at 0x%x: bad file descriptor: %s", start.value(),
                         strerror(errno)));
   }
-  if (S_ISREG(file_status.st_mode) &&
-      file_offset + size > static_cast<uint64_t>(file_status.st_size)) {
+  // Regular files only (memfd, tmpfs, hugetlbfs): other mappable descriptors (devices, a KVM
+  // vCPU) have their own rules about what may be touched. A file shrunk after this check (an
+  // unsealed memfd, a tmpfs file) would still fault: QEMU seals its memfds against shrinking.
+  if (!S_ISREG(file_status.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("guest memory at 0x%x: the descriptor is not a regular file",
+                        start.value()));
+  }
+  if (file_offset + size > static_cast<uint64_t>(file_status.st_size)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "guest memory at 0x%x: 0x%x bytes at file offset 0x%x run past the file's end (0x%x)",
         start.value(), size, file_offset, file_status.st_size));

@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
   for (std::string& arg : storage_args) normalized.push_back(arg.data());
   absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
 
+  // A front end that goes away mid-write must cost an error, not the process.
+  signal(SIGPIPE, SIG_IGN);
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
   if (socket_path.empty()) return Fail("--socket is required");
   if (drives->empty()) return Fail("no drives: give at least one --disk or --cdrom");
@@ -97,6 +99,10 @@ int main(int argc, char** argv) {
   vmm::StorageConfig config;
   config.drives = *drives;
   config.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  // vhost-user addresses rings with 8 bits (SET_VRING_KICK/CALL): control, event and 254 more.
+  if (config.scsi_queues == 0 || config.scsi_queues > 254) {
+    return Fail("--scsi-queues must be between 1 and 254 (vhost-user ring indices are 8 bits)");
+  }
   config.iothreads = absl::GetFlag(FLAGS_iothreads);
   config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
 

@@ -1,11 +1,13 @@
 #include "devices/virtio/vhost_user/backend.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <string>
 
 #include "absl/strings/str_format.h"
 
@@ -59,6 +61,31 @@ absl::Status NoDescriptors(const Message& message) {
   return absl::OkStatus();
 }
 
+// Kick, call and err descriptors must be eventfds: the device reads and writes them as such, and
+// anything else (a pipe whose reader is gone, a regular file, a blocking descriptor) could kill,
+// hang or spin an iothread. Made non-blocking (QEMU's are already).
+absl::Status CheckEventFd(int fd, const char* what, uint32_t index) {
+  char link[64];
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t length = readlink(path.c_str(), link, sizeof(link) - 1);
+  if (length <= 0 || std::string(link, static_cast<size_t>(length)) != "anon_inode:[eventfd]") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: ring %u: the descriptor is not an eventfd", what, index));
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: ring %u: cannot make the eventfd non-blocking", what, index));
+  }
+  return absl::OkStatus();
+}
+
+// Transport feature bits (24..49) a front end may pass on from its own offer to the guest that
+// change nothing for the device: NOTIFY_ON_EMPTY (24, legacy) and ANY_LAYOUT (27, implied by
+// VERSION_1: the device already accepts any descriptor layout). QEMU's vhost-user-scsi passes the
+// guest's features through, so refusing them would end the front end (SET_FEATURES has no reply).
+constexpr uint64_t kHarmlessTransportFeatures = (1ull << 24) | (1ull << 27);
+
 }  // namespace
 
 // A ring's call or err eventfd. The device's threads Signal() while the front end may replace the
@@ -70,8 +97,8 @@ class VhostUserBackend::Notifier : public VirtioInterrupt {
     std::shared_ptr<block::ScopedFd> fd = fd_.load(std::memory_order_acquire);
     if (fd == nullptr) return;
     const uint64_t one = 1;
-    // An eventfd write fails only when the counter would overflow: the front end is then
-    // signalled already.
+    // A non-blocking eventfd write fails only when the counter would overflow: the front end is
+    // then signalled already.
     [[maybe_unused]] ssize_t written = write(fd->get(), &one, sizeof(one));
   }
   void Set(block::ScopedFd fd) {
@@ -140,11 +167,14 @@ VhostUserBackend::Result VhostUserBackend::Handle(Message message) {
       break;
   }
   const bool need_reply = message.need_reply();
+  // The front end changed something: a start that failed may work now.
+  start_failed_ = false;
   result.status = HandleNoReply(message);
   // REPLY_ACK ("Communication"): with the feature negotiated, a request flagged NEED_REPLY gets a
   // u64, zero for success.
   if (need_reply && (protocol_features_ & kProtocolReplyAck) != 0) {
     result.reply = U64Bytes(result.status.ok() ? 0 : 1);
+    result.ack = true;
   }
   return result;
 }
@@ -179,9 +209,7 @@ absl::StatusOr<std::vector<uint8_t>> VhostUserBackend::HandleWithReply(const Mes
 absl::Status VhostUserBackend::HandleNoReply(Message& message) {
   switch (message.request()) {
     case Request::kSetOwner:
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      owner_set_ = true;
-      return absl::OkStatus();
+      return NoDescriptors(message);
     case Request::kResetOwner:
     case Request::kResetDevice: {
       if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
@@ -227,6 +255,11 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
             "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state->index,
             state->num, kMaxQueueSize));
       }
+      if (state->num > max_sizes_[state->index]) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "SET_VRING_NUM: ring %u size %u is above the device's %u", state->index, state->num,
+            max_sizes_[state->index]));
+      }
       if (active_rings_.contains(state->index)) {
         return absl::FailedPreconditionError(
             absl::StrFormat("SET_VRING_NUM: ring %u is running", state->index));
@@ -243,8 +276,10 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       if ((address->flags & kVringFlagLog) != 0) {
         return absl::InvalidArgumentError("SET_VRING_ADDR: dirty logging was not negotiated");
       }
+      // A running ring moves: stop the device first, so its position is read where the device
+      // left it (Synchronize() restarts it at the new address).
+      if (active_rings_.contains(address->index)) StopDevice();
       (*ring)->address = *address;
-      if (active_rings_.contains(address->index)) restart_needed_ = true;
       return absl::OkStatus();
     }
     case Request::kSetVringBase: {
@@ -297,7 +332,7 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
 
 absl::Status VhostUserBackend::SetFeatures(uint64_t features) {
   // Transport bits change what the rings look like: one that was not offered cannot be served.
-  const uint64_t unoffered = features & ~offered_features();
+  const uint64_t unoffered = features & ~offered_features() & ~kHarmlessTransportFeatures;
   if ((unoffered & (kTransportFeatureMask | kFeatureProtocolFeatures)) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "SET_FEATURES: transport features 0x%x were not offered (0x%x)", unoffered,
@@ -306,17 +341,15 @@ absl::Status VhostUserBackend::SetFeatures(uint64_t features) {
   // Device bits the front end implements itself come along (QEMU's vhost-user-scsi passes on
   // the guest's VIRTIO_SCSI_F_CHANGE, which QEMU offers whatever the back end says); the device
   // is told only of the ones it offered.
-  const bool was_on = protocol_features_on_;
   protocol_features_on_ = (features & kFeatureProtocolFeatures) != 0;
   const uint64_t device_features = features & offered_features() & ~kFeatureProtocolFeatures;
   if (active_ && device_features != features_) restart_needed_ = true;
   features_ = device_features;
   // "If VHOST_USER_F_PROTOCOL_FEATURES has not been negotiated, the ring starts directly in the
-  // enabled state"; with it, rings wait for SET_VRING_ENABLE.
+  // enabled state"; with it, rings wait for SET_VRING_ENABLE. Rings start disabled, and
+  // SET_FEATURES never disables one (it also toggles dirty logging during migration).
   if (!protocol_features_on_) {
     for (Ring& ring : rings_) ring.enabled = true;
-  } else if (!was_on && !active_) {
-    for (Ring& ring : rings_) ring.enabled = false;
   }
   return absl::OkStatus();
 }
@@ -408,6 +441,9 @@ absl::Status VhostUserBackend::SetRingFd(Message& message) {
         "%s: ring %u came with %u file descriptors", name, index, message.fds.size()));
   }
   block::ScopedFd fd = no_fd ? block::ScopedFd() : std::move(message.fds[0]);
+  if (fd.valid()) {
+    if (absl::Status checked = CheckEventFd(fd.get(), name, index); !checked.ok()) return checked;
+  }
   switch (message.request()) {
     case Request::kSetVringKick:
       // A ring without a kick eventfd would have to be polled for ever: not supported.
@@ -415,8 +451,9 @@ absl::Status VhostUserBackend::SetRingFd(Message& message) {
         return absl::InvalidArgumentError(
             absl::StrFormat("SET_VRING_KICK: ring %u without an eventfd (polling mode)", index));
       }
+      // The device polls the old eventfd until it stops: stop it before that fd is closed.
+      if (active_rings_.contains(index)) StopDevice();
       (*ring)->kick = std::move(fd);
-      if (active_rings_.contains(index)) restart_needed_ = true;
       return absl::OkStatus();
     case Request::kSetVringCall:
       (*ring)->call->Set(std::move(fd));
@@ -470,13 +507,19 @@ absl::Status VhostUserBackend::Synchronize() {
   const std::set<uint32_t> wanted = WantedRings();
   if (active_ && (wanted != active_rings_ || restart_needed_)) StopDevice();
   if (active_ || wanted.empty()) return absl::OkStatus();
-  return StartDevice(wanted);
+  // Retrying the same failed start would only fail again (and a partly started device may have
+  // moved the rings): wait until the front end changes something.
+  if (start_failed_) {
+    return absl::FailedPreconditionError(
+        "the device did not start; waiting for the front end to change the rings");
+  }
+  absl::Status started = StartDevice(wanted);
+  if (!started.ok()) start_failed_ = true;
+  return started;
 }
 
-void VhostUserBackend::StopDevice() {
-  if (!active_) return;
-  device_.Stop();
-  for (uint32_t index : active_rings_) {
+void VhostUserBackend::RecordPositions(const std::set<uint32_t>& rings) {
+  for (uint32_t index : rings) {
     Ring& ring = rings_[index];
     // Every chain the device took is used now, so the used index is where to resume. (It lives
     // in guest memory: a guest that scribbles on it only confuses its own ring.)
@@ -485,6 +528,12 @@ void VhostUserBackend::StopDevice() {
     auto used_index = memory_->ReadObject<uint16_t>(*used + 2);
     if (used_index.ok()) ring.base = *used_index;
   }
+}
+
+void VhostUserBackend::StopDevice() {
+  if (!active_) return;
+  device_.Stop();
+  RecordPositions(active_rings_);
   active_ = false;
   active_rings_.clear();
   restart_needed_ = false;
@@ -512,6 +561,13 @@ absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
             absl::StrFormat("vhost-user: ring %u: %s", index, area->status().message()));
       }
     }
+    // Checked here as well as by SplitQueue::Create, so that no ring starts (and consumes
+    // buffers) when a later one would fail (virtio 1.2 §2.7: alignments 16, 2 and 4).
+    if (descriptors->value() % 16 != 0 || available->value() % 2 != 0 ||
+        used->value() % 4 != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("vhost-user: ring %u: misaligned ring areas", index));
+    }
     VirtioQueue queue;
     queue.index = static_cast<uint16_t>(index);
     queue.config.size = ring.size;
@@ -527,7 +583,10 @@ absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
   }
   absl::Status status = device_.Activate(std::move(activation));
   if (!status.ok()) {
+    // Rings set up before the failure may have consumed (and completed) buffers: keep their
+    // positions, or a later start would replay those requests.
     device_.Reset();
+    RecordPositions(rings);
     events_->NeedsReset();
     return status;
   }
@@ -554,11 +613,11 @@ void VhostUserBackend::Disconnect() {
     ring.call->Set(block::ScopedFd());
     ring.err->Set(block::ScopedFd());
   }
-  owner_set_ = false;
   features_ = 0;
   protocol_features_on_ = false;
   protocol_features_ = 0;
   restart_needed_ = false;
+  start_failed_ = false;
 }
 
 }  // namespace devices::virtio::vhost_user

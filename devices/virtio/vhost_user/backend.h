@@ -47,6 +47,7 @@ class VhostUserBackend {
     // The reply's payload, when the request has one (GET_*), or the REPLY_ACK word when the front
     // end asked for one (NEED_REPLY with REPLY_ACK negotiated): 0 for success, 1 for failure.
     std::optional<std::vector<uint8_t>> reply;
+    bool ack = false;  // `reply` is a REPLY_ACK word (a failed device start may still turn it to 1)
   };
   // Handles one message. A failed status with no reply means the front end cannot be told: the
   // caller should drop the connection.
@@ -105,13 +106,13 @@ class VhostUserBackend {
   // Stops the device if it runs, recording each running ring's position (its used index: every
   // chain taken has been made used).
   void StopDevice();
+  void RecordPositions(const std::set<uint32_t>& rings);
   absl::Status StartDevice(const std::set<uint32_t>& rings);
 
   VirtioDevice& device_;
   const std::vector<uint16_t> max_sizes_;
   std::unique_ptr<Events> events_;
 
-  bool owner_set_ = false;
   uint64_t features_ = 0;           // accepted by SET_FEATURES (without the protocol bit)
   bool protocol_features_on_ = false;  // VHOST_USER_F_PROTOCOL_FEATURES negotiated
   uint64_t protocol_features_ = 0;
@@ -121,9 +122,10 @@ class VhostUserBackend {
 
   bool active_ = false;
   std::set<uint32_t> active_rings_;
-  // The device's view of each active ring's kick fd, so a new kick fd for a running ring restarts
-  // the device on the new one.
+  // Negotiated features changed while the device ran: restart it with the new ring flags.
   bool restart_needed_ = false;
+  // The last start failed; not retried until the front end sends another message.
+  bool start_failed_ = false;
 };
 
 }  // namespace devices::virtio::vhost_user

@@ -1,6 +1,7 @@
 #include "devices/virtio/vhost_user/backend.h"
 
 #include <poll.h>
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -48,12 +49,13 @@ class FakeDevice : public VirtioDevice {
   absl::Status Activate(VirtioActivation activation) override {
     ++activations;
     last = std::move(activation);
-    return absl::OkStatus();
+    return activate_error;
   }
   void Reset() override { ++resets; }
   void Stop() override { ++stops; }
 
   std::array<uint8_t, 8> config = {1, 2, 3, 4, 5, 6, 7, 8};
+  absl::Status activate_error;
   int activations = 0;
   int resets = 0;
   int stops = 0;
@@ -196,6 +198,8 @@ TEST_F(VhostUserBackendTest, OffersFeaturesAndQueues) {
   // bits the front end handles itself pass, but the device never sees them.
   ExpectError(Make<uint64_t>(Request::kSetFeatures, features | kFeatureRingPacked));
   ExpectOk(Make<uint64_t>(Request::kSetFeatures, kFeatureVersion1 | (1ull << 3)));
+  // ANY_LAYOUT, which QEMU offers guests itself and passes on, changes nothing for the device.
+  ExpectOk(Make<uint64_t>(Request::kSetFeatures, kFeatureVersion1 | (1ull << 27)));
   ExpectError(Make<uint64_t>(Request::kSetProtocolFeatures, 1ull << 1));  // LOG_SHMFD
 }
 
@@ -324,6 +328,80 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   EXPECT_FALSE(backend_.Synchronize().ok());
   EXPECT_EQ(device_.activations, 0);
   EXPECT_FALSE(backend_.device_active());
+}
+
+TEST_F(VhostUserBackendTest, RunningRingChangesStopTheDeviceFirst) {
+  Negotiate(/*protocol_features=*/false);
+  const QueueConfig ring0 = SetUpRing(0, /*base=*/3);
+  ASSERT_TRUE(backend_.Synchronize().ok());
+  // A new kick eventfd: the device stops before the one it polls is closed.
+  ASSERT_TRUE(front_.memory().WriteObject<uint16_t>(ring0.used_ring + 2, 9).ok());
+  ExpectOk(RingFd(Request::kSetVringKick, 0, NewEventFd()));
+  EXPECT_EQ(device_.stops, 1);
+  EXPECT_FALSE(backend_.device_active());
+  ASSERT_TRUE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.last.queues[0].config.start_index, 9);
+  // New addresses: the position is read at the old used ring before the ring moves.
+  ASSERT_TRUE(front_.memory().WriteObject<uint16_t>(ring0.used_ring + 2, 12).ok());
+  const QueueConfig moved = DriverQueue::Layout(kQueueSize, GuestAddress(kGuestBase + 0x80000), true);
+  ExpectOk(Make(Request::kSetVringAddr,
+                VringAddress{0, 0, front_.UserAddress(moved.descriptor_table),
+                             front_.UserAddress(moved.used_ring),
+                             front_.UserAddress(moved.available_ring), 0}));
+  EXPECT_EQ(device_.stops, 2);
+  ASSERT_TRUE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.last.queues[0].config.start_index, 12);
+  EXPECT_EQ(device_.last.queues[0].config.used_ring, moved.used_ring);
+}
+
+TEST_F(VhostUserBackendTest, FailedStartIsNotRetriedUntilSomethingChanges) {
+  Negotiate(/*protocol_features=*/false);
+  SetUpRing(0);
+  device_.activate_error = absl::ResourceExhaustedError("no io_uring");
+  EXPECT_FALSE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.activations, 1);
+  EXPECT_EQ(device_.resets, 1);  // a failed activation is undone with a reset
+  EXPECT_FALSE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.activations, 1);
+  device_.activate_error = absl::OkStatus();
+  ExpectOk(RingFd(Request::kSetVringCall, 0, NewEventFd()));  // any message: try again
+  ASSERT_TRUE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.activations, 2);
+  EXPECT_TRUE(backend_.device_active());
+}
+
+TEST_F(VhostUserBackendTest, MisalignedRingNeverReachesTheDevice) {
+  Negotiate(/*protocol_features=*/false);
+  SetUpRing(0);
+  const QueueConfig ring2 = SetUpRing(2);
+  ExpectOk(Make(Request::kSetVringAddr,
+                VringAddress{2, 0, front_.UserAddress(ring2.descriptor_table + 8),
+                             front_.UserAddress(ring2.used_ring),
+                             front_.UserAddress(ring2.available_ring), 0}));
+  EXPECT_FALSE(backend_.Synchronize().ok());
+  EXPECT_EQ(device_.activations, 0);  // ring 0 did not start (and consume buffers) either
+}
+
+TEST_F(VhostUserBackendTest, RingDescriptorsMustBeEventFds) {
+  Negotiate(/*protocol_features=*/false);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  close(pipe_fds[0]);  // a reader that is gone: a write would raise SIGPIPE
+  ExpectError(RingFd(Request::kSetVringCall, 0, block::ScopedFd(pipe_fds[1])));
+  ExpectError(RingFd(Request::kSetVringKick, 0, block::ScopedFd(dup(front_.memfd()))));
+  ExpectError(RingFd(Request::kSetVringErr, 0, block::ScopedFd(dup(front_.memfd()))));
+  // A blocking eventfd is accepted and made non-blocking.
+  block::ScopedFd blocking(eventfd(0, EFD_CLOEXEC));
+  const int raw = blocking.get();
+  ExpectOk(RingFd(Request::kSetVringKick, 0, std::move(blocking)));
+  EXPECT_NE(fcntl(raw, F_GETFL) & O_NONBLOCK, 0);
+}
+
+TEST_F(VhostUserBackendTest, RingSizeAboveTheDevicesMaximumIsRefused) {
+  Negotiate(/*protocol_features=*/true);
+  auto refused = Send(Make(Request::kSetVringNum, VringState{0, 512}, kFlagNeedReply));
+  EXPECT_EQ(ReplyU64(refused), 1u);  // the front end hears of it
+  ExpectOk(Make(Request::kSetVringNum, VringState{0, 256}));
 }
 
 TEST_F(VhostUserBackendTest, ResetDeviceAndDisconnectForgetTheRings) {

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -37,6 +38,11 @@ absl::Status VhostUserServer::Run() {
       return block::ErrnoStatus(errno, "vhost-user: accept");
     }
     ++connections_;
+    // A front end that stalls inside a message or stops reading replies is dropped rather than
+    // left holding this thread (and SIGTERM) for ever.
+    const timeval timeout{10, 0};
+    setsockopt(connection.get(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    setsockopt(connection.get(), SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
     Serve(connection.get());
     backend_.Disconnect();
   }
@@ -72,10 +78,13 @@ void VhostUserServer::Serve(int connection) {
     // Start or stop the device once the front end has said everything it had queued (QEMU sends
     // a ring's set-up as a burst), so a ring set-up costs one device start, not one per message.
     pollfd pending{connection, POLLIN, 0};
-    if (poll(&pending, 1, 0) == 0) {
+    if (poll(&pending, 1, 0) <= 0) {
       if (absl::Status synced = backend_.Synchronize(); !synced.ok()) {
         std::fprintf(stderr, "vhost-user: starting the device: %s\n",
                      std::string(synced.message()).c_str());
+        // The front end asked whether this worked: it did not (e.g. a memory table the rings
+        // cannot be found in).
+        if (result.ack) result.reply = std::vector<uint8_t>{1, 0, 0, 0, 0, 0, 0, 0};
       }
     }
     if (result.reply.has_value()) {
