@@ -152,6 +152,24 @@ if linux_check_pass media media; then
 fi
 ctl media status cd0 | grep -q "b.iso" || linux_fail media "the API does not show b.iso in cd0: $(ctl media status cd0 2>&1)"
 
+# The write cache as configured: a second back end with the disk in cache=directsync (every write
+# reaches stable storage on its own) reports WCE off; sd then sends no flushes and no FUA.
+WT_SOCKET=$SOCKETS/vhost-wt.sock
+"$BACKEND" --socket="$WT_SOCKET" --disk="$DISK,cache=directsync" >"$WORK/backend-wt.log" 2>&1 &
+WT_PID=$!
+for _ in $(seq 100); do [ -S "$WT_SOCKET" ] && break; sleep 0.1; done
+linux_boot probe-directsync "scenario=probe wait=sd" -chardev "socket,id=vus,path=$WT_SOCKET" \
+  -device vhost-user-scsi-pci,chardev=vus,num_queues=1
+if linux_check_pass probe-directsync probe; then
+  linux_expect probe-directsync wce disabled
+  linux_expect probe-directsync dpofua yes
+  linux_expect probe-directsync cache_type "write through"
+  linux_expect probe-directsync fua 0
+  report dmesg
+fi
+kill -TERM "$WT_PID" 2>/dev/null
+wait "$WT_PID" 2>/dev/null
+
 # The back end served every boot as a new connection and is still running; SIGTERM ends it
 # cleanly and removes its socket.
 connections=$(grep -c "front end connected" "$BACKEND_LOG")
