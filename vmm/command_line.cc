@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/flags/parse.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -78,6 +79,17 @@ absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string
     drives.push_back(*std::move(spec));
   }
   args = std::move(rest);
+  return drives;
+}
+
+absl::StatusOr<std::vector<DriveSpec>> ParseFlagsAndDrives(int argc, char** argv) {
+  std::vector<std::string> args;
+  NormalizeFlagNames(argc, argv, args);
+  auto drives = ExtractDriveFlags(args);
+  if (!drives.ok()) return drives.status();
+  std::vector<char*> normalized;
+  for (std::string& arg : args) normalized.push_back(arg.data());
+  absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
   return drives;
 }
 

@@ -25,6 +25,10 @@ void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage
 // flags do not), in order, as NormalizeFlagNames left them.
 absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args);
 
+// The three above in order, then absl::ParseCommandLine on what is left (which exits on unknown
+// flags or --help): the flags are set, and the drives are returned in command-line order.
+absl::StatusOr<std::vector<DriveSpec>> ParseFlagsAndDrives(int argc, char** argv);
+
 }  // namespace vmm
 
 #endif  // VMM_COMMAND_LINE_H_

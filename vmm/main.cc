@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -86,13 +85,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
       "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
-  std::vector<std::string> storage;
-  vmm::NormalizeFlagNames(argc, argv, storage);
-  auto drives = vmm::ExtractDriveFlags(storage);
+  auto drives = vmm::ParseFlagsAndDrives(argc, argv);
   if (!drives.ok()) return Fail(std::string(drives.status().message()));
-  std::vector<char*> normalized;
-  for (std::string& arg : storage) normalized.push_back(arg.data());
-  absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
 
   vmm::VmConfig config;
   config.launch_time = launch_time;

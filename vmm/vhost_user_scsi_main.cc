@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -80,13 +79,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves virtio-scsi to a vhost-user front end.\n  vhost-user-scsi --socket=PATH "
       "--disk=IMAGE [--cdrom=ISO] [--scsi-queues=N --iothreads=M] [--api-socket=PATH]");
-  std::vector<std::string> storage_args;
-  vmm::NormalizeFlagNames(argc, argv, storage_args);
-  auto drives = vmm::ExtractDriveFlags(storage_args);
+  auto drives = vmm::ParseFlagsAndDrives(argc, argv);
   if (!drives.ok()) return Fail(std::string(drives.status().message()));
-  std::vector<char*> normalized;
-  for (std::string& arg : storage_args) normalized.push_back(arg.data());
-  absl::ParseCommandLine(static_cast<int>(normalized.size()), normalized.data());
 
   // A front end that goes away mid-write must cost an error, not the process.
   signal(SIGPIPE, SIG_IGN);

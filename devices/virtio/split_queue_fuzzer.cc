@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "devices/virtio/split_queue.h"
+#include "devices/virtio/test_random.h"
 #include "vmm/guest_memory.h"
 
 namespace {
@@ -339,12 +340,7 @@ std::vector<std::vector<uint8_t>> Seeds() {
   return seeds;
 }
 
-uint64_t Next(uint64_t& state) {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return state;
-}
+uint64_t Next(uint64_t& state) { return devices::virtio::testing::XorShift64(state); }
 
 }  // namespace
 

@@ -364,6 +364,17 @@ scenario_cd_read() {
 
 medium_readable() { dd if="/dev/$cd" of=/dev/null bs=2048 count=1 2>/tmp/dd.err; }
 
+wait_for_medium() {  # yes|no seconds: 0 once the medium is (yes) / is not (no) readable
+  local n=0 readable
+  while :; do
+    if medium_readable; then readable=yes; else readable=no; fi
+    [ "$readable" = "$1" ] && return 0
+    n=$((n + 1))
+    [ $n -ge $(($2 * 5)) ] && return 1
+    sleep 0.2
+  done
+}
+
 scenario_media() {
   [ -n "$cd" ] || fail "no CD-ROM"
   local wait=${arg_media_wait:-60} t n before
@@ -378,23 +389,14 @@ scenario_media() {
   before=$(dmesg | wc -l)
   echo "@@EJECT-NOW"
   t=$(uptime_s)
-  n=0
-  while medium_readable; do
-    n=$((n + 1))
-    [ $n -ge $((wait * 5)) ] && fail "the medium is still readable $wait s after @@EJECT-NOW"
-    sleep 0.2
-  done
+  wait_for_medium no "$wait" || fail "the medium is still readable $wait s after @@EJECT-NOW"
   result eject_seen_seconds "$(elapsed "$t")"
   result eject_error "$(tail -n 1 /tmp/dd.err)"
   result sr_size_sectors_ejected "$(cat "/sys/block/$cd/size")"
   echo "@@INSERT-NOW"
   t=$(uptime_s)
-  n=0
-  until medium_readable; do
-    n=$((n + 1))
-    [ $n -ge $((wait * 5)) ] && fail "no readable medium $wait s after @@INSERT-NOW ($(tail -n 1 /tmp/dd.err))"
-    sleep 0.2
-  done
+  wait_for_medium yes "$wait" ||
+    fail "no readable medium $wait s after @@INSERT-NOW ($(tail -n 1 /tmp/dd.err))"
   result insert_seen_seconds "$(elapsed "$t")"
   result sr_size_sectors_new "$(cat "/sys/block/$cd/size")"
   check_iso_file "${arg_iso2_file:-}" "${arg_iso2_md5:-}" media_second

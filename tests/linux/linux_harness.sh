@@ -25,6 +25,11 @@
 #   linux_expect NAME KEY VALUE        RESULT KEY equals VALUE
 #   linux_expect_match NAME KEY REGEX  RESULT KEY matches the extended regex
 #   linux_fail NAME MESSAGE            count a failure (LINUX_FAILURES) and show the run's log
+#   linux_report KEY...                print the last run's RESULT lines for these keys, indented
+#   linux_check_iso NAME ISO           the iso scenario passed, with the file checked and sr's size
+#                                      matching ISO
+#   linux_work_dir PREFIX              WORK: $TEST_TMPDIR/linux under Bazel, else a fresh
+#                                      /tmp/PREFIX.XXXXXX (removed at exit unless LINUX_KEEP=1)
 #
 # Settings (environment or variables, read at each linux_boot):
 #   LINUX_MACHINE=q35  LINUX_MEM=512M  LINUX_SMP=2  LINUX_ACCEL=tcg  LINUX_CPU=max
@@ -222,3 +227,28 @@ linux_expect_match() {  # name key regex
   got=$(linux_result "$2")
   echo "$got" | grep -Eq -- "$3" || { linux_fail "$1" "RESULT $2 is '$got', expected to match '$3'"; return 1; }
 }
+
+linux_report() {  # keys...
+  local key
+  for key in "$@"; do
+    linux_results "$key" | sed "s/^/    $key: /"
+  done
+}
+
+linux_check_iso() {  # name iso
+  linux_check_pass "$1" iso || return 1
+  linux_expect "$1" iso ok
+  linux_expect "$1" sr_size_sectors "$(( $(stat -c %s "$2") / 512 ))"
+}
+
+linux_work_dir() {  # prefix
+  if [ -n "${TEST_TMPDIR:-}" ]; then
+    WORK=$TEST_TMPDIR/linux
+  else
+    WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+    [ -n "${LINUX_KEEP:-}" ] || LINUX_CLEANUP+=("$WORK")
+  fi
+}
+
+LINUX_CLEANUP=()
+linux_cleanup() { [ ${#LINUX_CLEANUP[@]} -eq 0 ] || rm -rf "${LINUX_CLEANUP[@]}"; }

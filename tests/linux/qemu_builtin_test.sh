@@ -21,12 +21,8 @@ BENCH_SECONDS=${LINUX_BENCH_SECONDS:-2}
 
 linux_require  # exits 0 with "SKIPPED: ..." when something is missing
 
-if [ -n "${TEST_TMPDIR:-}" ]; then
-  WORK=$TEST_TMPDIR/linux
-else
-  WORK=$(mktemp -d /tmp/linux-builtin.XXXXXX)
-  [ -n "${LINUX_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT
-fi
+linux_work_dir linux-builtin
+trap linux_cleanup EXIT
 echo "QEMU: $("$LINUX_QEMU" --version | head -n 1); kernel: $LINUX_KERNEL"
 linux_setup "$WORK" "$MAKE_INITRAMFS" "$INIT_SH" "${LINUX_INITRAMFS_CACHE:-}"
 
@@ -49,13 +45,6 @@ DEVICES=(-device virtio-scsi-pci,id=scsi0
 LINUX_CD_ID=cd0
 LINUX_CD_NEXT=$WORK/b.iso
 
-report() {  # keys...: print the run's RESULT lines for these keys
-  local key
-  for key in "$@"; do
-    linux_results "$key" | sed "s/^/    $key: /"
-  done
-}
-
 # probe: what the sd and sr drivers made of the devices. QEMU's scsi-hd has dpofua=off by default,
 # so "doesn't support DPO or FUA" is expected here (our backend will be asserted to support them).
 linux_boot probe "scenario=probe" "${DEVICES[@]}"
@@ -65,21 +54,21 @@ if linux_check_pass probe probe; then
   linux_expect probe vendor QEMU
   linux_expect probe nr_queues 2
   linux_expect_match probe dpofua '^(yes|no)$'
-  report init_uptime ready_uptime dmesg dpofua wce fua write_cache cache_type nr_queues sr sr_dmesg
+  linux_report init_uptime ready_uptime dmesg dpofua wce fua write_cache cache_type nr_queues sr sr_dmesg
 fi
 
 # fio: 4 KiB O_SYNC+O_DIRECT random writes over 8 MiB, verified (crc32c) after the writes.
 linux_boot fio-qd1 "scenario=fio qd=1 size=8M" "${DEVICES[@]}"
 if linux_check_pass fio-qd1 fio; then
   linux_expect fio-qd1 fio_verify ok
-  report fio_iops fio_lat_mean_us fio_verify_kb scenario_seconds
+  linux_report fio_iops fio_lat_mean_us fio_verify_kb scenario_seconds
 fi
 
 # The same at queue depth 16, with guest RAM in a shared memfd as vhost-user will need.
 LINUX_MEMFD=1 linux_boot fio-qd16-memfd "scenario=fio qd=16 size=8M" "${DEVICES[@]}"
 if linux_check_pass fio-qd16-memfd fio; then
   linux_expect fio-qd16-memfd fio_verify ok
-  report fio_iops fio_lat_mean_us fio_verify_kb scenario_seconds
+  linux_report fio_iops fio_lat_mean_us fio_verify_kb scenario_seconds
 fi
 
 # ext4: mkfs, files of known content, remount, compare, e2fsck.
@@ -88,15 +77,12 @@ if linux_check_pass fs fs; then
   linux_expect fs fs ok
   linux_expect fs fs_files 34
   linux_expect fs fsck clean
-  report mkfs_seconds fs_write_seconds scenario_seconds
+  linux_report mkfs_seconds fs_write_seconds scenario_seconds
 fi
 
 # ISO 9660 on the scsi-cd.
 linux_boot iso "scenario=iso iso_file=file-a.bin iso_md5=$ISO_A_MD5" "${DEVICES[@]}"
-if linux_check_pass iso iso; then
-  linux_expect iso iso ok
-  linux_expect iso sr_size_sectors "$(( $(stat -c %s "$WORK/a.iso") / 512 ))"
-fi
+linux_check_iso iso "$WORK/a.iso"
 
 # Medium change: the guest checks a.iso, asks for an eject, sees the medium go, asks for b.iso,
 # sees it come and checks it. sr polls for media events every 500 ms here (udev would set 2000).
@@ -114,16 +100,16 @@ LINUX_ON_MARKER=media_markers linux_boot media \
 if linux_check_pass media media; then
   linux_expect media media ok
   linux_expect media sr_size_sectors_new "$(( $(stat -c %s "$WORK/b.iso") / 512 ))"
-  report eject_seen_seconds eject_error sr_size_sectors_ejected insert_seen_seconds media_dmesg media_uevent
+  linux_report eject_seen_seconds eject_error sr_size_sectors_ejected insert_seen_seconds media_dmesg media_uevent
 fi
 
 # Benchmark report (numbers only): sequential CD read, and fio at queue depths 1 and 16.
 linux_boot cd-read "scenario=cd-read cd_passes=8" "${DEVICES[@]}"
-linux_check_pass cd-read cd-read && report cd_bytes cd_seconds cd_kbs
+linux_check_pass cd-read cd-read && linux_report cd_bytes cd_seconds cd_kbs
 if [ "$BENCH_SECONDS" -gt 0 ]; then
   for qd in 1 16; do
     linux_boot "bench-qd$qd" "scenario=fio-bench qd=$qd seconds=$BENCH_SECONDS" "${DEVICES[@]}"
-    linux_check_pass "bench-qd$qd" fio-bench && report fio_job fio_iops fio_write_lat_mean_us
+    linux_check_pass "bench-qd$qd" fio-bench && linux_report fio_job fio_iops fio_write_lat_mean_us
   done
 fi
 

@@ -24,12 +24,7 @@ VMMCTL=$4
 
 linux_require  # exits 0 with "SKIPPED: ..." when something is missing
 
-if [ -n "${TEST_TMPDIR:-}" ]; then
-  WORK=$TEST_TMPDIR/linux
-else
-  WORK=$(mktemp -d /tmp/linux-vhost-user.XXXXXX)
-  [ -n "${LINUX_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT
-fi
+linux_work_dir linux-vhost-user
 # Unix socket paths are short (108 bytes); TEST_TMPDIR can be longer.
 SOCKETS=$(mktemp -d /tmp/vhost-user-scsi-test.XXXXXX)
 BACKEND_PID=""
@@ -37,7 +32,7 @@ cleanup() {
   [ -n "$BACKEND_PID" ] && kill "$BACKEND_PID" 2>/dev/null
   rm -rf "$SOCKETS"
 }
-trap 'cleanup; [ -n "${TEST_TMPDIR:-}" ] || [ -n "${LINUX_KEEP:-}" ] || rm -rf "$WORK"' EXIT
+trap 'cleanup; linux_cleanup' EXIT
 
 echo "QEMU: $("$LINUX_QEMU" --version | head -n 1); kernel: $LINUX_KERNEL"
 linux_setup "$WORK" "$MAKE_INITRAMFS" "$INIT_SH" "${LINUX_INITRAMFS_CACHE:-}"
@@ -78,13 +73,6 @@ export LINUX_MEMFD=1  # vhost-user needs guest RAM the back end can map
 boots=0
 boot() { boots=$((boots + 1)); linux_boot "$@"; }
 
-report() {
-  local key
-  for key in "$@"; do
-    linux_results "$key" | sed "s/^/    $key: /"
-  done
-}
-
 # probe: what sd and sr made of our device.
 boot probe "scenario=probe" "${DEVICES[@]}"
 if linux_check_pass probe probe; then
@@ -97,7 +85,7 @@ if linux_check_pass probe probe; then
   linux_expect probe nr_queues 2
   linux_expect probe sr sr0
   grep -q "supports DPO and FUA" "$LINUX_LOG" || linux_fail probe "sd did not report 'supports DPO and FUA'"
-  report dmesg dpofua wce cache_type nr_queues sr sr_dmesg
+  linux_report dmesg dpofua wce cache_type nr_queues sr sr_dmesg
 fi
 
 # fio: 4 KiB O_SYNC+O_DIRECT random writes, verified afterwards, at depth 1 and 16. Linux sends
@@ -107,7 +95,7 @@ for qd in 1 16; do
   boot "fio-qd$qd" "scenario=fio qd=$qd size=8M" "${DEVICES[@]}"
   if linux_check_pass "fio-qd$qd" fio; then
     linux_expect "fio-qd$qd" fio_verify ok
-    report fio_iops fio_verify_kb
+    linux_report fio_iops fio_verify_kb
   fi
 done
 fua_after=$(stat_of disk0 fuaNative)
@@ -128,10 +116,7 @@ fi
 
 # ISO 9660 from our CD-ROM.
 boot iso "scenario=iso iso_file=file-a.bin iso_md5=$ISO_A_MD5" "${DEVICES[@]}"
-if linux_check_pass iso iso; then
-  linux_expect iso iso ok
-  linux_expect iso sr_size_sectors "$(( $(stat -c %s "$WORK/a.iso") / 512 ))"
-fi
+linux_check_iso iso "$WORK/a.iso"
 
 # Medium change through our gRPC API: the guest checks a.iso, asks for an eject (vmmctl media
 # eject), sees the medium go, asks for b.iso (vmmctl media insert), sees it come and checks it.
@@ -148,7 +133,7 @@ LINUX_ON_MARKER=api_markers boot media \
 if linux_check_pass media media; then
   linux_expect media media ok
   linux_expect media sr_size_sectors_new "$(( $(stat -c %s "$WORK/b.iso") / 512 ))"
-  report eject_seen_seconds eject_error insert_seen_seconds media_uevent
+  linux_report eject_seen_seconds eject_error insert_seen_seconds media_uevent
 fi
 ctl media status cd0 | grep -q "b.iso" || linux_fail media "the API does not show b.iso in cd0: $(ctl media status cd0 2>&1)"
 
@@ -165,7 +150,7 @@ if linux_check_pass probe-directsync probe; then
   linux_expect probe-directsync dpofua yes
   linux_expect probe-directsync cache_type "write through"
   linux_expect probe-directsync fua 0
-  report dmesg
+  linux_report dmesg
 fi
 kill -TERM "$WT_PID" 2>/dev/null
 wait "$WT_PID" 2>/dev/null

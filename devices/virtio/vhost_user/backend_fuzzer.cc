@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "devices/virtio/test_random.h"
 #include "devices/virtio/vhost_user/backend.h"
 #include "devices/virtio/vhost_user/message.h"
 
@@ -218,12 +219,7 @@ std::vector<uint8_t> QemuLikeStart() {
   return out;
 }
 
-uint64_t Next(uint64_t& state) {
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return state;
-}
+uint64_t Next(uint64_t& state) { return devices::virtio::testing::XorShift64(state); }
 
 }  // namespace
 
