@@ -95,3 +95,40 @@ require_kvm_qemu_python() {
     exit 0
   fi
 }
+
+# Checks that GUEST and MKIMG exist, makes WORK ($TEST_TMPDIR under Bazel, else a temporary
+# directory removed at exit unless the variable named KEEP_VAR is set) and SOCKDIR (under /tmp: the
+# monitor socket path must fit sockaddr_un's 108 bytes, and TEST_TMPDIR is often longer), and
+# prints QEMU's version. Sets an EXIT trap.
+setup_work() {  # name keep-var
+  local f
+  for f in "$GUEST" "$MKIMG"; do
+    if [[ ! -f "$f" ]]; then
+      echo "FAIL: '$f' not found"
+      exit 1
+    fi
+  done
+  if [[ -n "${TEST_TMPDIR:-}" ]]; then
+    WORK="$TEST_TMPDIR"
+  else
+    WORK="$(mktemp -d)"
+  fi
+  SOCKDIR="$(mktemp -d "/tmp/mvm-$1.XXXXXX")"
+  KEEP_WORK="${!2:-}"
+  trap cleanup_work EXIT
+  echo "QEMU: $("$QEMU_BIN" --version | head -n 1)"
+}
+
+cleanup_work() {
+  rm -rf "$SOCKDIR"
+  if [[ -z "${TEST_TMPDIR:-}" && -z "$KEEP_WORK" ]]; then rm -rf "$WORK"; fi
+}
+
+# Images: every 512-byte block carries {"MVMPATRN", seed, block number} and a fill the guest can
+# recompute (tools/make-pattern-image): disk-pristine.img (64 MiB), cd.iso (8 MiB), new.iso (3 MiB).
+DISK_SEED=11 CD_SEED=22 NEW_SEED=33
+make_pattern_images() {
+  "$PYTHON" "$MKIMG" --seed "$DISK_SEED" --size 64M "$WORK/disk-pristine.img" || { echo "FAIL: make-pattern-image"; exit 1; }
+  "$PYTHON" "$MKIMG" --seed "$CD_SEED" --size 8M "$WORK/cd.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
+  "$PYTHON" "$MKIMG" --seed "$NEW_SEED" --size 3M "$WORK/new.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
+}

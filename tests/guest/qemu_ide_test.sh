@@ -10,7 +10,8 @@
 #   QEMU_RUN_TIMEOUT  seconds per QEMU run (default 60; a run takes 2-6 s)
 #   QEMU_IDE_KEEP=1   keep the work directory (outside Bazel)
 set -u
-# fail, check_status, expect_line, expect_match, guest_status, hmp, wait_for_line, probe_drive
+# fail, check_status, expect_line, expect_match, guest_status, hmp, wait_for_line, probe_drive,
+# setup_work, make_pattern_images
 source "$(dirname "$0")/qemu_harness.sh"
 trap '' PIPE
 
@@ -19,35 +20,13 @@ MKIMG="${2:-tools/make-pattern-image}"
 RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
 
 require_kvm_qemu_python  # exits 0 with "SKIPPED: ..." when one is missing
-for f in "$GUEST" "$MKIMG"; do
-  if [[ ! -f "$f" ]]; then
-    echo "FAIL: '$f' not found"
-    exit 1
-  fi
-done
-
-if [[ -n "${TEST_TMPDIR:-}" ]]; then
-  WORK="$TEST_TMPDIR"
-else
-  WORK="$(mktemp -d)"
-fi
-# The monitor socket path must fit sockaddr_un (108 bytes); TEST_TMPDIR is often longer.
-SOCKDIR="$(mktemp -d /tmp/mvm-ide.XXXXXX)"
-cleanup() {
-  rm -rf "$SOCKDIR"
-  if [[ -z "${TEST_TMPDIR:-}" && -z "${QEMU_IDE_KEEP:-}" ]]; then rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-echo "QEMU: $("$QEMU_BIN" --version | head -n 1)"
+setup_work ide QEMU_IDE_KEEP
 
 # Images: every 512-byte block carries {"MVMPATRN", seed, block number} and a fill the guest can
 # recompute (tools/make-pattern-image). The disk is 64 MiB of pattern extended (sparse, zeros) to
 # 2 TiB + 64 MiB, so LBAs above 2^28 and 2^32 exist; where the filesystem refuses, 130 GiB.
-DISK_SEED=11 CD_SEED=22 NEW_SEED=33
 PATTERN_BLOCKS=131072  # 64 MiB
-"$PYTHON" "$MKIMG" --seed "$DISK_SEED" --size 64M "$WORK/disk-pristine.img" || { echo "FAIL: make-pattern-image"; exit 1; }
-"$PYTHON" "$MKIMG" --seed "$CD_SEED" --size 8M "$WORK/cd.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
-"$PYTHON" "$MKIMG" --seed "$NEW_SEED" --size 3M "$WORK/new.iso" || { echo "FAIL: make-pattern-image"; exit 1; }
+make_pattern_images
 DISK_SIZE=$(((4294967296 + 131072) * 512))
 if ! truncate -s "$DISK_SIZE" "$WORK/probe-size.img" 2>/dev/null; then
   DISK_SIZE=$((130 * 1024 * 1024 * 1024))

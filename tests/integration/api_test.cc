@@ -405,12 +405,8 @@ class ApiTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (access("/dev/kvm", R_OK | W_OK) != 0) {
-      GTEST_SKIP() << "SKIPPED: /dev/kvm is missing or not accessible; the guest cannot run here";
-    }
     Images& im = images();
-    if (im.python.empty()) im.python = FindPython();
-    if (im.python.empty()) GTEST_SKIP() << "SKIPPED: python3 is missing (tools/make-pattern-image needs it)";
+    if (std::string why = GuestSkipReason(&im.python); !why.empty()) GTEST_SKIP() << why;
     if (!im.ready && im.error.empty()) {
       struct {
         std::string* path;

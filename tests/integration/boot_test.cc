@@ -28,9 +28,7 @@ constexpr char kGuest[] = "tests/guest/test_guest";
 class BootTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/dev/kvm", R_OK | W_OK) != 0) {
-      GTEST_SKIP() << "SKIPPED: /dev/kvm is missing or not accessible; the guest cannot run here";
-    }
+    if (std::string why = tests::GuestSkipReason(); !why.empty()) GTEST_SKIP() << why;
   }
 
   ProcessResult Boot(const std::vector<std::string>& flags, const ProcessOptions& options = {}) {

@@ -27,10 +27,8 @@ constexpr char kPatternTool[] = "tools/make-pattern-image";
 class IdeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/dev/kvm", R_OK | W_OK) != 0) {
-      GTEST_SKIP() << "SKIPPED: /dev/kvm is missing or not accessible";
-    }
-    if (FindPython().empty()) GTEST_SKIP() << "SKIPPED: python3 (for make-pattern-image) is missing";
+    std::string python;
+    if (std::string why = GuestSkipReason(&python); !why.empty()) GTEST_SKIP() << why;
   }
 
   // A fresh pattern image (tests write to disks, so every test makes its own).

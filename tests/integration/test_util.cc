@@ -40,4 +40,15 @@ std::string FindPython() {
   return "";
 }
 
+std::string GuestSkipReason(std::string* python) {
+  if (access("/dev/kvm", R_OK | W_OK) != 0) {
+    return "SKIPPED: /dev/kvm is missing or not accessible; the guest cannot run here";
+  }
+  if (python != nullptr) {
+    if (python->empty()) *python = FindPython();
+    if (python->empty()) return "SKIPPED: python3 is missing (tools/make-pattern-image needs it)";
+  }
+  return "";
+}
+
 }  // namespace tests
