@@ -7,7 +7,7 @@
 #   @@EJECT-NOW / @@INSERT-NOW    (media: the host answers by ejecting / inserting the disc)
 #
 # Kernel command-line arguments (key=value):
-#   scenario=probe|fio|fio-bench|fs|iso|cd-read|media   (required)
+#   scenario=probe|fio|fio-bench|fs|iso|cd-read|media|reset   (required)
 #   disk=sdX cd=srN        default: the first SCSI disk / CD-ROM
 #   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
 #   guest_timeout=300      seconds before the guest gives up and powers off
@@ -92,7 +92,7 @@ result modules_uptime "$(uptime_s)"
 
 # --- devices ---------------------------------------------------------------------------------
 case "$scenario" in
-  probe|fio|fio-bench|fs) default_wait=sd ;;
+  probe|fio|fio-bench|fs|reset) default_wait=sd ;;
   iso|cd-read|media) default_wait=sr ;;
   *) default_wait="" ;;
 esac
@@ -410,8 +410,42 @@ scenario_media() {
   pass
 }
 
+# The driver resets the device and starts it again (rmmod + insmod virtio_scsi): the front end
+# stops every ring and restarts them from index 0 on a reset device. Data written before must
+# read back after, and the disk must take new writes.
+scenario_reset() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local module expected got t
+  module=$(grep '/virtio_scsi\.ko$' /etc/modules.load) || fail "virtio_scsi is not in the initramfs"
+  yes "microvm reset before" | head -c 1048576 | dd of="/dev/$disk" bs=64K oflag=direct conv=fsync 2>/dev/null ||
+    fail "writing before the reset"
+  expected=$(yes "microvm reset before" | head -c 1048576 | md5sum | cut -d' ' -f1)
+  t=$(uptime_s)
+  rmmod virtio_scsi || fail "rmmod virtio_scsi failed"
+  [ -z "$(first_block sd)" ] || fail "the disk is still there after rmmod"
+  insmod "$module" || fail "insmod virtio_scsi failed"
+  i=0
+  until [ -n "$(first_block sd)" ] && [ -b "/dev/$(first_block sd)" ]; do
+    i=$((i + 1))
+    [ $i -ge 300 ] && fail "the disk did not come back within 30 s of insmod"
+    sleep 0.1
+  done
+  disk=$(first_block sd)
+  result reset_seconds "$(elapsed "$t")"
+  got=$(dd if="/dev/$disk" bs=64K count=16 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+  [ "$got" = "$expected" ] || fail "data written before the reset reads back as $got, expected $expected"
+  yes "microvm reset after" | head -c 1048576 | dd of="/dev/$disk" bs=64K seek=16 oflag=direct conv=fsync 2>/dev/null ||
+    fail "writing after the reset"
+  got=$(dd if="/dev/$disk" bs=64K skip=16 count=16 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+  [ "$got" = "$(yes "microvm reset after" | head -c 1048576 | md5sum | cut -d' ' -f1)" ] ||
+    fail "data written after the reset reads back wrong"
+  result reset ok
+  pass
+}
+
 case "$scenario" in
   probe) scenario_probe ;;
+  reset) scenario_reset ;;
   fio) scenario_fio ;;
   fio-bench) scenario_fio_bench ;;
   fs) scenario_fs ;;

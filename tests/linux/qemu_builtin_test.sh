@@ -80,6 +80,11 @@ if linux_check_pass fs fs; then
   linux_report mkfs_seconds fs_write_seconds scenario_seconds
 fi
 
+# The driver resets the device and starts it again (rmmod/insmod virtio_scsi): data written
+# before reads back after, and new writes work.
+linux_boot reset "scenario=reset" "${DEVICES[@]}"
+linux_check_pass reset reset && linux_expect reset reset ok
+
 # ISO 9660 on the scsi-cd.
 linux_boot iso "scenario=iso iso_file=file-a.bin iso_md5=$ISO_A_MD5" "${DEVICES[@]}"
 linux_check_iso iso "$WORK/a.iso"

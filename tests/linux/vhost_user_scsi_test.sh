@@ -114,6 +114,11 @@ if linux_check_pass fs fs; then
   linux_expect fs fsck clean
 fi
 
+# The driver resets the device and starts it again (rmmod/insmod virtio_scsi): data written
+# before reads back after, and new writes work (every ring is stopped with GET_VRING_BASE and restarted from 0).
+boot reset "scenario=reset" "${DEVICES[@]}"
+linux_check_pass reset reset && linux_expect reset reset ok
+
 # ISO 9660 from our CD-ROM.
 boot iso "scenario=iso iso_file=file-a.bin iso_md5=$ISO_A_MD5" "${DEVICES[@]}"
 linux_check_iso iso "$WORK/a.iso"
