@@ -32,8 +32,9 @@
 #include "vmm/storage.h"
 
 ABSL_FLAG(std::string, socket, "", "The vhost-user socket to listen on (QEMU: -chardev socket,path=...).");
-ABSL_FLAG(uint32_t, scsi_queues, 1,
-          "virtio-scsi request queues the device offers (QEMU's num_queues may not exceed it).");
+ABSL_FLAG(uint32_t, scsi_queues, 64,
+          "virtio-scsi request queues the device offers, at most 254: QEMU's num_queues (by default "
+          "one per vCPU) may not exceed it. Rings the front end does not set up cost nothing.");
 ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i on i % N).");
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of the rings and block completions before an iothread sleeps (0: off).");
