@@ -12,7 +12,7 @@
 #   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
 #   guest_timeout=300      seconds before the guest gives up and powers off
 #   verbose=1              leave kernel messages on the console (default: only emergencies)
-#   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0
+#   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0 marker=NAME (@@NAME before fio starts)
 #   fio-bench: qd=1 seconds=5 size=64M rw=randwrite bs=4k sync=1 engine=libaio
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
@@ -209,6 +209,8 @@ scenario_fio() {
   local qd=${arg_qd:-1} size=${arg_size:-64M} out line st kib
   kib=$(size_kib "$size")
   result fio_job "randwrite bs=4k direct=1 sync=1 ioengine=${arg_engine:-libaio} iodepth=$qd size=$size verify=crc32c"
+  # marker=NAME: tell the host fio is starting (e.g. to hot-plug memory while it runs).
+  [ -z "${arg_marker:-}" ] || echo "@@$arg_marker"
   fio --name=verify --filename="/dev/$disk" --rw=randwrite --bs=4k --direct=1 --sync=1 \
     --ioengine="${arg_engine:-libaio}" --iodepth="$qd" --size="$size" --offset="${arg_offset:-0}" \
     --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \

@@ -107,6 +107,24 @@ if [ -z "$fua_after" ] || [ "$((fua_after - ${fua_before:-0}))" -lt 2048 ]; then
 fi
 [ "${fua_emulated:-1}" = 0 ] || linux_fail fio "FUA was emulated ($fua_emulated) though the file backend has it natively"
 
+# Memory hot-plug while fio writes: QEMU adds a DIMM (a second memfd region) and sends a new
+# SET_MEM_TABLE with the rings running; the back end stops the device (in-flight writes complete),
+# maps the new table, restarts at the same ring positions, and fio's verification still passes.
+hotplug_markers() {
+  echo "  monitor: object_add memory-backend-memfd,id=hp1,size=128M,share=on $(linux_monitor 'object_add memory-backend-memfd,id=hp1,size=128M,share=on')"
+  echo "  monitor: device_add pc-dimm,id=dimm1,memdev=hp1 $(linux_monitor 'device_add pc-dimm,id=dimm1,memdev=hp1')"
+}
+tables_before=$(grep -c "replaced while running" "$BACKEND_LOG")
+LINUX_QEMU_EXTRA=(-m 512M,slots=2,maxmem=1G)
+LINUX_ON_MARKER=hotplug_markers boot hotplug "scenario=fio qd=16 size=32M marker=HOTPLUG" "${DEVICES[@]}"
+LINUX_QEMU_EXTRA=()
+if linux_check_pass hotplug fio; then
+  linux_expect hotplug fio_verify ok
+  [ "$(grep -c "replaced while running" "$BACKEND_LOG")" -gt "$tables_before" ] ||
+    linux_fail hotplug "the back end never saw the memory table replaced while running"
+  grep "memory table" "$BACKEND_LOG" | tail -n 1 | sed 's/^/    backend: /'
+fi
+
 # ext4: mkfs, files of known content, sync, remount, compare, e2fsck.
 boot fs "scenario=fs fs_mb=4 seed=7" "${DEVICES[@]}"
 if linux_check_pass fs fs; then

@@ -410,9 +410,14 @@ absl::Status VhostUserBackend::SetMemTable(Message& message) {
   }
   // The device may be using the old table: stop it before unmapping (Synchronize() restarts it
   // on the new one, at the same ring positions).
+  const bool was_active = active_;
   StopDevice();
   memory_ = std::make_unique<vmm::GuestMemory>(*std::move(memory));
   mappings_ = std::move(mappings);
+  // Rare (start-up, memory hot-plug) and worth seeing in the log.
+  std::fprintf(stderr, "vhost-user: memory table: %u region(s), %u MiB%s\n", header.num_regions,
+               static_cast<unsigned>(memory_->total_size() >> 20),
+               was_active ? " (replaced while running: device stopped and restarted)" : "");
   return absl::OkStatus();
 }
 
