@@ -216,10 +216,16 @@ TEST_F(MsixTest, ConcurrentTriggerAndMaskLoseNothing) {
   msix_->SetControl(true, false);
   Program(0, 0xfee00000, 0x30);
   std::atomic<bool> stop{false};
+  std::atomic<int> calls{0};
   std::thread trigger([&] {
-    while (!stop.load()) msix_->Trigger(0);
+    while (!stop.load()) {
+      msix_->Trigger(0);
+      ++calls;
+    }
   });
-  for (int i = 0; i < 20000; ++i) {
+  // At least 20000 mask flips, and go on until the trigger thread has really raced them (on a
+  // loaded machine it may not even have started when the flips are done).
+  for (int i = 0; i < 20000 || calls.load() < 20000; ++i) {
     SetMask(0, (i & 1) == 0);
     if (i % 1000 == 0) msix_->SetControl(true, (i & 2000) == 0);
   }
