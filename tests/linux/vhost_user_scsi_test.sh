@@ -125,6 +125,27 @@ if linux_check_pass hotplug fio; then
   grep "memory table" "$BACKEND_LOG" | tail -n 1 | sed 's/^/    backend: /'
 fi
 
+# The VM paused and resumed twice (HMP stop/cont) while fio writes: QEMU stops every ring with
+# GET_VRING_BASE and restarts them at the indices the back end answered (not 0, as after a reset).
+pause_markers() {
+  linux_monitor stop >/dev/null; sleep 1
+  linux_monitor cont >/dev/null; sleep 0.5
+  linux_monitor stop >/dev/null; sleep 0.5
+  linux_monitor cont >/dev/null
+  echo "  monitor: stop, cont, stop, cont"
+}
+stops_before=$(grep -c "device stopped by the front end" "$BACKEND_LOG")
+LINUX_ON_MARKER=pause_markers boot pause "scenario=fio qd=16 size=32M marker=PAUSE" "${DEVICES[@]}"
+if linux_check_pass pause fio; then
+  linux_expect pause fio_verify ok
+  # A request ring (2 or 3) stopped at a non-zero index: the restart had to resume there.
+  grep "device stopped by the front end" "$BACKEND_LOG" | tail -n +$((stops_before + 1)) |
+    grep -Eq "ring [23] at [1-9]" ||
+    linux_fail pause "the back end was never stopped with a request ring at a non-zero index"
+  grep "device stopped by the front end" "$BACKEND_LOG" | tail -n +$((stops_before + 1)) |
+    sed 's/^/    backend: /'
+fi
+
 # ext4: mkfs, files of known content, sync, remount, compare, e2fsck.
 boot fs "scenario=fs fs_mb=4 seed=7" "${DEVICES[@]}"
 if linux_check_pass fs fs; then

@@ -478,7 +478,17 @@ absl::StatusOr<uint32_t> VhostUserBackend::GetVringBase(uint32_t index) {
   if (!ring.ok()) return ring.status();
   // "Stops the vring and returns the current descriptor index": the whole device stops (the
   // other rings restart in Synchronize()), with every chain it took made used.
-  if (active_rings_.contains(index)) StopDevice();
+  if (active_rings_.contains(index)) {
+    const std::set<uint32_t> stopped = active_rings_;
+    StopDevice();
+    // Rare (the front end pauses, resets or shuts down the device) and worth seeing in the log.
+    std::string positions;
+    for (uint32_t stopped_index : stopped) {
+      absl::StrAppendFormat(&positions, " ring %u at %u", stopped_index,
+                            rings_[stopped_index].base);
+    }
+    std::fprintf(stderr, "vhost-user: device stopped by the front end:%s\n", positions.c_str());
+  }
   (*ring)->kick.Reset();
   return (*ring)->base;
 }
