@@ -215,13 +215,8 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
       StopDevice();
       device_.Reset();
-      for (Ring& ring : rings_) {
-        ring.kick.Reset();
-        ring.base = 0;
-        ring.enabled = !protocol_features_on_;
-        ring.address.reset();
-        ring.size = 0;
-      }
+      // Without protocol features a ring is enabled as soon as it exists (see SetFeatures()).
+      ResetRings(/*enabled=*/!protocol_features_on_);
       return absl::OkStatus();
     }
     case Request::kSetFeatures: {
@@ -245,59 +240,53 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
     case Request::kSetMemTable:
       return SetMemTable(message);
     case Request::kSetVringNum: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto state = message.PayloadAs<VringState>();
-      if (!state.ok()) return state.status();
-      auto ring = RingFor(state->index);
-      if (!ring.ok()) return ring.status();
-      if (state->num == 0 || state->num > kMaxQueueSize || !std::has_single_bit(state->num)) {
+      auto request = RingRequest<VringState>(message);
+      if (!request.ok()) return request.status();
+      auto& [state, ring] = *request;
+      if (state.num == 0 || state.num > kMaxQueueSize || !std::has_single_bit(state.num)) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state->index,
-            state->num, kMaxQueueSize));
+            "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state.index,
+            state.num, kMaxQueueSize));
       }
-      if (state->num > max_sizes_[state->index]) {
+      if (state.num > max_sizes_[state.index]) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_NUM: ring %u size %u is above the device's %u", state->index, state->num,
-            max_sizes_[state->index]));
+            "SET_VRING_NUM: ring %u size %u is above the device's %u", state.index, state.num,
+            max_sizes_[state.index]));
       }
-      if (active_rings_.contains(state->index)) {
+      if (active_rings_.contains(state.index)) {
         return absl::FailedPreconditionError(
-            absl::StrFormat("SET_VRING_NUM: ring %u is running", state->index));
+            absl::StrFormat("SET_VRING_NUM: ring %u is running", state.index));
       }
-      (*ring)->size = static_cast<uint16_t>(state->num);
+      ring->size = static_cast<uint16_t>(state.num);
       return absl::OkStatus();
     }
     case Request::kSetVringAddr: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto address = message.PayloadAs<VringAddress>();
-      if (!address.ok()) return address.status();
-      auto ring = RingFor(address->index);
-      if (!ring.ok()) return ring.status();
-      if ((address->flags & kVringFlagLog) != 0) {
+      auto request = RingRequest<VringAddress>(message);
+      if (!request.ok()) return request.status();
+      auto& [address, ring] = *request;
+      if ((address.flags & kVringFlagLog) != 0) {
         return absl::InvalidArgumentError("SET_VRING_ADDR: dirty logging was not negotiated");
       }
       // A running ring moves: stop the device first, so its position is read where the device
       // left it (Synchronize() restarts it at the new address).
-      if (active_rings_.contains(address->index)) StopDevice();
-      (*ring)->address = *address;
+      if (active_rings_.contains(address.index)) StopDevice();
+      ring->address = address;
       return absl::OkStatus();
     }
     case Request::kSetVringBase: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto state = message.PayloadAs<VringState>();
-      if (!state.ok()) return state.status();
-      auto ring = RingFor(state->index);
-      if (!ring.ok()) return ring.status();
-      if (state->num > 0xffff) {
+      auto request = RingRequest<VringState>(message);
+      if (!request.ok()) return request.status();
+      auto& [state, ring] = *request;
+      if (state.num > 0xffff) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)", state->index,
-            state->num));
+            "SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)", state.index,
+            state.num));
       }
-      if (active_rings_.contains(state->index)) {
+      if (active_rings_.contains(state.index)) {
         return absl::FailedPreconditionError(
-            absl::StrFormat("SET_VRING_BASE: ring %u is running", state->index));
+            absl::StrFormat("SET_VRING_BASE: ring %u is running", state.index));
       }
-      (*ring)->base = static_cast<uint16_t>(state->num);
+      ring->base = static_cast<uint16_t>(state.num);
       return absl::OkStatus();
     }
     case Request::kSetVringKick:
@@ -305,20 +294,18 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
     case Request::kSetVringErr:
       return SetRingFd(message);
     case Request::kSetVringEnable: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto state = message.PayloadAs<VringState>();
-      if (!state.ok()) return state.status();
-      auto ring = RingFor(state->index);
-      if (!ring.ok()) return ring.status();
+      auto request = RingRequest<VringState>(message);
+      if (!request.ok()) return request.status();
+      auto& [state, ring] = *request;
       if (!protocol_features_on_) {
         return absl::FailedPreconditionError(
             "SET_VRING_ENABLE without VHOST_USER_F_PROTOCOL_FEATURES");
       }
-      if (state->num > 1) {
+      if (state.num > 1) {
         return absl::InvalidArgumentError(
-            absl::StrFormat("SET_VRING_ENABLE: %u is neither 0 nor 1", state->num));
+            absl::StrFormat("SET_VRING_ENABLE: %u is neither 0 nor 1", state.num));
       }
-      (*ring)->enabled = state->num == 1;
+      ring->enabled = state.num == 1;
       return absl::OkStatus();
     }
     default:
@@ -419,6 +406,27 @@ absl::Status VhostUserBackend::SetMemTable(Message& message) {
                static_cast<unsigned>(memory_->total_size() >> 20),
                was_active ? " (replaced while running: device stopped and restarted)" : "");
   return absl::OkStatus();
+}
+
+void VhostUserBackend::ResetRings(bool enabled) {
+  for (Ring& ring : rings_) {
+    ring.size = 0;
+    ring.address.reset();
+    ring.base = 0;
+    ring.kick.Reset();
+    ring.enabled = enabled;
+  }
+}
+
+template <typename T>
+absl::StatusOr<std::pair<T, VhostUserBackend::Ring*>> VhostUserBackend::RingRequest(
+    const Message& message) {
+  if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+  auto payload = message.PayloadAs<T>();
+  if (!payload.ok()) return payload.status();
+  auto ring = RingFor(payload->index);
+  if (!ring.ok()) return ring.status();
+  return std::pair<T, Ring*>(*payload, *ring);
 }
 
 absl::StatusOr<VhostUserBackend::Ring*> VhostUserBackend::RingFor(uint32_t index) {
@@ -619,17 +627,13 @@ void VhostUserBackend::Disconnect() {
   device_.Reset();
   memory_.reset();
   mappings_.clear();
+  protocol_features_on_ = false;
+  ResetRings(/*enabled=*/false);  // until the next front end's SET_FEATURES says otherwise
   for (Ring& ring : rings_) {
-    ring.size = 0;
-    ring.address.reset();
-    ring.base = 0;
-    ring.kick.Reset();
-    ring.enabled = false;
     ring.call->Set(block::ScopedFd());
     ring.err->Set(block::ScopedFd());
   }
   features_ = 0;
-  protocol_features_on_ = false;
   protocol_features_ = 0;
   restart_needed_ = false;
   start_failed_ = false;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -96,6 +97,12 @@ class VhostUserBackend {
   absl::Status SetFeatures(uint64_t features);
   absl::Status SetMemTable(Message& message);
   absl::StatusOr<Ring*> RingFor(uint32_t index);
+  // A ring request's payload (a T with an `index`) and its ring: no descriptors, exact size,
+  // an existing ring.
+  template <typename T>
+  absl::StatusOr<std::pair<T, Ring*>> RingRequest(const Message& message);
+  // Forgets every ring's size, addresses, position and kick fd (call/err fds stay).
+  void ResetRings(bool enabled);
   absl::Status SetRingFd(Message& message);
   absl::StatusOr<uint32_t> GetVringBase(uint32_t index);
 

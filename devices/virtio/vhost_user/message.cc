@@ -74,7 +74,6 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
   if (got == 0) return std::nullopt;
 
   // Take ownership of every descriptor before any check can fail, so none leaks.
-  bool too_many = false;
   for (cmsghdr* item = CMSG_FIRSTHDR(&header); item != nullptr; item = CMSG_NXTHDR(&header, item)) {
     if (item->cmsg_level != SOL_SOCKET || item->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (item->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -84,7 +83,7 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
       message.fds.emplace_back(fd);
     }
   }
-  too_many = message.fds.size() > static_cast<size_t>(kMaxFds);
+  const bool too_many = message.fds.size() > static_cast<size_t>(kMaxFds);
   if ((header.msg_flags & MSG_CTRUNC) != 0 || too_many) {
     return absl::InvalidArgumentError("vhost-user: more file descriptors than a message may carry");
   }
@@ -115,22 +114,32 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
   return message;
 }
 
-absl::Status SendReply(int socket, const Header& request, std::span<const uint8_t> payload) {
-  Header reply{request.request, kVersion | kFlagReply, static_cast<uint32_t>(payload.size())};
-  std::vector<uint8_t> bytes(sizeof(Header) + payload.size());
-  std::memcpy(bytes.data(), &reply, sizeof(Header));
-  if (!payload.empty()) std::memcpy(bytes.data() + sizeof(Header), payload.data(), payload.size());
-  return WriteFull(socket, bytes.data(), bytes.size(), {});
-}
+namespace {
 
-absl::Status SendMessage(int socket, Request request, uint32_t flags,
-                         std::span<const uint8_t> payload, std::span<const int> fds) {
-  Header header{static_cast<uint32_t>(request), kVersion | flags,
-                static_cast<uint32_t>(payload.size())};
+// Header and payload in one write, the descriptors (if any) with its first byte.
+absl::Status SendFrame(int socket, const Header& header, std::span<const uint8_t> payload,
+                       std::span<const int> fds) {
   std::vector<uint8_t> bytes(sizeof(Header) + payload.size());
   std::memcpy(bytes.data(), &header, sizeof(Header));
   if (!payload.empty()) std::memcpy(bytes.data() + sizeof(Header), payload.data(), payload.size());
   return WriteFull(socket, bytes.data(), bytes.size(), fds);
+}
+
+}  // namespace
+
+absl::Status SendReply(int socket, const Header& request, std::span<const uint8_t> payload) {
+  return SendFrame(socket,
+                   Header{request.request, kVersion | kFlagReply,
+                          static_cast<uint32_t>(payload.size())},
+                   payload, {});
+}
+
+absl::Status SendMessage(int socket, Request request, uint32_t flags,
+                         std::span<const uint8_t> payload, std::span<const int> fds) {
+  return SendFrame(socket,
+                   Header{static_cast<uint32_t>(request), kVersion | flags,
+                          static_cast<uint32_t>(payload.size())},
+                   payload, fds);
 }
 
 absl::StatusOr<Message> ReadReply(int socket) {
