@@ -96,11 +96,17 @@ require_kvm_qemu_python() {
   fi
 }
 
-# Checks that GUEST and MKIMG exist, makes WORK ($TEST_TMPDIR under Bazel, else a temporary
-# directory removed at exit unless the variable named KEEP_VAR is set) and SOCKDIR (under /tmp: the
-# monitor socket path must fit sockaddr_un's 108 bytes, and TEST_TMPDIR is often longer), and
-# prints QEMU's version. Sets an EXIT trap.
-setup_work() {  # name keep-var
+# For the harnesses that boot the guest with pattern images: skips unless KVM, QEMU and python3
+# are there (require_kvm_qemu_python), sets GUEST and MKIMG from the script's arguments and
+# RUN_TIMEOUT from QEMU_RUN_TIMEOUT (default 60 s), checks that GUEST and MKIMG exist, makes WORK
+# ($TEST_TMPDIR under Bazel, else a temporary directory removed at exit unless the variable named
+# KEEP_VAR is set) and SOCKDIR (under /tmp: the monitor socket path must fit sockaddr_un's 108
+# bytes, and TEST_TMPDIR is often longer), and prints QEMU's version. Sets an EXIT trap.
+setup_work() {  # name keep-var [guest [make-pattern-image]]
+  GUEST="${3:-tests/guest/test_guest}"
+  MKIMG="${4:-tools/make-pattern-image}"
+  RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
+  require_kvm_qemu_python  # exits 0 with "SKIPPED: ..." when one is missing
   local f
   for f in "$GUEST" "$MKIMG"; do
     if [[ ! -f "$f" ]]; then

@@ -14,12 +14,7 @@ set -u
 source "$(dirname "$0")/qemu_harness.sh"
 trap '' PIPE
 
-GUEST="${1:-tests/guest/test_guest}"
-MKIMG="${2:-tools/make-pattern-image}"
-RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
-
-require_kvm_qemu_python  # exits 0 with "SKIPPED: ..." when one is missing
-setup_work scsi QEMU_SCSI_KEEP
+setup_work scsi QEMU_SCSI_KEEP "$@"  # GUEST, MKIMG, RUN_TIMEOUT, WORK, SOCKDIR; skips without KVM/QEMU
 
 # Images: every 512-byte block carries {"MVMPATRN", seed, block number} and a fill the guest can
 # recompute (tools/make-pattern-image).
