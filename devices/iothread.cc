@@ -214,8 +214,13 @@ void IoThread::Loop() {
     const int64_t before = NowNs();
     const int count = epoll_wait(epoll_.get(), events, kMaxEvents, polled_progress ? 0 : -1);
     if (options_.poll_max_ns > 0 && !polled_progress && count > 0) {
-      poll_ns_.store(NextPollWindow(window, NowNs() - before + window, options_.poll_max_ns),
-                     std::memory_order_relaxed);
+      const int64_t next = NextPollWindow(window, NowNs() - before + window, options_.poll_max_ns);
+      poll_ns_.store(next, std::memory_order_relaxed);
+      // Woken (typically by a completion) and about to poll again: notifications go off before
+      // the handlers run, not after. A handler that completes a request lets the driver queue
+      // its next one at once, and with notifications still on it would kick for it (a VM exit)
+      // although the polling phase that follows finds it anyway.
+      if (next > 0 && !pollers_.empty()) BeginPolling();
     }
     if (count < 0) {
       if (errno == EINTR) continue;

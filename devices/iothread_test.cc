@@ -139,6 +139,45 @@ TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
   EXPECT_TRUE(notify.load());
 }
 
+// Woken by an fd with a polling window open, the loop starts its polling phase before the fd's
+// handler runs: work the handler triggers (a driver answering a completion with its next
+// request) is then picked up by polling, with no notification.
+TEST(IoThreadTest, WakeUpStartsPollingBeforeHandlers) {
+  IoThreadOptions options;
+  options.poll_max_ns = 50'000'000;
+  IoThread thread("test-wake", options);
+  bool polling = false;  // touched only on the loop thread
+  std::atomic<int> handled{0};
+  std::atomic<int> handled_while_polling{0};
+  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  ASSERT_TRUE(thread
+                  .AddFd(event.get(),
+                         [&] {
+                           uint64_t value;
+                           (void)!read(event.get(), &value, sizeof(value));
+                           if (polling) ++handled_while_polling;
+                           ++handled;
+                         })
+                  .ok());
+  thread.AddPoller([] { return false; }, [&] { polling = true; },
+                   [&] {
+                     polling = false;
+                     return false;
+                   });
+  ASSERT_TRUE(thread.Start().ok());
+  constexpr int kRounds = 20;
+  for (int i = 1; i <= kRounds; ++i) {
+    // Each wait (~1 ms) is well inside poll_max_ns, so every wake-up leaves the window open.
+    absl::SleepFor(absl::Milliseconds(1));
+    Signal(event.get());
+    for (int t = 0; t < 1000 && handled.load() < i; ++t) absl::SleepFor(absl::Milliseconds(1));
+  }
+  thread.Stop();
+  EXPECT_EQ(handled.load(), kRounds);
+  EXPECT_EQ(handled_while_polling.load(), kRounds);
+  EXPECT_FALSE(polling);  // the last phase ended when the loop stopped
+}
+
 TEST(IoThreadTest, PollWindowFollowsQemusRule) {
   const int64_t max = 32000;
   EXPECT_EQ(NextPollWindow(0, 10000, max), 4000);       // room to grow: start at 4 µs

@@ -369,9 +369,16 @@ bool SplitQueue::EnableNotifications() {
 }
 
 void SplitQueue::DisableNotifications() {
-  // §2.7.10: with VIRTIO_F_EVENT_IDX, leaving avail_event where it is suppresses further
-  // notifications after at most one; without it, VIRTQ_USED_F_NO_NOTIFY asks for none.
-  if (!config_.event_idx) StoreU16(used_ring_host_ + kUsedFlagsOffset, kUsedFNoNotify);
+  if (config_.event_idx) {
+    // §2.7.10: with VIRTIO_F_EVENT_IDX the driver notifies when avail->idx passes avail_event.
+    // One behind what was already seen has been passed, so no further buffer notifies (until
+    // the 16-bit index wraps, long after EnableNotifications()). Leaving the value stale would
+    // still cost one notification: the first buffer after the last EnableNotifications().
+    StoreU16(used_ring_host_ + kUsedRingOffset + kUsedElemSize * config_.size,
+             static_cast<uint16_t>(next_available_ - 1));
+  } else {
+    StoreU16(used_ring_host_ + kUsedFlagsOffset, kUsedFNoNotify);  // §2.7.10
+  }
 }
 
 bool SplitQueue::HasAvailable() const {

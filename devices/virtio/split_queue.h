@@ -64,7 +64,7 @@ class SplitQueue {
   // used_event index with EVENT_IDX, else VIRTQ_AVAIL_F_NO_INTERRUPT).
   bool ShouldInterrupt();
   // Driver notifications (§2.7.7, §2.7.10): with EVENT_IDX, writes avail_event so the driver kicks
-  // at the next buffer; else clears/sets VIRTQ_USED_F_NO_NOTIFY. EnableNotifications() returns true
+  // at the next buffer (or, disabled, at none); else clears/sets VIRTQ_USED_F_NO_NOTIFY. EnableNotifications() returns true
   // if buffers arrived meanwhile (the caller must Pop() again before sleeping, or it can miss them).
   bool EnableNotifications();
   void DisableNotifications();

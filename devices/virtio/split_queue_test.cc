@@ -720,13 +720,21 @@ TEST_F(SplitQueueTest, EnableNotificationsWithEventIdx) {
   EXPECT_FALSE(driver_->NeedsNotification(old));  // already notified once
   queue_->DisableNotifications();
   EXPECT_EQ(driver_->UsedFlags(), 0);  // §2.7.10.2: flags stay 0 with EVENT_IDX
+  EXPECT_EQ(driver_->AvailEvent(), 0xffff);  // one behind: already passed
+  // Disabled: no further buffer asks for a notification, not even the first one.
+  queue_->EnableNotifications();
+  queue_->DisableNotifications();
+  old = driver_->avail_idx();
+  ASSERT_TRUE(driver_->AddChain(data).ok());
+  EXPECT_FALSE(driver_->NeedsNotification(old));
   // Buffers arrived while notifications were off: EnableNotifications says so.
   EXPECT_TRUE(queue_->EnableNotifications());
   EXPECT_EQ(driver_->AvailEvent(), 0);
   PopChain();
   PopChain();
+  PopChain();
   EXPECT_FALSE(queue_->EnableNotifications());
-  EXPECT_EQ(driver_->AvailEvent(), 2);
+  EXPECT_EQ(driver_->AvailEvent(), 3);
   old = driver_->avail_idx();
   ASSERT_TRUE(driver_->AddChain(data).ok());
   EXPECT_TRUE(driver_->NeedsNotification(old));
