@@ -147,9 +147,12 @@ void *virtq_get(struct virtq *vq, uint32_t *len) {
   vq->num_free = (uint16_t)(vq->num_free + n);
   vq->last_used++;
   vq->completed++;
-  if (vq->event_idx && !vq->interrupts) {
-    /* Keep the event index behind us: the device never finds a reason to interrupt. */
-    USED_EVENT(vq) = (uint16_t)(vq->last_used - 1);
+  if (vq->event_idx && !vq->interrupts && (uint16_t)(USED_EVENT(vq) - vq->last_used) < 0x4000) {
+    /* Polled: keep used_event half the index space ahead, so the device's used index never
+     * reaches it (it is at most a queue size ahead of last_used). Not "just behind us": a device
+     * checks the used entries it pushed since its last check (2.7.7.2), and a poller that moved
+     * used_event into that window as it consumed them would be interrupted anyway. */
+    USED_EVENT(vq) = (uint16_t)(vq->last_used + 0x8000);
   }
   if (len) *len = elem.len;
   return cookie;
@@ -170,7 +173,7 @@ bool virtq_enable_interrupts(struct virtq *vq) {
 void virtq_disable_interrupts(struct virtq *vq) {
   vq->interrupts = false;
   if (vq->event_idx) {
-    *(volatile uint16_t *)&USED_EVENT(vq) = (uint16_t)(vq->last_used - 1);
+    *(volatile uint16_t *)&USED_EVENT(vq) = (uint16_t)(vq->last_used + 0x8000); /* see virtq_get */
   } else {
     *(volatile uint16_t *)&vq->avail->flags = VIRTQ_AVAIL_F_NO_INTERRUPT;
   }
