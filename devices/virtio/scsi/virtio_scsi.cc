@@ -271,7 +271,8 @@ class VirtioScsi::RequestWorker {
     uint8_t bytes[sizeof(CommandResponse) + sc::kFixedSenseSize] = {};
     std::memcpy(bytes, &response, sizeof(response));
     const size_t sense_bytes = std::min<size_t>(sense.size(), sc::kFixedSenseSize);
-    std::memcpy(bytes + sizeof(response), sense.data(), sense_bytes);
+    // An empty span may have a null data(), which memcpy must not be given even for 0 bytes.
+    if (sense_bytes > 0) std::memcpy(bytes + sizeof(response), sense.data(), sense_bytes);
     const uint64_t response_size = sizeof(CommandResponse) + slot.sense_size;
     sc::ScatterTo(slot.response,
                   std::span<const uint8_t>(bytes, sizeof(CommandResponse) + sense_bytes));
