@@ -17,6 +17,19 @@ void Signal(int fd) {
   ASSERT_EQ(write(fd, &one, sizeof(one)), 8);
 }
 
+// Clears an eventfd's readiness, as an fd handler must.
+void Drain(int fd) {
+  uint64_t value;
+  (void)!read(fd, &value, sizeof(value));
+}
+
+// A polling window so generous that a loaded machine still grows it.
+IoThreadOptions LongPollWindow() {
+  IoThreadOptions options;
+  options.poll_max_ns = 50'000'000;
+  return options;
+}
+
 TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
   IoThread thread("test-io");
   ASSERT_TRUE(thread.Start().ok());
@@ -27,8 +40,7 @@ TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
     ASSERT_TRUE(thread
                     .AddFd(event.get(),
                            [&] {
-                             uint64_t value;
-                             (void)!read(event.get(), &value, sizeof(value));
+                             Drain(event.get());
                              on_thread = thread.OnLoopThread();
                              if (!fired.HasBeenNotified()) fired.Notify();
                            })
@@ -52,17 +64,14 @@ TEST(IoThreadTest, PostAndRunSync) {
 }
 
 TEST(IoThreadTest, AdaptivePollingGrowsWhenPollsFindWork) {
-  IoThreadOptions options;
-  options.poll_max_ns = 50'000'000;  // generous, so a loaded machine still grows the window
-  IoThread thread("test-poll", options);
+  IoThread thread("test-poll", LongPollWindow());
   std::atomic<int> pending{0};
   std::atomic<int> found_by_polling{0};
   vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   ASSERT_TRUE(thread
                   .AddFd(event.get(),
                          [&] {
-                           uint64_t value;
-                           (void)!read(event.get(), &value, sizeof(value));
+                           Drain(event.get());
                            pending = 0;
                          })
                   .ok());
@@ -86,9 +95,7 @@ TEST(IoThreadTest, AdaptivePollingGrowsWhenPollsFindWork) {
 // A queue that, like a virtqueue, needs a notification only while the consumer is not polling:
 // begin/end hooks turn notifications off and on, and no work is lost across the switch.
 TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
-  IoThreadOptions options;
-  options.poll_max_ns = 50'000'000;
-  IoThread thread("test-hooks", options);
+  IoThread thread("test-hooks", LongPollWindow());
   std::atomic<int> queued{0};
   std::atomic<int> done{0};
   std::atomic<bool> notify{true};
@@ -103,8 +110,7 @@ TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
   ASSERT_TRUE(thread
                   .AddFd(event.get(),
                          [&] {
-                           uint64_t value;
-                           (void)!read(event.get(), &value, sizeof(value));
+                           Drain(event.get());
                            consume();
                          })
                   .ok());
@@ -143,9 +149,7 @@ TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
 // handler runs: work the handler triggers (a driver answering a completion with its next
 // request) is then picked up by polling, with no notification.
 TEST(IoThreadTest, WakeUpStartsPollingBeforeHandlers) {
-  IoThreadOptions options;
-  options.poll_max_ns = 50'000'000;
-  IoThread thread("test-wake", options);
+  IoThread thread("test-wake", LongPollWindow());
   bool polling = false;  // touched only on the loop thread
   std::atomic<int> handled{0};
   std::atomic<int> handled_while_polling{0};
@@ -153,8 +157,7 @@ TEST(IoThreadTest, WakeUpStartsPollingBeforeHandlers) {
   ASSERT_TRUE(thread
                   .AddFd(event.get(),
                          [&] {
-                           uint64_t value;
-                           (void)!read(event.get(), &value, sizeof(value));
+                           Drain(event.get());
                            if (polling) ++handled_while_polling;
                            ++handled;
                          })
