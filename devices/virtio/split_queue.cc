@@ -353,11 +353,15 @@ bool SplitQueue::ShouldInterrupt() {
   return NeedEvent(used_event, next_used_, old);
 }
 
+uint8_t* SplitQueue::AvailEventHost() const {
+  return used_ring_host_ + kUsedRingOffset + kUsedElemSize * config_.size;
+}
+
 bool SplitQueue::EnableNotifications() {
   if (config_.event_idx) {
     // §2.7.8, §2.7.10.2: avail_event (after the used ring's elements); the driver notifies once
     // avail->idx passes it, i.e. at its next buffer. used->flags stays 0 with EVENT_IDX.
-    StoreU16(used_ring_host_ + kUsedRingOffset + kUsedElemSize * config_.size, next_available_);
+    StoreU16(AvailEventHost(), next_available_);
   } else {
     StoreU16(used_ring_host_ + kUsedFlagsOffset, 0);  // §2.7.10: clear VIRTQ_USED_F_NO_NOTIFY
   }
@@ -374,8 +378,7 @@ void SplitQueue::DisableNotifications() {
     // One behind what was already seen has been passed, so no further buffer notifies (until
     // the 16-bit index wraps, long after EnableNotifications()). Leaving the value stale would
     // still cost one notification: the first buffer after the last EnableNotifications().
-    StoreU16(used_ring_host_ + kUsedRingOffset + kUsedElemSize * config_.size,
-             static_cast<uint16_t>(next_available_ - 1));
+    StoreU16(AvailEventHost(), static_cast<uint16_t>(next_available_ - 1));
   } else {
     StoreU16(used_ring_host_ + kUsedFlagsOffset, kUsedFNoNotify);  // §2.7.10
   }

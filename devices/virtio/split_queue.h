@@ -64,8 +64,9 @@ class SplitQueue {
   // used_event index with EVENT_IDX, else VIRTQ_AVAIL_F_NO_INTERRUPT).
   bool ShouldInterrupt();
   // Driver notifications (§2.7.7, §2.7.10): with EVENT_IDX, writes avail_event so the driver kicks
-  // at the next buffer (or, disabled, at none); else clears/sets VIRTQ_USED_F_NO_NOTIFY. EnableNotifications() returns true
-  // if buffers arrived meanwhile (the caller must Pop() again before sleeping, or it can miss them).
+  // at the next buffer (or, disabled, at none); else clears/sets VIRTQ_USED_F_NO_NOTIFY.
+  // EnableNotifications() returns true if buffers arrived meanwhile (the caller must Pop() again
+  // before sleeping, or it can miss them).
   bool EnableNotifications();
   void DisableNotifications();
   // True when the available index differs from the last one seen.
@@ -79,6 +80,8 @@ class SplitQueue {
  private:
   SplitQueue(const vmm::GuestMemory& memory, const QueueConfig& config)
       : memory_(&memory), config_(config) {}
+  // avail_event (§2.7.8): the 16 bits after the used ring's elements.
+  uint8_t* AvailEventHost() const;
 
   const vmm::GuestMemory* memory_;
   QueueConfig config_;
