@@ -24,6 +24,7 @@
 #include "vmm/command_line.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
+#include "vmm/host_kvm.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
 
@@ -38,7 +39,11 @@ ABSL_FLAG(std::string, cpu_features, "",
           "CPUID features to hide or require, e.g. -xsave,-cx16 (see docs/machine.md).");
 ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree to this file and exit.");
 ABSL_FLAG(bool, boot_report, false,
-          "Print start-up time (launch to first ring-3 instruction) and peak RSS on exit, to stderr.");
+          "Print start-up times (to the first serial byte, the --boot-marker text and the test "
+          "guest's first ring-3 instruction) and peak RSS on exit, to stderr.");
+ABSL_FLAG(std::string, boot_marker, "",
+          "With --boot-report: also time the first appearance of this text in the serial output "
+          "(e.g. a line the guest's init prints).");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
 ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues.");
 ABSL_FLAG(std::string, test_media, "",
@@ -101,6 +106,7 @@ int main(int argc, char** argv) {
   config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
   config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   config.test_media_path = absl::GetFlag(FLAGS_test_media);
+  config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
   if (config.kernel_path.empty()) return Fail("--kernel is required");
   if (!vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
     return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
@@ -136,6 +142,9 @@ int main(int argc, char** argv) {
 
   auto vm = vmm::Vm::Create(config);
   if (!vm.ok()) return Fail(std::string(vm.status().message()));
+  if (auto notice = vmm::Ring3CpuidNotice(vmm::DetectHostKvmKind())) {
+    absl::FPrintF(stderr, "microvm: %s\n", *notice);
+  }
 
   const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
   if (!dump_path.empty()) {
@@ -184,15 +193,20 @@ int main(int argc, char** argv) {
     const vmm::BootReport report = (*vm)->boot_report();
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    absl::FPrintF(stderr, "microvm: boot report: first ring-3 instruction %s, first serial output %s, "
-                          "peak RSS %d KiB, exit status %d\n",
-                  report.first_ring3_instruction
-                      ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*report.first_ring3_instruction))
-                      : std::string("not reached"),
-                  report.first_serial_output
-                      ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*report.first_serial_output))
-                      : std::string("none"),
-                  usage.ru_maxrss, exit.status);
+    auto since_launch = [](const std::optional<absl::Duration>& time, const char* otherwise) {
+      return time ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*time))
+                  : std::string(otherwise);
+    };
+    // Linux writes no POST code 0x03: for it the serial output and the marker are the milestones.
+    absl::FPrintF(stderr, "microvm: boot report: first serial output %s, ",
+                  since_launch(report.first_serial_output, "none"));
+    if (!config.boot_marker.empty()) {
+      absl::FPrintF(stderr, "boot marker \"%s\" %s, ", config.boot_marker,
+                    since_launch(report.boot_marker_seen, "not seen"));
+    }
+    absl::FPrintF(stderr, "first ring-3 instruction (test guest) %s, peak RSS %d KiB, exit status %d\n",
+                  since_launch(report.first_ring3_instruction, "not reached"), usage.ru_maxrss,
+                  exit.status);
     for (const vmm::AttachedDrive& drive : (*vm)->storage().drives()) {
       if (drive.simulated_drive == nullptr) continue;
       absl::FPrintF(stderr, "microvm: %s: simulated host drive probed %d time(s)\n", drive.name,

@@ -144,12 +144,7 @@ absl::Status Vm::SetUpLegacyDevices() {
   const int output_fd = config_.serial_output_fd;
   serial_ = std::make_shared<legacy::Serial>(
       std::make_shared<KvmIrqLine>(*vm_fd_, kCom1Irq), [this, output_fd](uint8_t byte) {
-        {
-          absl::MutexLock lock(&report_mutex_);
-          if (!report_.first_serial_output) {
-            report_.first_serial_output = absl::Now() - config_.launch_time;
-          }
-        }
+        RecordSerialByte(byte);
         if (output_fd >= 0) WriteByte(output_fd, byte);
       });
   absl::Status status = pio_bus_.Register(kCom1Port, legacy::Serial::kRegisterCount, serial_);
@@ -304,6 +299,19 @@ absl::Status Vm::CreateVcpus() {
     vcpus_.push_back(std::make_unique<VcpuRunner>(*std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_));
   }
   return absl::OkStatus();
+}
+
+void Vm::RecordSerialByte(uint8_t byte) {
+  absl::MutexLock lock(&report_mutex_);
+  if (!report_.first_serial_output) report_.first_serial_output = absl::Now() - config_.launch_time;
+  const std::string& marker = config_.boot_marker;
+  if (marker.empty() || report_.boot_marker_seen) return;
+  serial_tail_.push_back(static_cast<char>(byte));
+  if (serial_tail_.size() > marker.size()) serial_tail_.erase(0, serial_tail_.size() - marker.size());
+  if (serial_tail_ == marker) {
+    report_.boot_marker_seen = absl::Now() - config_.launch_time;
+    serial_tail_.clear();
+  }
 }
 
 void Vm::OnPostCode(uint8_t code) {

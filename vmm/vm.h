@@ -54,12 +54,15 @@ struct VmConfig {
   std::string test_media_path;
   // When the process started, for the start-up report.
   absl::Time launch_time = absl::Now();
+  // Text whose first appearance in the serial output the start-up report times; empty: none.
+  std::string boot_marker;
 };
 
 // What the VMM measured about one run.
 struct BootReport {
   std::optional<absl::Duration> first_ring3_instruction;  // POST code 0x03 after launch
   std::optional<absl::Duration> first_serial_output;
+  std::optional<absl::Duration> boot_marker_seen;  // VmConfig::boot_marker in the serial output
 };
 
 // One microVM: guest memory, vCPUs, the legacy devices and the boot structures, assembled from a
@@ -102,6 +105,8 @@ class Vm {
   absl::Status SetUpPci();
   absl::Status LoadGuest();
   absl::Status CreateVcpus();
+  // Start-up milestones in the serial output (BootReport).
+  void RecordSerialByte(uint8_t byte);
   void OnPostCode(uint8_t code);
   void OnTestControl(uint8_t command);
   void ForwardSerialInput(int stop_fd);
@@ -135,6 +140,8 @@ class Vm {
 
   mutable absl::Mutex report_mutex_;
   BootReport report_ ABSL_GUARDED_BY(report_mutex_);
+  // The last serial bytes, at most boot_marker's length, until the marker has been seen.
+  std::string serial_tail_ ABSL_GUARDED_BY(report_mutex_);
 };
 
 }  // namespace vmm

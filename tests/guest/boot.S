@@ -94,9 +94,11 @@ long_mode_entry:
 	movw %ax, %gs
 	movl %esi, %r12d		/* R12 = 0 boot CPU, 1 AP (callee-saved across the C call) */
 
-	/* CPU index = initial APIC ID, CPUID.01H:EBX[31:24] (SDM Vol. 2A, CPUID). */
-	movl $1, %eax
-	cpuid
+	/* CPU index = this CPU's local APIC ID: the xAPIC ID register (SDM Vol. 3A 11.4.6, bits 31:24)
+	 * at the architectural base, where every CPU's APIC sits after reset. Not CPUID: where the host
+	 * CPU lacks CPUID faulting a nested hypervisor may not trap it (docs/test-guest.md). */
+	movl $(LAPIC_DEFAULT_BASE + LAPIC_ID_REGISTER), %ebx
+	movl (%rbx), %ebx
 	shrl $24, %ebx
 	cmpl $GUEST_MAX_CPUS, %ebx
 	jae park_cpu

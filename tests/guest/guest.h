@@ -292,8 +292,14 @@ static inline void lapic_write(unsigned reg, uint32_t v) { mmio_write32(lapic_ba
 /* Software-enables this CPU's LAPIC (SVR bit 8, spurious vector 0xff) and masks LINT0 (no
  * ExtINT from a legacy 8259 PIC). Each CPU must call it before it can take LAPIC interrupts. */
 void lapic_enable(void);
-/* This CPU's APIC ID (also its index for per-CPU data). */
+/* This CPU's APIC ID (also its index for per-CPU data), from the stack it runs on. */
 unsigned this_cpu(void);
+
+/* CPUID as the VMM configured it: executed in ring 0 (a syscall from ring 3). A ring-3 CPUID traps
+ * to the hypervisor only where the host CPU has CPUID faulting or the KVM is hardware-assisted;
+ * under PVM on a host without it, ring 3 sees the host's values (docs/test-guest.md). */
+void vmm_cpuid(uint32_t leaf, uint32_t subleaf, uint32_t *eax, uint32_t *ebx, uint32_t *ecx,
+               uint32_t *edx);
 
 /* ================================================================================================
  * SMP. smp_start_aps() starts every CPU but the caller with INIT-SIPI-SIPI; each runs `fn(apic_id)`

@@ -25,8 +25,11 @@
 #define USER_CS 0x28     /* 64-bit code, DPL 3; selector USER_CS | 3 */
 #define TSS_SEL_BASE 0x30
 
-/* Per-CPU resources are indexed by the initial APIC ID (CPUID.01H:EBX[31:24]); machine.md
- * promises APIC IDs 0..N-1. A CPU with a larger ID parks itself. */
+/* Per-CPU resources are indexed by the local APIC ID, read from the xAPIC ID register at the
+ * architectural base (Intel SDM Vol. 3A 11.4.1, 11.4.6); machine.md promises APIC IDs 0..N-1. A
+ * CPU with a larger ID parks itself. */
+#define LAPIC_DEFAULT_BASE 0xfee00000
+#define LAPIC_ID_REGISTER 0x20
 #define GUEST_MAX_CPUS 32
 #define KERNEL_STACK_SIZE 8192 /* ring-0 stack (TSS.RSP0): interrupts and syscalls */
 #define IST_STACK_SIZE 4096    /* TSS.IST1: double fault, so a bad RSP still gets reported */
@@ -48,6 +51,7 @@
 #define SYS_RDMSR 3              /* RDI = MSR; result = value */
 #define SYS_WRMSR 4              /* RDI = MSR, RSI = value */
 #define SYS_SERIAL_WRITE 5       /* RDI = bytes, RSI = count: console output in one round trip */
+#define SYS_CPUID 6              /* RDI = leaf, RSI = subleaf; result in RAX, RBX, RCX, RDX */
 
 /* The spurious-interrupt vector programmed into the LAPIC SVR (Intel SDM Vol. 3A 11.9). */
 #define SPURIOUS_VECTOR 0xff

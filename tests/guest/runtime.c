@@ -505,10 +505,10 @@ static struct pvclock_vcpu_time_info pvclock __attribute__((aligned(32)));
 
 static uint64_t calibrate_with_kvmclock(void) {
   uint32_t eax, ebx, ecx, edx;
-  cpuid(0x40000000, 0, &eax, &ebx, &ecx, &edx);
+  vmm_cpuid(0x40000000, 0, &eax, &ebx, &ecx, &edx);
   bool kvm = ebx == 0x4b4d564b && ecx == 0x564b4d56 && edx == 0x4d; /* "KVMKVMKVM\0\0\0" */
   if (!kvm || eax < 0x40000001) return 0;
-  cpuid(0x40000001, 0, &eax, &ebx, &ecx, &edx);
+  vmm_cpuid(0x40000001, 0, &eax, &ebx, &ecx, &edx);
   if (!(eax & KVM_FEATURE_CLOCKSOURCE2)) return 0;
   wrmsr(MSR_KVM_SYSTEM_TIME_NEW, (uint64_t)(uintptr_t)&pvclock | 1); /* bit 0: enable */
   uint32_t mul = __atomic_load_n(&pvclock.tsc_to_system_mul, __ATOMIC_ACQUIRE);
@@ -521,11 +521,11 @@ static uint64_t calibrate_with_kvmclock(void) {
 
 static uint64_t calibrate_tsc(void) {
   uint32_t eax, ebx, ecx, edx;
-  cpuid(1, 0, &eax, &ebx, &ecx, &edx);
+  vmm_cpuid(1, 0, &eax, &ebx, &ecx, &edx);
   if (ecx & (1u << 31)) { /* hypervisor present: try the timing leaf 0x40000010 (EAX = TSC kHz) */
-    cpuid(0x40000000, 0, &eax, &ebx, &ecx, &edx);
+    vmm_cpuid(0x40000000, 0, &eax, &ebx, &ecx, &edx);
     if (eax >= 0x40000010 && eax < 0x40010000) {
-      cpuid(0x40000010, 0, &eax, &ebx, &ecx, &edx);
+      vmm_cpuid(0x40000010, 0, &eax, &ebx, &ecx, &edx);
       if (eax) return (uint64_t)eax * 1000;
     }
   }

@@ -52,7 +52,8 @@ class BootTest : public ::testing::Test {
 };
 
 TEST_F(BootTest, GuestSaysHelloAndExitsZero) {
-  ProcessResult result = BootGuest("test=hello", {"--boot-report"});
+  ProcessResult result =
+      BootGuest("test=hello", {"--boot-report", "--boot-marker=hello from ring 3"});
   EXPECT_EQ(result.exit_status, 0) << result.err;
   EXPECT_THAT(result.out, HasSubstr("microvm test guest: hello from ring 3"));
   EXPECT_THAT(result.out, HasSubstr("TEST hello: PASS"));
@@ -61,6 +62,10 @@ TEST_F(BootTest, GuestSaysHelloAndExitsZero) {
   // The VMM timestamps the guest's ring-3 POST code.
   EXPECT_THAT(result.err, HasSubstr("first ring-3 instruction"));
   EXPECT_THAT(result.err, Not(HasSubstr("not reached")));
+  // ... and the first serial byte and the first appearance of the marker text.
+  EXPECT_THAT(result.err, HasSubstr("first serial output "));
+  EXPECT_THAT(result.err, HasSubstr("boot marker \"hello from ring 3\" "));
+  EXPECT_THAT(result.err, Not(HasSubstr("not seen")));
 }
 
 TEST_F(BootTest, GuestExitStatusBecomesTheVmmsStatus) {
