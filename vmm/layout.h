@@ -28,6 +28,10 @@ inline constexpr uint64_t kFdtMaxBytes = 0x10000;
 inline constexpr uint64_t kMpTableAddress = 0x9fc00;
 inline constexpr uint64_t kEbdaStart = 0x9fc00;
 inline constexpr uint64_t kHighMemoryStart = 0x100000;  // 1 MiB: where kernels load.
+// ACPI tables: the RSDP at the start of the BIOS area (16-byte aligned, inside the 0xe0000-0xfffff
+// range Linux's legacy RSDP scan searches), then XSDT, FADT, MADT and DSDT. e820 reserves the area.
+inline constexpr uint64_t kAcpiTablesAddress = 0xe0000;
+inline constexpr uint64_t kAcpiTablesEnd = 0x100000;
 
 // Device MMIO and the RAM above it.
 inline constexpr uint64_t kMmioHoleStart = 0xc0000000;  // 3 GiB
@@ -43,6 +47,11 @@ inline constexpr uint16_t kI8042CommandPort = 0x64;
 inline constexpr uint16_t kDebugExitPort = 0xf4;
 inline constexpr uint16_t kPostCodePort = 0x80;
 inline constexpr uint16_t kTestControlPort = 0xf5;
+// The ACPI power-management registers the FADT names (one byte each): sleep control, sleep status
+// and reset (docs/machine.md "ACPI tables").
+inline constexpr uint16_t kAcpiSleepControlPort = 0x600;
+inline constexpr uint16_t kAcpiSleepStatusPort = 0x601;
+inline constexpr uint16_t kAcpiResetPort = 0x602;
 // The PIIX3 IDE channels' legacy IRQs (ISA-compatible mode).
 inline constexpr uint8_t kIdePrimaryIrq = 14;
 inline constexpr uint8_t kIdeSecondaryIrq = 15;  // only with --test-media (tests)

@@ -34,6 +34,14 @@ struct MachineDescription {
   std::string cmdline;
   std::string stdout_device;  // node_name@unit of the console, e.g. "serial@3f8".
   std::vector<DeviceDescription> devices;
+  // What the PCI host bridge (the "microvm,pci-conf1" device) forwards to bus 0: the windows the
+  // VMM assigns BARs from. Set when the machine has PCI; the ACPI DSDT's \_SB.PCI0 _CRS lists them.
+  struct PciWindows {
+    DeviceDescription::Range io;
+    DeviceDescription::Range mmio32;
+    std::optional<DeviceDescription::Range> mmio64;
+  };
+  std::optional<PciWindows> pci_windows;
 };
 
 }  // namespace vmm

@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "api/api_server.h"
+#include "vmm/acpi/machine_acpi.h"
 #include "vmm/command_line.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
@@ -38,6 +39,9 @@ ABSL_FLAG(bool, serial_input, true, "Feed the VMM's stdin to the serial console.
 ABSL_FLAG(std::string, cpu_features, "",
           "CPUID features to hide or require, e.g. -xsave,-cx16 (see docs/machine.md).");
 ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree to this file and exit.");
+ABSL_FLAG(std::string, dump_acpi, "",
+          "Write the machine's ACPI tables to this existing directory (rsdp.dat, xsdt.dat, facp.dat, "
+          "apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
 ABSL_FLAG(bool, boot_report, false,
           "Print start-up times (to the first serial byte, the --boot-marker text and the test "
           "guest's first ring-3 instruction) and peak RSS on exit, to stderr.");
@@ -149,6 +153,12 @@ int main(int argc, char** argv) {
   const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
   if (!dump_path.empty()) {
     absl::Status status = vmm::fdt::WriteFdtFile((*vm)->device_tree(), dump_path);
+    if (!status.ok()) return Fail(std::string(status.message()));
+    return 0;
+  }
+  const std::string acpi_dump_dir = absl::GetFlag(FLAGS_dump_acpi);
+  if (!acpi_dump_dir.empty()) {
+    absl::Status status = vmm::acpi::WriteAcpiFiles((*vm)->acpi_tables(), acpi_dump_dir);
     if (!status.ok()) return Fail(std::string(status.message()));
     return 0;
   }

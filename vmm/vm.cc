@@ -14,9 +14,11 @@
 #include "devices/pci/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/virtio/virtio_pci.h"
+#include "vmm/acpi/machine_acpi.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/kvm_msi.h"
 #include "vmm/layout.h"
+#include "vmm/legacy/acpi_pm.h"
 #include "vmm/legacy/i8042.h"
 #include "vmm/legacy/port_devices.h"
 #include "vmm/legacy/serial.h"
@@ -182,6 +184,20 @@ absl::Status Vm::SetUpLegacyDevices() {
   if (!status.ok()) return status;
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
 
+  // The ACPI sleep control/status and reset registers the FADT points to (docs/machine.md).
+  using AcpiPm = legacy::AcpiPowerManagement;
+  static_assert(kAcpiSleepStatusPort == kAcpiSleepControlPort + AcpiPm::kSleepStatusOffset &&
+                kAcpiResetPort == kAcpiSleepControlPort + AcpiPm::kResetOffset);
+  status = pio_bus_.Register(
+      kAcpiSleepControlPort, AcpiPm::kRegisterCount,
+      std::make_shared<AcpiPm>(
+          [this] { exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"}); },
+          [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"}); }));
+  if (!status.ok()) return status;
+  machine_.devices.push_back(
+      PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
+                 {{kAcpiSleepControlPort, AcpiPm::kRegisterCount}}));
+
   if (!config_.test_media_path.empty()) {
     status = pio_bus_.Register(
         kTestControlPort, 1,
@@ -198,6 +214,10 @@ absl::Status Vm::SetUpPci() {
   if (!root.ok()) return root.status();
   pci_root_ = *std::move(root);
   machine_.devices.push_back(devices::pci::PciRootBus::Describe());
+  // The windows the BarAllocator below assigns from (the DSDT's \_SB.PCI0 _CRS).
+  machine_.pci_windows = MachineDescription::PciWindows{
+      .io = {devices::pci::kX86IoWindow.base, devices::pci::kX86IoWindow.size},
+      .mmio32 = {devices::pci::kX86Mmio32Window.base, devices::pci::kX86Mmio32Window.size}};
   msi_ = std::make_unique<KvmMsiController>(*vm_fd_);
   ioevents_ = std::make_unique<devices::pci::KvmIoEventRegistrar>(*vm_fd_);
 
@@ -235,6 +255,9 @@ absl::Status Vm::LoadGuest() {
   auto fdt = fdt::BuildMachineFdt(machine_);
   if (!fdt.ok()) return fdt.status();
   device_tree_ = *std::move(fdt);
+  auto acpi_tables = acpi::BuildMachineAcpi(machine_, kAcpiTablesAddress, kAcpiTablesEnd);
+  if (!acpi_tables.ok()) return acpi_tables.status();
+  acpi_tables_ = *std::move(acpi_tables);
 
   auto kernel = loader::LoadKernel(*memory_, config_.kernel_path);
   if (!kernel.ok()) return kernel.status();
@@ -246,6 +269,9 @@ absl::Status Vm::LoadGuest() {
   }
   absl::Status status = x86::WriteBootGdt(*memory_);
   if (status.ok()) status = x86::WriteMpTable(*memory_, config_.vcpus);
+  // ACPI for kernels that want it (Linux without CONFIG_X86_MPPARSE); the MP table stays for
+  // kernels without ACPI.
+  if (status.ok()) status = acpi::WriteAcpiTables(*memory_, acpi_tables_);
   if (!status.ok()) return status;
 
   if (kernel->kind == loader::LoadedKernel::EntryKind::kPvh) {
@@ -253,6 +279,7 @@ absl::Status Vm::LoadGuest() {
     boot.cmdline = config_.cmdline;
     boot.initrd = initrd;
     boot.fdt = device_tree_;
+    boot.rsdp_address = acpi_tables_.rsdp_address();
     status = loader::WritePvhStartInfo(*memory_, boot);
     entry_mode_ = x86::BootEntryMode::kPvh32;
     boot_info_address_ = kPvhStartInfoAddress;
@@ -264,6 +291,7 @@ absl::Status Vm::LoadGuest() {
     boot.cmdline = config_.cmdline;
     boot.initrd = initrd;
     boot.fdt = device_tree_;
+    boot.acpi_rsdp_address = acpi_tables_.rsdp_address();
     status = loader::WriteLinuxBootParams(*memory_, boot);
     entry_mode_ = x86::BootEntryMode::kLinux64;
     boot_info_address_ = kZeroPageAddress;
@@ -441,9 +469,9 @@ void Vm::RequestStop(bool force, absl::Duration grace_period) {
   stop_requested_ = true;
   const int64_t grace_ms = absl::ToInt64Milliseconds(grace_period);
   absl::FPrintF(stderr,
-                "microvm: graceful shutdown requested through the API: this machine has no ACPI, so "
-                "the guest cannot be asked to shut down; it has %d ms to stop by itself, then the VM "
-                "is stopped\n",
+                "microvm: graceful shutdown requested through the API: this machine has no ACPI "
+                "power button, so the guest cannot be asked to shut down; it has %d ms to stop by "
+                "itself, then the VM is stopped\n",
                 grace_ms);
   // A paused guest could not use its grace period.
   if (paused_) {

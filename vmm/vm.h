@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "vmm/acpi/machine_acpi.h"
 #include "vmm/bus.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm.h"
@@ -76,6 +77,8 @@ class Vm {
   // The flattened device tree describing this machine (also handed to the guest).
   const std::vector<uint8_t>& device_tree() const { return device_tree_; }
   const MachineDescription& machine() const { return machine_; }
+  // The ACPI tables written to guest memory (docs/machine.md "ACPI tables").
+  const acpi::AcpiTables& acpi_tables() const { return acpi_tables_; }
   Storage& storage() { return *storage_; }
 
   // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM, or -1) ends the VM too.
@@ -92,9 +95,9 @@ class Vm {
   absl::Status Pause();
   absl::Status Resume();
   // Stops the VM with VmExit::kStopped (status 0): now (`force`), or gracefully: this machine has no
-  // ACPI, so there is no way to ask the guest; it is told nothing, resumed if paused, and given
-  // `grace_period` to stop by itself (its own exit wins), then stopped. Idempotent; a forced stop
-  // overrides a pending graceful one.
+  // ACPI power button, so there is no way to ask the guest; it is told nothing, resumed if paused,
+  // and given `grace_period` to stop by itself (its own exit wins), then stopped. Idempotent; a
+  // forced stop overrides a pending graceful one.
   void RequestStop(bool force, absl::Duration grace_period);
 
  private:
@@ -120,6 +123,7 @@ class Vm {
   ExitLatch exit_latch_;
   MachineDescription machine_;
   std::vector<uint8_t> device_tree_;
+  acpi::AcpiTables acpi_tables_;
   std::shared_ptr<legacy::Serial> serial_;
   std::shared_ptr<legacy::I8042> i8042_;
   std::unique_ptr<KvmMsiController> msi_;

@@ -109,6 +109,7 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
     params.ext_ramdisk_image = static_cast<uint32_t>(address >> 32);
     params.ext_ramdisk_size = static_cast<uint32_t>(config.initrd->size >> 32);
   }
+  params.acpi_rsdp_addr = config.acpi_rsdp_address;
   params.e820_entries = static_cast<uint8_t>(e820.size());
   for (size_t i = 0; i < e820.size(); ++i) {
     params.e820_table[i] = {e820[i].address, e820[i].size, static_cast<uint32_t>(e820[i].type)};

@@ -42,6 +42,9 @@ struct LinuxBootConfig {
   std::optional<InitrdPlacement> initrd;
   // A flattened device tree blob, passed as a SETUP_DTB setup_data entry. Empty: none.
   std::span<const uint8_t> fdt;
+  // Guest-physical address of the ACPI RSDP, written to boot_params.acpi_rsdp_addr (zero-page.rst,
+  // 0x070; Linux uses it before scanning the BIOS area). 0: no ACPI tables.
+  uint64_t acpi_rsdp_address = 0;
 };
 
 // Writes the Linux zero page (boot_params, Documentation/x86/zero-page.rst) at kZeroPageAddress, the
@@ -49,8 +52,8 @@ struct LinuxBootConfig {
 // the kernel's own setup header is the base (boot.rst "64-bit BOOT PROTOCOL"); for an ELF kernel a
 // minimal one (boot_flag, "HdrS", version, kernel_alignment) as Firecracker writes. Then the loader
 // fields: type_of_loader 0xff, loadflags |= LOADED_HIGH | CAN_USE_HEAP, heap_end_ptr, cmd_line_ptr
-// (+ ext_), ramdisk_image/size (+ ext_), vid_mode 0xffff, setup_data, and the e820 table from
-// vmm::x86::BuildE820Map().
+// (+ ext_), ramdisk_image/size (+ ext_), vid_mode 0xffff, setup_data, acpi_rsdp_addr, and the e820
+// table from vmm::x86::BuildE820Map().
 // InvalidArgument: no kernel, a PVH kernel, a command line that is too long (over the bzImage's
 // cmdline_size, or kCmdlineMaxBytes including the NUL) or contains NUL, an FDT larger than
 // kFdtMaxBytes minus the setup_data header. Nothing is written to guest memory on these errors.

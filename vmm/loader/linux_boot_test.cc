@@ -77,7 +77,10 @@ TEST(LinuxBootTest, BzImageZeroPage) {
   const std::string cmdline = "console=ttyS0 reboot=k panic=1";
   const InitrdPlacement initrd{GuestAddress(0x3000000), 0x12345};
   ASSERT_TRUE(WriteLinuxBootParams(
-                  memory, {.kernel = &kernel, .cmdline = cmdline, .initrd = initrd})
+                  memory, {.kernel = &kernel,
+                           .cmdline = cmdline,
+                           .initrd = initrd,
+                           .acpi_rsdp_address = kAcpiTablesAddress})
                   .ok());
 
   // The kernel's own header, copied (boot.rst offsets).
@@ -101,6 +104,7 @@ TEST(LinuxBootTest, BzImageZeroPage) {
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c0), 0u);            // ext_ramdisk_image
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c4), 0u);            // ext_ramdisk_size
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x250), 0u);            // setup_data
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x070), 0xe0000u);      // acpi_rsdp_addr
   ExpectE820(memory, 64 * kMiB);
   // Everything else zeroed, including the sentinel the bzImage has as 0xff.
   EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x1ef), 0);
@@ -115,6 +119,7 @@ TEST(LinuxBootTest, ElfMinimalHeader) {
   const LoadedKernel kernel = ElfKernel();
   DirtyZeroPage(memory);
   ASSERT_TRUE(WriteLinuxBootParams(memory, {.kernel = &kernel, .cmdline = "console=ttyS0"}).ok());
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x070), 0u);  // acpi_rsdp_addr: no ACPI tables given
   EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x1fe), 0xaa55);
   EXPECT_EQ(GuestString(memory, kZp + 0x202, 4), "HdrS");
   EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x206), 0x020f);

@@ -63,7 +63,7 @@ absl::Status WritePvhStartInfo(const GuestMemory& memory, const PvhBootConfig& c
       .nr_modules = static_cast<uint32_t>(modules.size()),
       .modlist_paddr = modules.empty() ? 0 : kPvhModuleListAddress,
       .cmdline_paddr = kCmdlineAddress,
-      .rsdp_paddr = 0,  // No ACPI tables: the guest uses the MP table and the FDT.
+      .rsdp_paddr = config.rsdp_address,
       .memmap_paddr = kPvhMemoryMapAddress,
       .memmap_entries = static_cast<uint32_t>(memmap.size()),
       .reserved = 0,

@@ -38,6 +38,9 @@ struct PvhBootConfig {
   // A flattened device tree blob, written at kFdtAddress (at most kFdtMaxBytes) and listed as the
   // last module, named "fdt". Empty: none.
   std::span<const uint8_t> fdt;
+  // Guest-physical address of the ACPI RSDP, written to hvm_start_info.rsdp_paddr. 0: no ACPI
+  // tables (the guest uses the MP table and the FDT).
+  uint64_t rsdp_address = 0;
 };
 
 // Writes the PVH boot information (Xen PVH ABI; start_info.h): hvm_start_info version 1 at

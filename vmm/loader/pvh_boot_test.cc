@@ -47,7 +47,8 @@ TEST(PvhBootTest, StartInfoWithInitrdAndFdt) {
   const std::string cmdline = "console=ttyS0";
   ASSERT_TRUE(WritePvhStartInfo(memory, {.cmdline = cmdline,
                                          .initrd = InitrdPlacement{GuestAddress(0x3000000), 777},
-                                         .fdt = fdt})
+                                         .fdt = fdt,
+                                         .rsdp_address = kAcpiTablesAddress})
                   .ok());
   // hvm_start_info (start_info.h offsets).
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x00), 0x336ec578u);  // magic
@@ -56,7 +57,7 @@ TEST(PvhBootTest, StartInfoWithInitrdAndFdt) {
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x0c), 2u);           // nr_modules
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x10), kModules);     // modlist_paddr
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x18), kCmdlineAddress);  // cmdline_paddr
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x20), 0u);           // rsdp_paddr
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x20), 0xe0000u);     // rsdp_paddr
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x28), kPvhMemoryMapAddress);  // memmap_paddr
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x30), 3u);           // memmap_entries
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x34), 0u);           // reserved
@@ -85,6 +86,7 @@ TEST(PvhBootTest, FdtOnlyIsTheOnlyAndLastModule) {
   const std::vector<uint8_t> fdt = Pattern(40, 8);
   ASSERT_TRUE(WritePvhStartInfo(memory, {.fdt = fdt}).ok());
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x0c), 1u);
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x20), 0u);  // rsdp_paddr: no ACPI tables given
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kModules + 0x00), kFdtAddress);
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kModules + 0x08), 40u);
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kModules + 0x10), kPvhFdtModuleNameAddress);

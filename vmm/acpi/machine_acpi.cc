@@ -1,0 +1,368 @@
+#include "vmm/acpi/machine_acpi.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <map>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "vmm/acpi/aml.h"
+#include "vmm/acpi/tables.h"
+#include "vmm/layout.h"
+#include "vmm/legacy/acpi_pm.h"
+#include "vmm/scoped_fd.h"
+
+namespace vmm::acpi {
+namespace {
+
+using aml::Bytes;
+using aml::NameString;
+namespace res = aml::resource;
+
+// 5.2.5.1: the RSDP sits on a 16-byte boundary; the other tables follow it, 16-byte aligned too.
+constexpr uint64_t kTableAlignment = 16;
+
+// The I/O port space is 64 KiB.
+constexpr uint64_t kPortIoSpaceBytes = 0x10000;
+// MADT: local APIC and IOAPIC ids are 8 bits, 0xff is the broadcast id.
+constexpr size_t kMaxCpus = 254;
+constexpr uint32_t kIoapicPins = 24;  // KVM's in-kernel IOAPIC (KVM_IOAPIC_NUM_PINS)
+
+// Compatible strings the DSDT gives a specific identity.
+constexpr char kSerialCompatible[] = "ns16550a";
+constexpr char kI8042Compatible[] = "intel,8042";
+constexpr char kRtcCompatible[] = "motorola,mc146818";
+
+bool IsCompatible(const DeviceDescription& device, std::string_view compatible) {
+  return std::find(device.compatible.begin(), device.compatible.end(), compatible) !=
+         device.compatible.end();
+}
+
+const DeviceDescription* FindCompatible(const MachineDescription& machine,
+                                        std::string_view compatible) {
+  for (const DeviceDescription& device : machine.devices) {
+    if (IsCompatible(device, compatible)) return &device;
+  }
+  return nullptr;
+}
+
+absl::Status CheckDevice(const DeviceDescription& device) {
+  if (device.ranges.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device \"", device.node_name, "\" has no address range"));
+  }
+  const bool port_io = device.space == DeviceDescription::AddressSpace::kPortIo;
+  for (const DeviceDescription::Range& range : device.ranges) {
+    const uint64_t limit = port_io ? kPortIoSpaceBytes : (uint64_t{1} << 32);
+    if (range.size == 0 || range.base >= limit || range.size > limit - range.base ||
+        (port_io && range.size > 0xff)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("device \"%s\": range 0x%x+0x%x cannot be described in ACPI (%s)",
+                          device.node_name, range.base, range.size,
+                          port_io ? "I/O ranges must lie below 64 KiB, at most 255 ports each"
+                                  : "memory ranges must lie below 4 GiB"));
+    }
+  }
+  if (device.interrupt.has_value() && *device.interrupt >= kIoapicPins) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device \"%s\": interrupt %u is not an IOAPIC pin", device.node_name, *device.interrupt));
+  }
+  return absl::OkStatus();
+}
+
+// 6.4.3.4 32-Bit Fixed Memory Range Descriptor, read/write: Memory32Fixed(ReadWrite, base, length).
+Bytes Memory32Fixed(uint32_t base, uint32_t length) {
+  Bytes out = {0x86, 9, 0, 0x01};
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(base >> (8 * i)));
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(length >> (8 * i)));
+  return out;
+}
+
+// A device's _CRS: its ranges, then its interrupt. ISA devices (IRQ < 16) get the legacy IRQ
+// descriptor, edge-triggered active-high as on the ISA bus (and as the MP table and FDT say);
+// others an extended interrupt descriptor.
+Bytes DeviceResources(const DeviceDescription& device) {
+  std::vector<Bytes> descriptors;
+  for (const DeviceDescription::Range& range : device.ranges) {
+    if (device.space == DeviceDescription::AddressSpace::kPortIo) {
+      const auto base = static_cast<uint16_t>(range.base);
+      descriptors.push_back(res::Io(base, base, 1, static_cast<uint8_t>(range.size)));
+    } else {
+      descriptors.push_back(
+          Memory32Fixed(static_cast<uint32_t>(range.base), static_cast<uint32_t>(range.size)));
+    }
+  }
+  if (device.interrupt.has_value()) {
+    if (*device.interrupt < 16) {
+      descriptors.push_back(res::Irq(static_cast<uint8_t>(*device.interrupt), res::Trigger::kEdge,
+                                     res::Polarity::kActiveHigh));
+    } else {
+      descriptors.push_back(
+          res::Interrupt(*device.interrupt, res::Trigger::kEdge, res::Polarity::kActiveHigh));
+    }
+  }
+  return aml::ResourceTemplate(descriptors);
+}
+
+absl::StatusOr<Bytes> Hid(std::string_view eisa_id) {
+  absl::StatusOr<Bytes> id = aml::EisaId(eisa_id);
+  if (!id.ok()) return id.status();
+  return aml::Name("_HID", *id);
+}
+
+// \_SB.PCI0: the host bridge to PCI bus 0 (6.1.5 _HID PNP0A03, a conventional PCI root bridge:
+// configuration mechanism #1, no ECAM, so no PNP0A08/MCFG and no _OSC). Its _CRS (6.2.2) lists the
+// bus range, the configuration ports it consumes, and the windows it forwards: all other I/O ports
+// (the ISA devices and the IDE compatibility ports sit behind it on a PC, and the BAR window is a
+// part of it) split around 0xcf8-0xcff as QEMU's DSDT does, and the BAR memory windows.
+absl::StatusOr<Bytes> PciHostBridge(const MachineDescription& machine,
+                                    const DeviceDescription& conf1) {
+  if (!machine.pci_windows.has_value()) {
+    return absl::InvalidArgumentError("the machine has a PCI host bridge but no PCI windows");
+  }
+  const MachineDescription::PciWindows& windows = *machine.pci_windows;
+  const DeviceDescription::Range config = conf1.ranges.front();
+  const uint64_t config_end = config.base + config.size;  // Checked to be <= 64 KiB.
+  if (windows.io.size == 0 || windows.io.base < config_end ||
+      windows.io.size > kPortIoSpaceBytes - windows.io.base) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the PCI I/O window 0x%x+0x%x must lie above the configuration ports and below 64 KiB",
+        windows.io.base, windows.io.size));
+  }
+  const uint64_t mmio32_end = windows.mmio32.base + windows.mmio32.size;
+  if (windows.mmio32.size == 0 || mmio32_end > (uint64_t{1} << 32) ||
+      mmio32_end < windows.mmio32.base) {
+    return absl::InvalidArgumentError("the 32-bit PCI memory window must lie below 4 GiB");
+  }
+  std::vector<Bytes> crs = {
+      res::WordBusNumber(0, 0),
+      res::Io(static_cast<uint16_t>(config.base), static_cast<uint16_t>(config.base), 1,
+              static_cast<uint8_t>(config.size)),
+  };
+  if (config.base > 0) crs.push_back(res::WordIo(0, static_cast<uint16_t>(config.base - 1)));
+  // QEMU starts the upper window at 0xd00, leaving 0xd00's 256-port block boundary clean; the gap
+  // 0xd00 - config_end holds nothing on this machine either.
+  const uint64_t upper_start = std::max<uint64_t>(config_end, 0xd00);
+  if (upper_start < kPortIoSpaceBytes && windows.io.base >= upper_start) {
+    crs.push_back(res::WordIo(static_cast<uint16_t>(upper_start), 0xffff));
+  } else {
+    crs.push_back(res::WordIo(static_cast<uint16_t>(windows.io.base),
+                              static_cast<uint16_t>(windows.io.base + windows.io.size - 1)));
+  }
+  crs.push_back(res::DWordMemory(static_cast<uint32_t>(windows.mmio32.base),
+                                 static_cast<uint32_t>(mmio32_end - 1),
+                                 res::Cacheability::kNonCacheable));
+  if (windows.mmio64.has_value() && windows.mmio64->size != 0) {
+    crs.push_back(res::QWordMemory(windows.mmio64->base,
+                                   windows.mmio64->base + windows.mmio64->size - 1,
+                                   res::Cacheability::kNonCacheable));
+  }
+  absl::StatusOr<Bytes> hid = Hid("PNP0A03");
+  if (!hid.ok()) return hid.status();
+  return aml::Device("PCI0", {
+                                 *hid,
+                                 aml::Name("_SEG", aml::Integer(0)),
+                                 aml::Name("_BBN", aml::Integer(0)),
+                                 aml::Name("_UID", aml::Integer(0)),
+                                 aml::Name("_CRS", aml::ResourceTemplate(crs)),
+                             });
+}
+
+// The DSDT's definition block.
+absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
+  std::vector<Bytes> system_bus;
+  uint32_t serial_count = 0;
+  uint32_t reservation_count = 0;
+  bool have_pci = false;
+  bool have_i8042 = false;
+  for (const DeviceDescription& device : machine.devices) {
+    if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+    if (IsCompatible(device, kPciConf1Compatible)) {
+      if (have_pci) return absl::InvalidArgumentError("the machine has two PCI host bridges");
+      have_pci = true;
+      absl::StatusOr<Bytes> pci = PciHostBridge(machine, device);
+      if (!pci.ok()) return pci.status();
+      system_bus.push_back(*std::move(pci));
+      continue;
+    }
+    std::string name;
+    std::string hid;
+    uint32_t uid = 0;
+    if (IsCompatible(device, kSerialCompatible)) {
+      // COM1, COM2, ...: Linux's 8250_pnp driver binds PNP0501.
+      uid = ++serial_count;
+      if (uid > 9) return absl::InvalidArgumentError("more than 9 serial ports");
+      name = absl::StrCat("COM", uid);
+      hid = "PNP0501";
+    } else if (IsCompatible(device, kI8042Compatible)) {
+      // PNP0303: IBM enhanced keyboard controller; Linux's i8042 driver finds its ports through it.
+      // The controller has no keyboard and raises no interrupt, so _CRS lists only the ports (the
+      // description has no interrupt).
+      if (have_i8042) return absl::InvalidArgumentError("the machine has two i8042 controllers");
+      have_i8042 = true;
+      name = "PS2K";
+      hid = "PNP0303";
+    } else {
+      // PNP0C02: "motherboard resources". The VMM's own ports (debug exit, POST code, the ACPI
+      // power-management registers, ...) have no standard driver; listing them keeps the OS from
+      // handing their ports to anything else.
+      if (reservation_count > 0xff) return absl::InvalidArgumentError("too many devices");
+      name = absl::StrFormat("RES%X", reservation_count);
+      uid = reservation_count++;
+      hid = "PNP0C02";
+    }
+    absl::StatusOr<NameString> device_name = NameString::Parse(name);
+    if (!device_name.ok()) return device_name.status();
+    absl::StatusOr<Bytes> hid_term = Hid(hid);
+    if (!hid_term.ok()) return hid_term.status();
+    system_bus.push_back(aml::Device(*device_name, {
+                                                       *hid_term,
+                                                       aml::Name("_UID", aml::Integer(uid)),
+                                                       aml::Name("_CRS", DeviceResources(device)),
+                                                   }));
+  }
+
+  std::vector<Bytes> root = {aml::Scope("\\_SB", system_bus)};
+  if (FindCompatible(machine, kAcpiPmCompatible) != nullptr) {
+    // 7.4.2.5 \_S5 (soft off): the SLP_TYP values for PM1a/PM1b; on a hardware-reduced machine
+    // SLP_TYPa goes to the sleep control register (4.8.3.7), where the power-off device decodes it.
+    root.push_back(aml::Name(
+        "_S5",
+        aml::Package({aml::Integer(legacy::AcpiPowerManagement::kSleepTypeS5), aml::Integer(0)})));
+  }
+  Bytes out;
+  for (const Bytes& term : root) out.insert(out.end(), term.begin(), term.end());
+  return out;
+}
+
+FadtConfig MakeFadt(const MachineDescription& machine, uint64_t dsdt_address) {
+  FadtConfig fadt;
+  fadt.dsdt_address = dsdt_address;
+  // 5.2.9 / 4.1 hardware-reduced ACPI: no fixed hardware (PM1/GPE blocks, PM timer, SCI); the power
+  // and sleep buttons are not fixed features (there are none).
+  fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtPowerButton | kFadtSleepButton | kFadtHwReducedAcpi;
+  // 5.2.9.3: say what the machine has. Legacy devices: the UART and the i8042 are ISA-style
+  // devices. No VGA. MSI works (devices use MSI-X). No PCIe links, so the OS must leave ASPM alone.
+  // No CMOS RTC unless one is described.
+  fadt.iapc_boot_arch = kBootArchVgaNotPresent | kBootArchPcieAspmControls;
+  if (FindCompatible(machine, kSerialCompatible) != nullptr ||
+      FindCompatible(machine, kI8042Compatible) != nullptr) {
+    fadt.iapc_boot_arch |= kBootArchLegacyDevices;
+  }
+  if (FindCompatible(machine, kI8042Compatible) != nullptr) fadt.iapc_boot_arch |= kBootArch8042;
+  if (FindCompatible(machine, kRtcCompatible) == nullptr) {
+    fadt.iapc_boot_arch |= kBootArchCmosRtcNotPresent;
+  }
+  if (const DeviceDescription* pm = FindCompatible(machine, kAcpiPmCompatible); pm != nullptr) {
+    const uint64_t base = pm->ranges.front().base;
+    using Pm = legacy::AcpiPowerManagement;
+    fadt.sleep_control_register =
+        GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kSleepControlOffset));
+    fadt.sleep_status_register =
+        GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kSleepStatusOffset));
+    fadt.reset_register = GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kResetOffset));
+    fadt.reset_value = Pm::kResetValue;
+    fadt.flags |= kFadtResetRegSupported;
+  }
+  return fadt;
+}
+
+uint64_t AlignUp(uint64_t value) { return (value + kTableAlignment - 1) & ~(kTableAlignment - 1); }
+
+}  // namespace
+
+absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, uint64_t base,
+                                            uint64_t limit) {
+  if (base % kTableAlignment != 0 || limit < base) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("ACPI table area 0x%x-0x%x is not 16-byte aligned", base, limit));
+  }
+  if (machine.cpu_apic_ids.empty() || machine.cpu_apic_ids.size() > kMaxCpus) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the MADT lists 1 to %u CPUs; the machine has %u", kMaxCpus, machine.cpu_apic_ids.size()));
+  }
+  MadtConfig madt;
+  madt.local_apic_address = static_cast<uint32_t>(kLapicAddress);
+  // KVM's in-kernel irqchip includes the two 8259s (masked by the OS once it uses the IOAPIC).
+  madt.flags = kMadtPcatCompat;
+  std::set<uint32_t> seen;
+  for (uint32_t id : machine.cpu_apic_ids) {
+    if (id >= 0xff || !seen.insert(id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("APIC id %u is listed twice or does not fit an xAPIC id", id));
+    }
+    madt.cpu_apic_ids.push_back(static_cast<uint8_t>(id));
+  }
+  // As in the MP table (vmm/x86/mptable.h): the IOAPIC's id follows the CPUs'.
+  madt.ioapic_id = static_cast<uint8_t>(machine.cpu_apic_ids.size());
+  madt.ioapic_address = static_cast<uint32_t>(kIoapicAddress);
+  madt.ioapic_gsi_base = 0;
+  madt.nmi_lint = 1;
+
+  absl::StatusOr<Bytes> dsdt_aml = BuildDsdtAml(machine);
+  if (!dsdt_aml.ok()) return dsdt_aml.status();
+  const std::vector<uint8_t> dsdt = BuildDsdt(*dsdt_aml);
+  const std::vector<uint8_t> madt_bytes = BuildMadt(madt);
+
+  // Addresses: RSDP, XSDT (two entries), FADT, MADT, DSDT.
+  const uint64_t rsdp_address = base;
+  const uint64_t xsdt_address = AlignUp(rsdp_address + kRsdpBytes);
+  const uint64_t fadt_address = AlignUp(xsdt_address + kTableHeaderBytes + 2 * 8);
+  const uint64_t madt_address = AlignUp(fadt_address + kFadtBytes);
+  const uint64_t dsdt_address = AlignUp(madt_address + madt_bytes.size());
+  const uint64_t end = dsdt_address + dsdt.size();
+  if (end > limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the ACPI tables need 0x%x bytes; 0x%x are reserved for them at 0x%x",
+                        end - base, limit - base, base));
+  }
+  const uint64_t xsdt_entries[] = {fadt_address, madt_address};
+  AcpiTables tables;
+  tables.tables = {
+      {"RSD PTR ", rsdp_address, BuildRsdp(xsdt_address)},
+      {"XSDT", xsdt_address, BuildXsdt(xsdt_entries)},
+      {"FACP", fadt_address, BuildFadt(MakeFadt(machine, dsdt_address))},
+      {"APIC", madt_address, madt_bytes},
+      {"DSDT", dsdt_address, dsdt},
+  };
+  return tables;
+}
+
+absl::Status WriteAcpiTables(const GuestMemory& memory, const AcpiTables& tables) {
+  for (const AcpiTable& table : tables.tables) {
+    if (absl::Status s = memory.Write(GuestAddress(table.address), table.bytes); !s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("ACPI table %s at 0x%x: %s", table.signature,
+                                                    table.address, s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directory) {
+  for (const AcpiTable& table : tables.tables) {
+    const std::string name =
+        table.signature == "RSD PTR " ? "rsdp" : absl::AsciiStrToLower(table.signature);
+    const std::string path = absl::StrCat(directory, "/", name, ".dat");
+    ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
+    size_t written = 0;
+    while (written < table.bytes.size()) {
+      const ssize_t n = write(fd.get(), table.bytes.data() + written, table.bytes.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+      }
+      written += static_cast<size_t>(n);
+    }
+    if (close(fd.Release()) != 0)
+      return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace vmm::acpi

@@ -1,0 +1,64 @@
+#ifndef VMM_ACPI_MACHINE_ACPI_H_
+#define VMM_ACPI_MACHINE_ACPI_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "vmm/guest_memory.h"
+#include "vmm/machine_description.h"
+
+// The machine's ACPI tables, built from the same MachineDescription as its device tree
+// (docs/machine.md "ACPI tables").
+namespace vmm::acpi {
+
+// The compatible string of the ACPI power-management registers' DeviceDescription (the device in
+// vmm/legacy/acpi_pm.h): its first range is the sleep control, sleep status and reset registers,
+// one byte each; the FADT points at them and the DSDT gets \_S5_.
+inline constexpr char kAcpiPmCompatible[] = "microvm,acpi-pm";
+// The PCI host bridge's DeviceDescription (devices/pci PciRootBus::Describe()): configuration
+// mechanism #1 ports; its windows are MachineDescription::pci_windows.
+inline constexpr char kPciConf1Compatible[] = "microvm,pci-conf1";
+
+struct AcpiTable {
+  std::string signature;  // "RSD PTR " for the RSDP, else the 4-character table signature
+  uint64_t address;       // guest-physical
+  std::vector<uint8_t> bytes;
+};
+
+struct AcpiTables {
+  // In placement order: RSDP, XSDT, FADT, MADT, DSDT, each 16-byte aligned from `base`, all within
+  // [base, limit).
+  std::vector<AcpiTable> tables;
+  uint64_t rsdp_address() const { return tables.front().address; }
+};
+
+// Builds the RSDP, XSDT, FADT (hardware-reduced), MADT and DSDT for `machine`, placed from `base`
+// (16-byte aligned) up to `limit`:
+// - MADT: a Processor Local APIC per machine.cpu_apic_ids entry (UID = index, enabled), the IOAPIC
+//   (id = number of CPUs, as in the MP table) at kIoapicAddress with GSI base 0, no interrupt
+//   source overrides (KVM's default routing wires ISA IRQ n to GSI n, IRQ 0 included; see the MP
+//   table), and NMI on LINT1 of every local APIC.
+// - DSDT: \_SB.PCI0 for the "microvm,pci-conf1" device and machine.pci_windows; COMn (PNP0501) per
+//   "ns16550a" device; PS2K (PNP0303) for "intel,8042"; every other device as a PNP0C02 motherboard
+//   resource reservation; \_S5_ when there is a "microvm,acpi-pm" device.
+// - FADT: HW_REDUCED_ACPI, the sleep control/status and reset registers of the "microvm,acpi-pm"
+//   device (absent without one), IAPC_BOOT_ARCH from the devices present.
+// InvalidArgument for a description the tables cannot express (no CPUs, more than 254, APIC ids
+// above 254, a PCI bridge without windows, an MMIO device above 4 GiB, ...); ResourceExhausted when
+// the tables do not fit below `limit`.
+absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, uint64_t base,
+                                            uint64_t limit);
+
+// Writes every table to guest memory at its address.
+absl::Status WriteAcpiTables(const GuestMemory& memory, const AcpiTables& tables);
+
+// Writes each table to DIR/<signature>.dat (rsdp.dat, xsdt.dat, facp.dat, apic.dat, dsdt.dat),
+// the names acpidump/iasl use; for --dump-acpi. The directory must exist.
+absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directory);
+
+}  // namespace vmm::acpi
+
+#endif  // VMM_ACPI_MACHINE_ACPI_H_
