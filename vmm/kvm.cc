@@ -283,6 +283,15 @@ absl::Status VcpuFd::SetCpuid(const std::vector<kvm_cpuid_entry2>& entries) {
   return absl::OkStatus();
 }
 
+absl::Status VcpuFd::SetXcr0(uint64_t xcr0) {
+  kvm_xcrs xcrs{};
+  xcrs.nr_xcrs = 1;
+  xcrs.xcrs[0].xcr = 0;  // XCR0, SDM Vol. 1 13.3
+  xcrs.xcrs[0].value = xcr0;
+  if (ioctl(fd_.get(), KVM_SET_XCRS, &xcrs) < 0) return IoctlError("KVM_SET_XCRS");
+  return absl::OkStatus();
+}
+
 absl::Status VcpuFd::SetMsrs(const std::vector<kvm_msr_entry>& msrs) {
   ArrayBuffer<kvm_msr_entry> buffer(msrs);
   // KVM_SET_MSRS returns the number of MSRs it set; fewer means one was rejected.

@@ -100,6 +100,9 @@ class VcpuFd {
   absl::Status SetSregs(const kvm_sregs& sregs);
   absl::Status SetFpu(const kvm_fpu& fpu);
   absl::Status SetCpuid(const std::vector<kvm_cpuid_entry2>& entries);
+  // KVM_SET_XCRS with XCR0 only (needs KVM_CAP_XCRS). Call after SetCpuid: KVM accepts only the
+  // bits the vCPU's CPUID leaf 0xD enumerates.
+  absl::Status SetXcr0(uint64_t xcr0);
   absl::Status SetMsrs(const std::vector<kvm_msr_entry>& msrs);
   absl::StatusOr<kvm_lapic_state> GetLapic() const;
   absl::Status SetLapic(const kvm_lapic_state& lapic);

@@ -315,6 +315,16 @@ absl::Status Vm::CreateVcpus() {
     std::vector<kvm_cpuid_entry2> cpuid = *supported;
     x86::FilterCpuidForVcpu(cpuid, id, config_.vcpus);
     status = vcpu->SetCpuid(cpuid);
+    // XCR0 starts with every XSAVE component leaf 0xD enumerates (see x86::BootXcr0 for why). It
+    // only works around hypervisors below us that do not intercept XSETBV, so a KVM that refuses
+    // it gets a note, not a failed start: the guest then boots with the architectural reset value.
+    const std::optional<uint64_t> xcr0 = x86::BootXcr0(cpuid);
+    if (status.ok() && xcr0 && kvm_->CheckExtension(KVM_CAP_XCRS) > 0) {
+      if (absl::Status xcr_status = vcpu->SetXcr0(*xcr0); !xcr_status.ok() && id == 0) {
+        absl::FPrintF(stderr, "microvm: note: XCR0 0x%x not preloaded (%s)\n", *xcr0,
+                      xcr_status.message());
+      }
+    }
     if (status.ok()) status = x86::ConfigureCommonVcpuState(*vcpu);
     // Only the bootstrap processor starts at the kernel's entry; the others wait for INIT/SIPI in
     // the in-kernel local APIC, as on real hardware.

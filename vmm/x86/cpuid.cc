@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <optional>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -22,8 +23,16 @@ constexpr uint32_t kLeafCacheParameters = 0x4;
 constexpr uint32_t kLeafX2ApicTopology = 0xb;
 constexpr uint32_t kLeafXsaveState = 0xd;
 constexpr uint32_t kLeafV2Topology = 0x1f;
+constexpr uint32_t kLeafAmdFeatures = 0x80000001;
 constexpr uint32_t kLeafAmdSizeIdentifiers = 0x80000008;
 constexpr uint32_t kLeafAmdExtendedApicId = 0x8000001e;
+constexpr uint32_t kLeafKvmFeatures = 0x40000001;
+
+// XSAVE area layout (SDM Vol. 1 13.4): the legacy FXSAVE region (512 bytes) and the XSAVE header
+// (64 bytes) come first; component 2 and up start at or after byte 576.
+constexpr uint32_t kXsaveLegacyAndHeaderSize = 576;
+constexpr uint64_t kXcr0X87Sse = 0x3;  // XCR0 bits 0 (x87) and 1 (SSE): XCR0 at reset is x87 only,
+                                       // but x87|SSE is what every XSAVE area holds.
 
 // clang-format off
 constexpr CpuFeature kFeatures[] = {
@@ -205,6 +214,172 @@ uint32_t SetField(uint32_t value, int low_bit, int width, uint32_t field) {
   return (value & ~mask) | ((field << low_bit) & mask);
 }
 
+
+// The user-state XSAVE components the VMM passes on (SDM Vol. 1 Table 13-1), each with the CPUID
+// feature that makes it usable and its architectural size (0: implementation-defined). Components
+// that share a feature form one group that XCR0 enables all-or-nothing (SDM Vol. 1 13.3: MPX's two,
+// AVX-512's three, AMX's two). These are the components Linux 6.1 knows a layout for
+// (arch/x86/kernel/fpu/xstate.c check_xstate_against_struct); any other is dropped, as Linux
+// would warn about it.
+struct XsaveComponent {
+  uint32_t bit;
+  std::string_view feature;
+  uint32_t size;
+};
+constexpr XsaveComponent kXsaveComponents[] = {
+    {2, "avx", 256},                                          // YMM_Hi128
+    {3, "mpx", 64},       {4, "mpx", 64},                     // BNDREGS, BNDCSR
+    {5, "avx512f", 64},   {6, "avx512f", 512}, {7, "avx512f", 1024},  // opmask, ZMM_Hi256, Hi16_ZMM
+    {9, "pku", 8},                                            // PKRU
+    {17, "amx_tile", 64}, {18, "amx_tile", 0},                // XTILECFG, XTILEDATA
+};
+
+// CPUID.(EAX=0DH,ECX=1):EAX (SDM Vol. 2A Table 3-8).
+constexpr uint32_t kXsaveOpt = 1u << 0;
+constexpr uint32_t kXsaveC = 1u << 1;
+constexpr uint32_t kXgetbv1 = 1u << 2;
+constexpr uint32_t kXsaveS = 1u << 3;
+constexpr uint32_t kXfd = 1u << 4;
+
+uint64_t EnumeratedXcr0(const kvm_cpuid_entry2& subleaf0) {
+  return subleaf0.eax | (static_cast<uint64_t>(subleaf0.edx) << 32);
+}
+
+// Whether CPUID.(0DH, component.bit) describes a user state component of the expected size that
+// starts after the legacy area and header. `size`/`offset` get its layout.
+bool ComponentSubleafValid(const std::vector<kvm_cpuid_entry2>& entries,
+                           const XsaveComponent& component, uint32_t* size, uint32_t* offset) {
+  const kvm_cpuid_entry2* sub = FindCpuidEntry(entries, kLeafXsaveState, component.bit);
+  if (sub == nullptr || sub->index != component.bit) return false;
+  *size = sub->eax;
+  *offset = sub->ebx;
+  // ECX[0] set marks a supervisor (IA32_XSS) component: these bits are XCR0 ones.
+  if (sub->ecx & 1) return false;
+  if (*size == 0 || (component.size != 0 && *size != component.size)) return false;
+  // Bounded so offset + size cannot wrap: real areas are a few KiB (AMX: about 11 KiB).
+  if (*offset < kXsaveLegacyAndHeaderSize || *offset > (1u << 20) || *size > (1u << 20)) {
+    return false;
+  }
+  return true;
+}
+
+// Compacted-format size (SDM Vol. 1 13.4.3) of an area holding the components in `xcr0`: each
+// component follows the previous one, 64-byte aligned when CPUID.(0DH,i):ECX[1] says so.
+uint32_t CompactedXsaveSize(const std::vector<kvm_cpuid_entry2>& entries, uint64_t xcr0) {
+  uint32_t size = kXsaveLegacyAndHeaderSize;
+  for (uint32_t bit = 2; bit < 64; ++bit) {
+    if (!((xcr0 >> bit) & 1)) continue;
+    const kvm_cpuid_entry2* sub = FindCpuidEntry(entries, kLeafXsaveState, bit);
+    if (sub == nullptr) continue;
+    if (sub->ecx & 2) size = (size + 63) & ~63u;
+    size += sub->eax;
+  }
+  return size;
+}
+
+void ZeroRegisters(kvm_cpuid_entry2& entry) { entry.eax = entry.ebx = entry.ecx = entry.edx = 0; }
+
+// AMD APM Vol. 3 E.4.2: CPUID 80000001H EDX bits 0-9, 12-17, 23 and 24 repeat CPUID 1 EDX (fpu,
+// vme, de, pse, tsc, msr, pae, mce, cx8, apic, mtrr, pge, mca, cmov, pat, pse36, mmx, fxsr).
+// Intel leaves them reserved (0), so clearing them is harmless there.
+constexpr uint32_t kAmdMirroredLeaf1Edx = 0x3ffu | (0x3fu << 12) | (1u << 23) | (1u << 24);
+
+void ClearFeatures(const std::vector<CpuFeature>& features,
+                   std::vector<kvm_cpuid_entry2>& entries) {
+  for (const CpuFeature& feature : features) {
+    // A leaf KVM does not report is already all zeros for the guest.
+    if (kvm_cpuid_entry2* entry = FindCpuidEntry(entries, feature.function, feature.index)) {
+      entry->*RegisterField(feature.reg) &= ~(1u << feature.bit);
+    }
+    if (feature.function == kLeafFeatures && feature.reg == R::kEdx &&
+        ((kAmdMirroredLeaf1Edx >> feature.bit) & 1)) {
+      if (kvm_cpuid_entry2* amd = FindCpuidEntry(entries, kLeafAmdFeatures, 0)) {
+        amd->edx &= ~(1u << feature.bit);
+      }
+    }
+  }
+}
+
+// Makes leaf 0DH agree with the feature flags and with itself, so that a guest kernel's checks
+// (Linux 6.1 fpu__init_system_xstate / paranoid_xstate_size_valid) pass:
+//   - no XSAVE (leaf 1 ECX[26] clear, or no subleaf 0): every subleaf zeroed, XSAVE users gone;
+//   - a component survives only if its feature flag is set, its whole group is enumerated with
+//     the architectural sizes, and the offsets ascend without overlap after byte 576; otherwise
+//     its feature (and everything depending on it) is removed, so flags and XCR0 bits agree;
+//   - subleaf 0: EAX/EDX the surviving XCR0 bits (x87|SSE always), ECX the standard-format size
+//     for all of them, EBX the size for XCR0 = x87|SSE (KVM recomputes EBX from the vCPU's XCR0
+//     at run time, arch/x86/kvm/cpuid.c kvm_update_cpuid_runtime);
+//   - subleaf 1: XSAVEOPT/XSAVEC/XGETBV1/XSAVES kept as KVM offers them, XFD only with AMX,
+//     no supervisor (IA32_XSS) components (Linux 6.1 supports none a VMM guest can use);
+//   - every other subleaf (dropped or supervisor components) zeroed.
+void NormalizeXsaveLeaf(std::vector<kvm_cpuid_entry2>& entries) {
+  const kvm_cpuid_entry2* leaf1 = FindCpuidEntry(entries, kLeafFeatures, 0);
+  kvm_cpuid_entry2* subleaf0 = FindCpuidEntry(entries, kLeafXsaveState, 0);
+  const bool xsave = leaf1 != nullptr && ((leaf1->ecx >> 26) & 1) && subleaf0 != nullptr &&
+                     (EnumeratedXcr0(*subleaf0) & kXcr0X87Sse) == kXcr0X87Sse;
+  if (!xsave) {
+    ClearFeatures(RemovalClosure({*FindCpuFeature("xsave")}), entries);
+    for (kvm_cpuid_entry2& entry : entries) {
+      if (entry.function == kLeafXsaveState) ZeroRegisters(entry);
+    }
+    return;
+  }
+
+  // Drop invalid components' features until every remaining component checks out. Each round
+  // removes at least one feature, so this ends.
+  uint64_t xcr0 = kXcr0X87Sse;
+  uint32_t standard_size = kXsaveLegacyAndHeaderSize;
+  for (bool changed = true; changed;) {
+    changed = false;
+    const uint64_t enumerated = EnumeratedXcr0(*subleaf0);
+    xcr0 = kXcr0X87Sse;
+    standard_size = kXsaveLegacyAndHeaderSize;
+    uint32_t previous_end = kXsaveLegacyAndHeaderSize;
+    for (const XsaveComponent& component : kXsaveComponents) {
+      const CpuFeature* feature = FindCpuFeature(component.feature);
+      if (!IsPresent(entries, *feature)) continue;
+      uint32_t size = 0, offset = 0;
+      const bool valid = ((enumerated >> component.bit) & 1) &&
+                         ComponentSubleafValid(entries, component, &size, &offset) &&
+                         offset >= previous_end;
+      if (!valid) {
+        ClearFeatures(RemovalClosure({*feature}), entries);
+        changed = true;
+        break;
+      }
+      xcr0 |= uint64_t{1} << component.bit;
+      previous_end = offset + size;
+      standard_size = std::max(standard_size, previous_end);
+    }
+    // A group enumerated only in part (e.g. BNDREGS without BNDCSR) was caught above: the
+    // missing member is not enumerated, so its feature went.
+  }
+
+  subleaf0->eax = static_cast<uint32_t>(xcr0);
+  subleaf0->edx = static_cast<uint32_t>(xcr0 >> 32);
+  subleaf0->ecx = standard_size;
+  subleaf0->ebx = kXsaveLegacyAndHeaderSize;
+  const bool amx = (xcr0 >> 18) & 1;
+  for (kvm_cpuid_entry2& entry : entries) {
+    if (entry.function != kLeafXsaveState || entry.index == 0) continue;
+    if (entry.index == 1) {
+      entry.eax &= kXsaveOpt | kXsaveC | kXgetbv1 | kXsaveS | (amx ? kXfd : 0);
+      entry.ebx = (entry.eax & (kXsaveC | kXsaveS)) ? CompactedXsaveSize(entries, kXcr0X87Sse) : 0;
+      entry.ecx = entry.edx = 0;
+      continue;
+    }
+    if (entry.index >= 64 || !((xcr0 >> entry.index) & 1)) ZeroRegisters(entry);
+  }
+}
+
+bool IsAmdVendor(const std::vector<kvm_cpuid_entry2>& entries) {
+  const kvm_cpuid_entry2* vendor = FindCpuidEntry(entries, kLeafVendor, 0);
+  if (vendor == nullptr) return false;
+  // "AuthenticAMD" and Hygon's "HygonGenuine" (AMD's topology leaves) in EBX, EDX, ECX order.
+  return (vendor->ebx == 0x68747541 && vendor->edx == 0x69746e65 && vendor->ecx == 0x444d4163) ||
+         (vendor->ebx == 0x6f677948 && vendor->edx == 0x6e65476e && vendor->ecx == 0x656e6975);
+}
+
 }  // namespace
 
 std::span<const CpuFeature> KnownCpuFeatures() { return kFeatures; }
@@ -258,9 +433,15 @@ absl::StatusOr<CpuFeatureMask> ParseCpuFeatures(std::string_view spec) {
 
 absl::Status ApplyCpuFeatureMask(const CpuFeatureMask& mask,
                                  std::vector<kvm_cpuid_entry2>& entries) {
+  // Shaped on a copy so `entries` is unchanged on error.
+  std::vector<kvm_cpuid_entry2> shaped = entries;
+  // SDM Vol. 2A Table 3-10, leaf 01H ECX[31]: reserved for hypervisor use; set so guests know they
+  // are virtualized (KVM leaves it to the VMM). Before the mask, so "-hypervisor" can hide it.
+  if (kvm_cpuid_entry2* leaf1 = FindCpuidEntry(shaped, kLeafFeatures, 0)) leaf1->ecx |= 1u << 31;
+
   // '+' asserts the host can offer the feature; it never invents one KVM cannot virtualize.
   for (const CpuFeature& feature : mask.required) {
-    if (!IsPresent(entries, feature)) {
+    if (!IsPresent(shaped, feature)) {
       return absl::FailedPreconditionError(
           absl::StrCat("CPU feature \"", AsAbsl(feature.name), "\" is required (+",
                        AsAbsl(feature.name), ") but KVM does not offer it on this host"));
@@ -274,23 +455,38 @@ absl::Status ApplyCpuFeatureMask(const CpuFeatureMask& mask,
           "depends on removes it too"));
     }
   }
-
-  bool xsave_removed = false;
-  for (const CpuFeature& feature : closure) {
-    xsave_removed |= feature.name == "xsave";
-    // A leaf KVM does not report is already all zeros for the guest.
-    if (kvm_cpuid_entry2* entry = FindCpuidEntry(entries, feature.function, feature.index)) {
-      entry->*RegisterField(feature.reg) &= ~(1u << feature.bit);
+  ClearFeatures(closure, shaped);
+  // Features KVM offers without one they depend on (e.g. avx512f without avx) go too: the guest
+  // could not use them, and XCR0 could not enable their state (SDM Vol. 1 13.3).
+  std::vector<CpuFeature> absent;
+  for (const CpuFeature& feature : kFeatures) {
+    if (!IsPresent(shaped, feature)) absent.push_back(feature);
+  }
+  ClearFeatures(RemovalClosure(absent), shaped);
+  NormalizeXsaveLeaf(shaped);
+  for (const CpuFeature& feature : mask.required) {
+    if (!IsPresent(shaped, feature)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "CPU feature \"", AsAbsl(feature.name),
+          "\" is required but KVM does not offer a feature it depends on, or its XSAVE state in "
+          "CPUID leaf 0xD"));
     }
   }
-  if (xsave_removed) {
-    // SDM Vol. 1 13.2: leaf 0DH enumerates the XSAVE state components and area sizes. Without
-    // XSAVE the guest must see none (KVM derives the guest's allowed XCR0 from it).
-    for (kvm_cpuid_entry2& entry : entries) {
-      if (entry.function == kLeafXsaveState) entry.eax = entry.ebx = entry.ecx = entry.edx = 0;
-    }
-  }
+  // KVM paravirtual features (Documentation/virt/kvm/x86/cpuid.rst): EDX holds hints, and
+  // KVM_HINTS_REALTIME promises vCPUs that are never preempted, which a VMM sharing host cores
+  // with others cannot keep; KVM offers it as "may be set", so it stays clear.
+  if (kvm_cpuid_entry2* kvm = FindCpuidEntry(shaped, kLeafKvmFeatures, 0)) kvm->edx = 0;
+  entries = std::move(shaped);
   return absl::OkStatus();
+}
+
+std::optional<uint64_t> BootXcr0(const std::vector<kvm_cpuid_entry2>& entries) {
+  const kvm_cpuid_entry2* leaf1 = FindCpuidEntry(entries, kLeafFeatures, 0);
+  const kvm_cpuid_entry2* subleaf0 = FindCpuidEntry(entries, kLeafXsaveState, 0);
+  if (leaf1 == nullptr || !((leaf1->ecx >> 26) & 1) || subleaf0 == nullptr) return std::nullopt;
+  const uint64_t xcr0 = EnumeratedXcr0(*subleaf0);
+  if ((xcr0 & kXcr0X87Sse) != kXcr0X87Sse) return std::nullopt;
+  return xcr0;
 }
 
 void FilterCpuidForVcpu(std::vector<kvm_cpuid_entry2>& entries, uint32_t apic_id,
@@ -298,6 +494,10 @@ void FilterCpuidForVcpu(std::vector<kvm_cpuid_entry2>& entries, uint32_t apic_id
   num_cpus = std::max<uint32_t>(num_cpus, 1);
   const kvm_cpuid_entry2* vendor = FindCpuidEntry(entries, kLeafVendor, 0);
   const uint32_t max_basic_leaf = vendor != nullptr ? vendor->eax : 0;
+  const bool amd = IsAmdVendor(entries);
+  const kvm_cpuid_entry2* max_extended = FindCpuidEntry(entries, 0x80000000, 0);
+  const bool has_8000001e = FindCpuidEntry(entries, kLeafAmdExtendedApicId, 0) != nullptr &&
+                            max_extended != nullptr && max_extended->eax >= kLeafAmdExtendedApicId;
 
   for (kvm_cpuid_entry2& entry : entries) {
     switch (entry.function) {
@@ -309,8 +509,15 @@ void FilterCpuidForVcpu(std::vector<kvm_cpuid_entry2>& entries, uint32_t apic_id
         entry.ebx = SetField(entry.ebx, 16, 8, std::min<uint32_t>(num_cpus, 0xff));
         // EDX[28] HTT: the EBX[23:16] field is valid (more than one logical processor).
         entry.edx = SetField(entry.edx, 28, 1, num_cpus > 1 ? 1 : 0);
-        // ECX[31]: reserved for hypervisor use; set so guests know they are virtualized.
-        entry.ecx |= 1u << 31;
+        break;
+      case kLeafAmdFeatures:
+        if (!amd) break;
+        // AMD APM Vol. 3 E.4.2, 80000001H ECX[1] CmpLegacy: the logical processors leaf 1 EBX
+        // counts are cores, not SMT threads (Linux then skips its HT sibling detection,
+        // arch/x86/kernel/cpu/common.c detect_ht_early). ECX[22] TopologyExtensions: leaf
+        // 8000001EH is valid; kept only if KVM reports that leaf, which is filled in below.
+        entry.ecx = SetField(entry.ecx, 1, 1, num_cpus > 1 ? 1 : 0);
+        if (!has_8000001e) entry.ecx = SetField(entry.ecx, 22, 1, 0);
         break;
       case kLeafCacheParameters: {
         // Leaf 04H subleafs describe one cache each until EAX[4:0] (type) is 0.
