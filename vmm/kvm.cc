@@ -250,6 +250,12 @@ absl::Status VcpuFd::Run() {
   return IoctlError("KVM_RUN");
 }
 
+bool VcpuFd::SyncGeneralRegistersOnExit(int sync_regs_capability) {
+  if ((sync_regs_capability & KVM_SYNC_X86_REGS) == 0) return false;
+  run_->kvm_valid_regs = KVM_SYNC_X86_REGS;
+  return true;
+}
+
 absl::StatusOr<kvm_regs> VcpuFd::GetRegs() const {
   kvm_regs regs{};
   if (ioctl(fd_.get(), KVM_GET_REGS, &regs) < 0) return IoctlError("KVM_GET_REGS");

@@ -110,6 +110,12 @@ class VcpuFd {
   // Human-readable register dump for fatal-error reports.
   std::string DumpRegisters() const;
 
+  // Asks KVM to copy the general registers into kvm_run (s.regs.regs) at every exit, so a fatal
+  // report can say where the guest was before KVM reset the vCPU (SVM re-initializes it on a
+  // triple fault). `sync_regs_capability` is Kvm::CheckExtension(KVM_CAP_SYNC_REGS). Returns false,
+  // changing nothing, where KVM cannot; the copy costs a few hundred bytes per exit.
+  bool SyncGeneralRegistersOnExit(int sync_regs_capability);
+
  private:
   friend class VmFd;
   VcpuFd(ScopedFd fd, uint32_t id, kvm_run* run, size_t run_size)

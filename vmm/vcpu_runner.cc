@@ -141,7 +141,11 @@ void VcpuRunner::Loop() {
       break;
     }
     exit_count_.fetch_add(1, std::memory_order_relaxed);
-    if (!HandleExit()) break;
+    const bool keep_running = HandleExit();
+    // After handling: a fatal exit reports the exit before it.
+    const kvm_run& run = *vcpu_.run_state();
+    if (run.kvm_valid_regs & KVM_SYNC_X86_REGS) RememberExit(run);
+    if (!keep_running) break;
     // Once the VM is stopping (this exit was the guest's exit-port write, a reset, or another vCPU
     // failed), no vCPU goes back into the guest: nothing it does after that may be observed.
     if (exit_latch_.triggered()) break;
@@ -149,6 +153,37 @@ void VcpuRunner::Loop() {
   absl::MutexLock lock(&pause_mutex_);
   exited_.store(true);
   pause_cv_.SignalAll();
+}
+
+void VcpuRunner::RememberExit(const kvm_run& run) {
+  previous_exit_.valid = true;
+  previous_exit_.reason = run.exit_reason;
+  previous_exit_.regs = run.s.regs.regs;
+  previous_exit_.address = 0;
+  previous_exit_.write = false;
+  if (run.exit_reason == KVM_EXIT_IO) {
+    previous_exit_.address = run.io.port;
+    previous_exit_.write = run.io.direction == KVM_EXIT_IO_OUT;
+  } else if (run.exit_reason == KVM_EXIT_MMIO) {
+    previous_exit_.address = run.mmio.phys_addr;
+    previous_exit_.write = run.mmio.is_write != 0;
+  }
+}
+
+std::string VcpuRunner::DescribePreviousExit() const {
+  if (!previous_exit_.valid) return "";
+  const PreviousExit& e = previous_exit_;
+  std::string what = absl::StrFormat("exit reason %u", e.reason);
+  if (e.reason == KVM_EXIT_IO) {
+    what = absl::StrFormat("port %s 0x%x", e.write ? "write" : "read", e.address);
+  } else if (e.reason == KVM_EXIT_MMIO) {
+    what = absl::StrFormat("MMIO %s 0x%x", e.write ? "write" : "read", e.address);
+  }
+  return absl::StrFormat(
+      "\nthe vCPU's previous exit (%s) was at rip=%016x rsp=%016x rflags=%016x\n"
+      "  rax=%016x rbx=%016x rcx=%016x rdx=%016x rsi=%016x rdi=%016x rbp=%016x",
+      what, e.regs.rip, e.regs.rsp, e.regs.rflags, e.regs.rax, e.regs.rbx, e.regs.rcx, e.regs.rdx,
+      e.regs.rsi, e.regs.rdi, e.regs.rbp);
 }
 
 bool VcpuRunner::HandleExit() {
@@ -178,7 +213,8 @@ bool VcpuRunner::HandleExit() {
       return true;
     }
     case KVM_EXIT_SHUTDOWN:
-      Fatal("triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle");
+      Fatal("triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle "
+            "(on SVM hosts KVM has already reset the registers below; see the previous exit)");
       return false;
     case KVM_EXIT_SYSTEM_EVENT:
       switch (run->system_event.type) {
@@ -213,7 +249,8 @@ bool VcpuRunner::HandleExit() {
 
 void VcpuRunner::Fatal(const std::string& what) {
   exit_latch_.Trigger({VmExit::Kind::kFatal, 1,
-                       absl::StrFormat("vCPU %u: %s\n%s", vcpu_.id(), what, vcpu_.DumpRegisters())});
+                       absl::StrFormat("vCPU %u: %s\n%s%s", vcpu_.id(), what, vcpu_.DumpRegisters(),
+                                       DescribePreviousExit())});
 }
 
 }  // namespace vmm

@@ -57,6 +57,10 @@ class VcpuRunner {
   // Returns false when the vCPU must stop.
   bool HandleExit();
   void Fatal(const std::string& what);
+  // With register sync on (VcpuFd::SyncGeneralRegistersOnExit), keeps this exit's reason and
+  // registers; DescribePreviousExit() reports them.
+  void RememberExit(const kvm_run& run);
+  std::string DescribePreviousExit() const;
   // Called by the vCPU thread while a pause is requested: waits until resumed or stopped. Returns
   // false when the vCPU must stop.
   bool ParkWhilePaused();
@@ -73,6 +77,17 @@ class VcpuRunner {
   mutable absl::Mutex pause_mutex_;
   absl::CondVar pause_cv_;
   bool parked_ ABSL_GUARDED_BY(pause_mutex_) = false;
+
+  // The exit before the current one (vCPU thread only). Under SVM KVM re-initializes the vCPU on a
+  // triple fault, so KVM_GET_REGS then shows the reset state; this is where the guest last was.
+  struct PreviousExit {
+    bool valid = false;
+    uint32_t reason = 0;
+    uint64_t address = 0;  // the port (I/O) or guest-physical address (MMIO)
+    bool write = false;
+    kvm_regs regs{};
+  };
+  PreviousExit previous_exit_;
   std::thread thread_;
 };
 

@@ -312,6 +312,7 @@ absl::Status Vm::CreateVcpus() {
   for (uint32_t id = 0; id < config_.vcpus; ++id) {
     auto vcpu = vm_fd_->CreateVcpu(id);
     if (!vcpu.ok()) return vcpu.status();
+    vcpu->SyncGeneralRegistersOnExit(kvm_->CheckExtension(KVM_CAP_SYNC_REGS));
     std::vector<kvm_cpuid_entry2> cpuid = *supported;
     x86::FilterCpuidForVcpu(cpuid, id, config_.vcpus);
     status = vcpu->SetCpuid(cpuid);
