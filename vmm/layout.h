@@ -47,11 +47,16 @@ inline constexpr uint16_t kI8042CommandPort = 0x64;
 inline constexpr uint16_t kDebugExitPort = 0xf4;
 inline constexpr uint16_t kPostCodePort = 0x80;
 inline constexpr uint16_t kTestControlPort = 0xf5;
-// The ACPI power-management registers the FADT names (one byte each): sleep control, sleep status
-// and reset (docs/machine.md "ACPI tables").
-inline constexpr uint16_t kAcpiSleepControlPort = 0x600;
-inline constexpr uint16_t kAcpiSleepStatusPort = 0x601;
-inline constexpr uint16_t kAcpiResetPort = 0x602;
+// The ACPI fixed hardware the FADT names (docs/machine.md "ACPI tables", vmm/legacy/acpi_pm.h), one
+// 16-port block laid out as QEMU's PIIX4 PM: PM1a event block (PM1_STS, PM1_EN), PM1a control
+// block, PM timer, then the reset register. The SCI is ISA IRQ 9 (level, active high), as on PIIX4.
+inline constexpr uint16_t kAcpiPmBase = 0x600;
+inline constexpr uint16_t kAcpiPmBlockSize = 0x10;
+inline constexpr uint16_t kAcpiPm1EventPort = 0x600;    // 4 bytes
+inline constexpr uint16_t kAcpiPm1ControlPort = 0x604;  // 2 bytes
+inline constexpr uint16_t kAcpiPmTimerPort = 0x608;     // 4 bytes
+inline constexpr uint16_t kAcpiResetPort = 0x60c;       // 1 byte
+inline constexpr uint8_t kAcpiSciIrq = 9;
 // The PIIX3 IDE channels' legacy IRQs (ISA-compatible mode).
 inline constexpr uint8_t kIdePrimaryIrq = 14;
 inline constexpr uint8_t kIdeSecondaryIrq = 15;  // only with --test-media (tests)

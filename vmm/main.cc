@@ -41,7 +41,7 @@ ABSL_FLAG(std::string, cpu_features, "",
 ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree to this file and exit.");
 ABSL_FLAG(std::string, dump_acpi, "",
           "Write the machine's ACPI tables to this existing directory (rsdp.dat, xsdt.dat, facp.dat, "
-          "apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
+          "facs.dat, apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
 ABSL_FLAG(bool, boot_report, false,
           "Print start-up times (to the first serial byte, the --boot-marker text and the test "
           "guest's first ring-3 instruction) and peak RSS on exit, to stderr.");

@@ -184,19 +184,21 @@ absl::Status Vm::SetUpLegacyDevices() {
   if (!status.ok()) return status;
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
 
-  // The ACPI sleep control/status and reset registers the FADT points to (docs/machine.md).
+  // The ACPI fixed hardware the FADT points to, its SCI on ISA IRQ 9 (docs/machine.md).
   using AcpiPm = legacy::AcpiPowerManagement;
-  static_assert(kAcpiSleepStatusPort == kAcpiSleepControlPort + AcpiPm::kSleepStatusOffset &&
-                kAcpiResetPort == kAcpiSleepControlPort + AcpiPm::kResetOffset);
-  status = pio_bus_.Register(
-      kAcpiSleepControlPort, AcpiPm::kRegisterCount,
-      std::make_shared<AcpiPm>(
-          [this] { exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"}); },
-          [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"}); }));
+  static_assert(kAcpiPmBlockSize == AcpiPm::kBlockSize &&
+                kAcpiPm1EventPort == kAcpiPmBase + AcpiPm::kPm1EventBlockOffset &&
+                kAcpiPm1ControlPort == kAcpiPmBase + AcpiPm::kPm1ControlOffset &&
+                kAcpiPmTimerPort == kAcpiPmBase + AcpiPm::kPmTimerOffset &&
+                kAcpiResetPort == kAcpiPmBase + AcpiPm::kResetOffset);
+  acpi_pm_ = std::make_shared<AcpiPm>(
+      std::make_shared<KvmIrqLine>(*vm_fd_, kAcpiSciIrq),
+      [this] { exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"}); },
+      [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"}); });
+  status = pio_bus_.Register(kAcpiPmBase, AcpiPm::kBlockSize, acpi_pm_);
   if (!status.ok()) return status;
-  machine_.devices.push_back(
-      PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
-                 {{kAcpiSleepControlPort, AcpiPm::kRegisterCount}}));
+  machine_.devices.push_back(PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
+                                        {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
   if (!config_.test_media_path.empty()) {
     status = pio_bus_.Register(
@@ -480,15 +482,18 @@ void Vm::RequestStop(bool force, absl::Duration grace_period) {
   stop_requested_ = true;
   const int64_t grace_ms = absl::ToInt64Milliseconds(grace_period);
   absl::FPrintF(stderr,
-                "microvm: graceful shutdown requested through the API: this machine has no ACPI "
-                "power button, so the guest cannot be asked to shut down; it has %d ms to stop by "
-                "itself, then the VM is stopped\n",
+                "microvm: graceful shutdown requested through the API: pressing the ACPI power "
+                "button; the guest has %d ms to power off, then the VM is stopped\n",
                 grace_ms);
   // A paused guest could not use its grace period.
   if (paused_) {
     for (auto& vcpu : vcpus_) vcpu->Resume();
     paused_ = false;
   }
+  // ACPI 4.8.2.2.1.1: the fixed-feature power button. An OS that handles it (Linux's button driver
+  // with acpid or systemd-logind) shuts down and powers off; one that ignores it is stopped at the
+  // end of the grace period.
+  if (acpi_pm_) acpi_pm_->PressPowerButton();
   stop_timer_ = std::thread([this, grace_period, grace_ms] {
     const absl::Time deadline = absl::Now() + grace_period;
     while (!exit_latch_.triggered()) {

@@ -31,6 +31,7 @@ namespace vmm {
 namespace legacy {
 class Serial;
 class I8042;
+class AcpiPowerManagement;
 }  // namespace legacy
 
 class KvmMsiController;
@@ -94,10 +95,11 @@ class Vm {
   // the VM is stopping.
   absl::Status Pause();
   absl::Status Resume();
-  // Stops the VM with VmExit::kStopped (status 0): now (`force`), or gracefully: this machine has no
-  // ACPI power button, so there is no way to ask the guest; it is told nothing, resumed if paused,
-  // and given `grace_period` to stop by itself (its own exit wins), then stopped. Idempotent; a
-  // forced stop overrides a pending graceful one.
+  // Stops the VM with VmExit::kStopped (status 0): now (`force`), or gracefully: the guest is
+  // resumed if paused, its ACPI power button is pressed (PM1 PWRBTN_STS, an SCI if it enabled the
+  // event), and it is given `grace_period` to stop by itself (its own exit or power-off wins), then
+  // stopped. Idempotent (the button is pressed once); a forced stop overrides a pending graceful
+  // one.
   void RequestStop(bool force, absl::Duration grace_period);
 
  private:
@@ -126,6 +128,7 @@ class Vm {
   acpi::AcpiTables acpi_tables_;
   std::shared_ptr<legacy::Serial> serial_;
   std::shared_ptr<legacy::I8042> i8042_;
+  std::shared_ptr<legacy::AcpiPowerManagement> acpi_pm_;  // the power button
   std::unique_ptr<KvmMsiController> msi_;
   std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;

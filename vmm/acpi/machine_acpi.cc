@@ -24,14 +24,22 @@ using aml::Bytes;
 using aml::NameString;
 namespace res = aml::resource;
 
-// 5.2.5.1: the RSDP sits on a 16-byte boundary; the other tables follow it, 16-byte aligned too.
+// 5.2.5.1: the RSDP sits on a 16-byte boundary; the other tables follow it, 16-byte aligned too
+// (the FACS on a 64-byte boundary, 5.2.10).
 constexpr uint64_t kTableAlignment = 16;
+// 5.2.3.2 Generic Address Structure access sizes.
+constexpr uint8_t kAccessWord = 2;
+constexpr uint8_t kAccessDword = 3;
 
 // The I/O port space is 64 KiB.
 constexpr uint64_t kPortIoSpaceBytes = 0x10000;
 // MADT: local APIC and IOAPIC ids are 8 bits, 0xff is the broadcast id.
 constexpr size_t kMaxCpus = 254;
 constexpr uint32_t kIoapicPins = 24;  // KVM's in-kernel IOAPIC (KVM_IOAPIC_NUM_PINS)
+// MPS INTI flags (5.2.12.5 Table 5.26): polarity bits 1:0 (01 active high), trigger mode bits 3:2
+// (11 level).
+constexpr uint16_t kMpsActiveHigh = 0b01;
+constexpr uint16_t kMpsLevel = 0b11 << 2;
 
 // Compatible strings the DSDT gives a specific identity.
 constexpr char kSerialCompatible[] = "ns16550a";
@@ -179,7 +187,6 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
   uint32_t serial_count = 0;
   uint32_t reservation_count = 0;
   bool have_pci = false;
-  bool have_i8042 = false;
   for (const DeviceDescription& device : machine.devices) {
     if (absl::Status s = CheckDevice(device); !s.ok()) return s;
     if (IsCompatible(device, kPciConf1Compatible)) {
@@ -188,6 +195,12 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
       absl::StatusOr<Bytes> pci = PciHostBridge(machine, device);
       if (!pci.ok()) return pci.status();
       system_bus.push_back(*std::move(pci));
+      continue;
+    }
+    if (IsCompatible(device, kI8042Compatible)) {
+      // Not described: the controller only implements the reset line (Linux's reboot=k pulses it
+      // without a driver), and the FADT tells the OS there is no 8042 to probe (IAPC_BOOT_ARCH).
+      // Its ports are the PC's standard keyboard ports, which x86 OSes reserve by themselves.
       continue;
     }
     std::string name;
@@ -199,14 +212,6 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
       if (uid > 9) return absl::InvalidArgumentError("more than 9 serial ports");
       name = absl::StrCat("COM", uid);
       hid = "PNP0501";
-    } else if (IsCompatible(device, kI8042Compatible)) {
-      // PNP0303: IBM enhanced keyboard controller; Linux's i8042 driver finds its ports through it.
-      // The controller has no keyboard and raises no interrupt, so _CRS lists only the ports (the
-      // description has no interrupt).
-      if (have_i8042) return absl::InvalidArgumentError("the machine has two i8042 controllers");
-      have_i8042 = true;
-      name = "PS2K";
-      hid = "PNP0303";
     } else {
       // PNP0C02: "motherboard resources". The VMM's own ports (debug exit, POST code, the ACPI
       // power-management registers, ...) have no standard driver; listing them keeps the OS from
@@ -229,8 +234,8 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
 
   std::vector<Bytes> root = {aml::Scope("\\_SB", system_bus)};
   if (FindCompatible(machine, kAcpiPmCompatible) != nullptr) {
-    // 7.4.2.5 \_S5 (soft off): the SLP_TYP values for PM1a/PM1b; on a hardware-reduced machine
-    // SLP_TYPa goes to the sleep control register (4.8.3.7), where the power-off device decodes it.
+    // 7.4.2.5 \_S5 (soft off): the SLP_TYP values for PM1a/PM1b; the OS writes SLP_TYPa with SLP_EN
+    // to PM1a_CNT (4.8.3.2.1, 7.4.2), where the power-management device decodes it as power-off.
     root.push_back(aml::Name(
         "_S5",
         aml::Package({aml::Integer(legacy::AcpiPowerManagement::kSleepTypeS5), aml::Integer(0)})));
@@ -240,39 +245,71 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
   return out;
 }
 
-FadtConfig MakeFadt(const MachineDescription& machine, uint64_t dsdt_address) {
+// The "microvm,acpi-pm" device, checked to be the whole fixed-hardware block in port I/O.
+absl::StatusOr<const DeviceDescription*> FindPowerManagement(const MachineDescription& machine) {
+  const DeviceDescription* pm = FindCompatible(machine, kAcpiPmCompatible);
+  if (pm == nullptr) return nullptr;
+  using Pm = legacy::AcpiPowerManagement;
+  if (pm->space != DeviceDescription::AddressSpace::kPortIo || pm->ranges.empty() ||
+      pm->ranges.front().size != Pm::kBlockSize ||
+      pm->ranges.front().base > kPortIoSpaceBytes - Pm::kBlockSize) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the ACPI power-management device must be one %u-port I/O block", Pm::kBlockSize));
+  }
+  return pm;
+}
+
+// `pm`: the power-management device, or null; `facs_address` is used only with one.
+FadtConfig MakeFadt(const MachineDescription& machine, const DeviceDescription* pm,
+                    uint64_t dsdt_address, uint64_t facs_address) {
   FadtConfig fadt;
   fadt.dsdt_address = dsdt_address;
-  // 5.2.9 / 4.1 hardware-reduced ACPI: no fixed hardware (PM1/GPE blocks, PM timer, SCI); the power
-  // and sleep buttons are not fixed features (there are none).
-  fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtPowerButton | kFadtSleepButton | kFadtHwReducedAcpi;
-  // 5.2.9.3: say what the machine has. Legacy devices: the UART and the i8042 are ISA-style
-  // devices. No VGA. MSI works (devices use MSI-X). No PCIe links, so the OS must leave ASPM alone.
+  // 5.2.9.3: say what the machine has. Legacy devices: the UART is an ISA-style device. No 8042:
+  // the i8042 only implements the reset line (Linux's reboot=k uses it without a driver), and
+  // without the flag Linux does not probe for a keyboard controller (a 1.3 s probe that ends in an
+  // error). No VGA. MSI works (devices use MSI-X). No PCIe links, so the OS must leave ASPM alone.
   // No CMOS RTC unless one is described.
   fadt.iapc_boot_arch = kBootArchVgaNotPresent | kBootArchPcieAspmControls;
-  if (FindCompatible(machine, kSerialCompatible) != nullptr ||
-      FindCompatible(machine, kI8042Compatible) != nullptr) {
+  if (FindCompatible(machine, kSerialCompatible) != nullptr) {
     fadt.iapc_boot_arch |= kBootArchLegacyDevices;
   }
-  if (FindCompatible(machine, kI8042Compatible) != nullptr) fadt.iapc_boot_arch |= kBootArch8042;
   if (FindCompatible(machine, kRtcCompatible) == nullptr) {
     fadt.iapc_boot_arch |= kBootArchCmosRtcNotPresent;
   }
-  if (const DeviceDescription* pm = FindCompatible(machine, kAcpiPmCompatible); pm != nullptr) {
-    const uint64_t base = pm->ranges.front().base;
-    using Pm = legacy::AcpiPowerManagement;
-    fadt.sleep_control_register =
-        GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kSleepControlOffset));
-    fadt.sleep_status_register =
-        GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kSleepStatusOffset));
-    fadt.reset_register = GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kResetOffset));
-    fadt.reset_value = Pm::kResetValue;
-    fadt.flags |= kFadtResetRegSupported;
+  if (pm == nullptr) {
+    // Nothing to describe as fixed hardware: 4.1 hardware-reduced ACPI (no PM1/GPE blocks, PM
+    // timer, SCI or FACS), and no buttons.
+    fadt.flags =
+        kFadtWbinvd | kFadtProcC1 | kFadtPowerButton | kFadtSleepButton | kFadtHwReducedAcpi;
+    return fadt;
   }
+  // 4.8 fixed hardware (the PC model, as QEMU's PIIX4 PM): Linux then keeps the 8259 PIC and the
+  // identity mapping of ISA IRQs 0-15 to IOAPIC pins, which legacy devices such as the PIIX3 IDE
+  // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A fixed-feature
+  // power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does not. The PM
+  // timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI (5.2.10).
+  using Pm = legacy::AcpiPowerManagement;
+  const uint64_t base = pm->ranges.front().base;
+  fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtSleepButton | kFadtResetRegSupported;
+  fadt.facs_address = static_cast<uint32_t>(facs_address);
+  fadt.sci_interrupt = kAcpiSciIrq;
+  // ACPICA splits the event block into two 16-bit registers and accesses those, PM1_CNT, 16 bits
+  // at a time, and reads the timer as one dword: the access sizes say the same.
+  fadt.pm1a_event_block =
+      GenericAddress::Port(static_cast<uint16_t>(base + Pm::kPm1EventBlockOffset),
+                           Pm::kPm1EventBlockBytes * 8, kAccessWord);
+  fadt.pm1a_control_block = GenericAddress::Port(
+      static_cast<uint16_t>(base + Pm::kPm1ControlOffset), Pm::kPm1ControlBytes * 8, kAccessWord);
+  fadt.pm_timer_block = GenericAddress::Port(static_cast<uint16_t>(base + Pm::kPmTimerOffset),
+                                             Pm::kPmTimerBytes * 8, kAccessDword);
+  fadt.reset_register = GenericAddress::Port8(static_cast<uint16_t>(base + Pm::kResetOffset));
+  fadt.reset_value = Pm::kResetValue;
   return fadt;
 }
 
-uint64_t AlignUp(uint64_t value) { return (value + kTableAlignment - 1) & ~(kTableAlignment - 1); }
+uint64_t AlignUp(uint64_t value, uint64_t alignment = kTableAlignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
 
 }  // namespace
 
@@ -303,22 +340,40 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
   madt.ioapic_address = static_cast<uint32_t>(kIoapicAddress);
   madt.ioapic_gsi_base = 0;
   madt.nmi_lint = 1;
+  absl::StatusOr<const DeviceDescription*> pm = FindPowerManagement(machine);
+  if (!pm.ok()) return pm.status();
+  if (*pm != nullptr) {
+    // 5.2.12.5: the SCI is a level-triggered, active-high interrupt on ISA IRQ 9 = GSI 9 (KVM's
+    // default routing). Without this override Linux would program the pin the SCI default way,
+    // level active-low (ACPI 5.2.9 SCI_INT "sharable, level, active low"), and KVM's IOAPIC, which
+    // honours the polarity, would see the device's high level as idle. IRQ 0 needs no override (see
+    // the MP table).
+    madt.overrides.push_back(
+        {.source_irq = kAcpiSciIrq, .gsi = kAcpiSciIrq, .flags = kMpsActiveHigh | kMpsLevel});
+  }
 
   absl::StatusOr<Bytes> dsdt_aml = BuildDsdtAml(machine);
   if (!dsdt_aml.ok()) return dsdt_aml.status();
   const std::vector<uint8_t> dsdt = BuildDsdt(*dsdt_aml);
   const std::vector<uint8_t> madt_bytes = BuildMadt(madt);
 
-  // Addresses: RSDP, XSDT (two entries), FADT, MADT, DSDT.
+  // Addresses: RSDP, XSDT (two entries), FADT, the FACS (with fixed hardware), MADT, DSDT.
   const uint64_t rsdp_address = base;
   const uint64_t xsdt_address = AlignUp(rsdp_address + kRsdpBytes);
   const uint64_t fadt_address = AlignUp(xsdt_address + kTableHeaderBytes + 2 * 8);
-  const uint64_t madt_address = AlignUp(fadt_address + kFadtBytes);
+  uint64_t next = fadt_address + kFadtBytes;
+  uint64_t facs_address = 0;
+  if (*pm != nullptr) {
+    facs_address = AlignUp(next, kFacsAlignment);
+    next = facs_address + kFacsBytes;
+  }
+  const uint64_t madt_address = AlignUp(next);
   const uint64_t dsdt_address = AlignUp(madt_address + madt_bytes.size());
   const uint64_t end = dsdt_address + dsdt.size();
-  if (end > limit) {
+  if (end > limit || facs_address > 0xffff'ffff) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("the ACPI tables need 0x%x bytes; 0x%x are reserved for them at 0x%x",
+        absl::StrFormat("the ACPI tables need 0x%x bytes below 4 GiB; 0x%x are reserved for them "
+                        "at 0x%x",
                         end - base, limit - base, base));
   }
   const uint64_t xsdt_entries[] = {fadt_address, madt_address};
@@ -326,10 +381,11 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
   tables.tables = {
       {"RSD PTR ", rsdp_address, BuildRsdp(xsdt_address)},
       {"XSDT", xsdt_address, BuildXsdt(xsdt_entries)},
-      {"FACP", fadt_address, BuildFadt(MakeFadt(machine, dsdt_address))},
-      {"APIC", madt_address, madt_bytes},
-      {"DSDT", dsdt_address, dsdt},
+      {"FACP", fadt_address, BuildFadt(MakeFadt(machine, *pm, dsdt_address, facs_address))},
   };
+  if (*pm != nullptr) tables.tables.push_back({"FACS", facs_address, BuildFacs()});
+  tables.tables.push_back({"APIC", madt_address, madt_bytes});
+  tables.tables.push_back({"DSDT", dsdt_address, dsdt});
   return tables;
 }
 

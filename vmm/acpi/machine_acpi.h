@@ -14,9 +14,11 @@
 // (docs/machine.md "ACPI tables").
 namespace vmm::acpi {
 
-// The compatible string of the ACPI power-management registers' DeviceDescription (the device in
-// vmm/legacy/acpi_pm.h): its first range is the sleep control, sleep status and reset registers,
-// one byte each; the FADT points at them and the DSDT gets \_S5_.
+// The compatible string of the ACPI fixed hardware's DeviceDescription (the device in
+// vmm/legacy/acpi_pm.h): its first range is the 16-port block of PM1 event/control registers, PM
+// timer and reset register; the FADT points into it, its SCI is ISA IRQ kAcpiSciIrq (layout.h), and
+// the DSDT gets \_S5_. (The description carries no `interrupt`: the SCI is level-triggered, which
+// only the FADT and the MADT express.)
 inline constexpr char kAcpiPmCompatible[] = "microvm,acpi-pm";
 // The PCI host bridge's DeviceDescription (devices/pci PciRootBus::Describe()): configuration
 // mechanism #1 ports; its windows are MachineDescription::pci_windows.
@@ -29,23 +31,27 @@ struct AcpiTable {
 };
 
 struct AcpiTables {
-  // In placement order: RSDP, XSDT, FADT, MADT, DSDT, each 16-byte aligned from `base`, all within
-  // [base, limit).
+  // In placement order: RSDP, XSDT, FADT, FACS (with an ACPI power-management device), MADT, DSDT,
+  // each 16-byte aligned from `base` (the FACS 64-byte aligned), all within [base, limit).
   std::vector<AcpiTable> tables;
   uint64_t rsdp_address() const { return tables.front().address; }
 };
 
-// Builds the RSDP, XSDT, FADT (hardware-reduced), MADT and DSDT for `machine`, placed from `base`
-// (16-byte aligned) up to `limit`:
+// Builds the RSDP, XSDT, FADT, FACS, MADT and DSDT for `machine`, placed from `base` (16-byte
+// aligned) up to `limit`:
 // - MADT: a Processor Local APIC per machine.cpu_apic_ids entry (UID = index, enabled), the IOAPIC
-//   (id = number of CPUs, as in the MP table) at kIoapicAddress with GSI base 0, no interrupt
-//   source overrides (KVM's default routing wires ISA IRQ n to GSI n, IRQ 0 included; see the MP
-//   table), and NMI on LINT1 of every local APIC.
+//   (id = number of CPUs, as in the MP table) at kIoapicAddress with GSI base 0, NMI on LINT1 of
+//   every local APIC, and one interrupt source override: the SCI, ISA IRQ 9 -> GSI 9, level,
+//   active high (with a "microvm,acpi-pm" device). None for IRQ 0: KVM's default routing wires ISA
+//   IRQ n to GSI n, IRQ 0 included (see the MP table).
 // - DSDT: \_SB.PCI0 for the "microvm,pci-conf1" device and machine.pci_windows; COMn (PNP0501) per
-//   "ns16550a" device; PS2K (PNP0303) for "intel,8042"; every other device as a PNP0C02 motherboard
-//   resource reservation; \_S5_ when there is a "microvm,acpi-pm" device.
-// - FADT: HW_REDUCED_ACPI, the sleep control/status and reset registers of the "microvm,acpi-pm"
-//   device (absent without one), IAPC_BOOT_ARCH from the devices present.
+//   "ns16550a" device; nothing for "intel,8042" (reset line only; no 8042 in IAPC_BOOT_ARCH);
+//   every other device as a PNP0C02 motherboard resource reservation; \_S5_ when there is a
+//   "microvm,acpi-pm" device.
+// - FADT: with a "microvm,acpi-pm" device, the fixed-hardware model (4.8): SCI_INT 9, no SMI_CMD,
+//   its PM1a event/control blocks, PM timer and reset register, a fixed-feature power button, the
+//   FACS; without one, hardware-reduced with no registers and no FACS. IAPC_BOOT_ARCH from the
+//   devices present.
 // InvalidArgument for a description the tables cannot express (no CPUs, more than 254, APIC ids
 // above 254, a PCI bridge without windows, an MMIO device above 4 GiB, ...); ResourceExhausted when
 // the tables do not fit below `limit`.
@@ -55,8 +61,8 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
 // Writes every table to guest memory at its address.
 absl::Status WriteAcpiTables(const GuestMemory& memory, const AcpiTables& tables);
 
-// Writes each table to DIR/<signature>.dat (rsdp.dat, xsdt.dat, facp.dat, apic.dat, dsdt.dat),
-// the names acpidump/iasl use; for --dump-acpi. The directory must exist.
+// Writes each table to DIR/<signature>.dat (rsdp.dat, xsdt.dat, facp.dat, facs.dat, apic.dat,
+// dsdt.dat), the names acpidump/iasl use; for --dump-acpi. The directory must exist.
 absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directory);
 
 }  // namespace vmm::acpi

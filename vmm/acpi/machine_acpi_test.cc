@@ -53,7 +53,7 @@ MachineDescription SampleMachine(uint32_t cpus) {
   machine.devices.push_back({.node_name = "acpi-pm",
                              .compatible = {kAcpiPmCompatible},
                              .space = Space::kPortIo,
-                             .ranges = {{kAcpiSleepControlPort, 3}}});
+                             .ranges = {{kAcpiPmBase, kAcpiPmBlockSize}}});
   machine.devices.push_back({.node_name = "pci",
                              .compatible = {kPciConf1Compatible},
                              .space = Space::kPortIo,
@@ -84,7 +84,7 @@ std::string Text(const std::vector<uint8_t>& bytes) {
 TEST(MachineAcpiTest, LayoutAndPointers) {
   auto tables = BuildMachineAcpi(SampleMachine(2), kAcpiTablesAddress, kAcpiTablesEnd);
   ASSERT_TRUE(tables.ok()) << tables.status();
-  ASSERT_EQ(tables->tables.size(), 5u);
+  ASSERT_EQ(tables->tables.size(), 6u);
   EXPECT_EQ(tables->rsdp_address(), 0xe0000u);
   uint64_t previous_end = kAcpiTablesAddress;
   for (const AcpiTable& table : tables->tables) {
@@ -97,9 +97,13 @@ TEST(MachineAcpiTest, LayoutAndPointers) {
   const AcpiTable& rsdp = Find(*tables, "RSD PTR ");
   const AcpiTable& xsdt = Find(*tables, "XSDT");
   const AcpiTable& fadt = Find(*tables, "FACP");
+  const AcpiTable& facs = Find(*tables, "FACS");
   const AcpiTable& madt = Find(*tables, "APIC");
   const AcpiTable& dsdt = Find(*tables, "DSDT");
   EXPECT_EQ(Le(rsdp.bytes, 24, 8), xsdt.address);
+  EXPECT_EQ(facs.address % 64, 0u) << "5.2.10: the FACS is 64-byte aligned";
+  EXPECT_EQ(Le(fadt.bytes, fadt_offset::kFirmwareCtrl, 4), facs.address);
+  EXPECT_EQ(facs.bytes.size(), 64u);
   ASSERT_EQ(xsdt.bytes.size(), kTableHeaderBytes + 16);
   EXPECT_EQ(Le(xsdt.bytes, 36, 8), fadt.address);
   EXPECT_EQ(Le(xsdt.bytes, 44, 8), madt.address);
@@ -111,24 +115,35 @@ TEST(MachineAcpiTest, LayoutAndPointers) {
   }
 }
 
-TEST(MachineAcpiTest, FadtPointsAtThePowerManagementPorts) {
+TEST(MachineAcpiTest, FadtDescribesTheFixedHardware) {
   auto tables = BuildMachineAcpi(SampleMachine(1), kAcpiTablesAddress, kAcpiTablesEnd);
   ASSERT_TRUE(tables.ok()) << tables.status();
   const std::vector<uint8_t>& fadt = Find(*tables, "FACP").bytes;
-  EXPECT_EQ(Le(fadt, fadt_offset::kSleepControlReg + 4, 8), kAcpiSleepControlPort);
-  EXPECT_EQ(Le(fadt, fadt_offset::kSleepStatusReg + 4, 8), kAcpiSleepStatusPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kSciInt, 2), kAcpiSciIrq);
+  EXPECT_EQ(Le(fadt, fadt_offset::kSmiCmd, 4), 0u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPm1aEventBlock, 4), kAcpiPm1EventPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kXPm1aEventBlock + 4, 8), kAcpiPm1EventPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPm1aControlBlock, 4), kAcpiPm1ControlPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kXPm1aControlBlock + 4, 8), kAcpiPm1ControlPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPmTimerBlock, 4), kAcpiPmTimerPort);
+  EXPECT_EQ(Le(fadt, fadt_offset::kXPmTimerBlock + 4, 8), kAcpiPmTimerPort);
   EXPECT_EQ(Le(fadt, fadt_offset::kResetReg + 4, 8), kAcpiResetPort);
   EXPECT_EQ(fadt[fadt_offset::kResetValue], 0x42);
+  EXPECT_EQ(Le(fadt, fadt_offset::kSleepControlReg, 8), 0u) << "hardware-reduced only";
+  EXPECT_EQ(Le(fadt, fadt_offset::kSleepStatusReg, 8), 0u);
   const uint32_t flags = static_cast<uint32_t>(Le(fadt, fadt_offset::kFlags, 4));
-  EXPECT_NE(flags & kFadtHwReducedAcpi, 0u);
+  EXPECT_EQ(flags & kFadtHwReducedAcpi, 0u);
+  EXPECT_EQ(flags & kFadtPowerButton, 0u) << "the power button is a fixed feature";
+  EXPECT_NE(flags & kFadtSleepButton, 0u) << "there is no sleep button";
+  EXPECT_EQ(flags & kFadtTimerValueExtended, 0u) << "24-bit PM timer";
   EXPECT_NE(flags & kFadtResetRegSupported, 0u);
-  // Legacy devices and an 8042; no VGA, no CMOS RTC; MSI works.
+  // Legacy devices (the UART), no 8042 (reset line only), no VGA, no CMOS RTC; MSI works.
   EXPECT_EQ(Le(fadt, fadt_offset::kIapcBootArch, 2),
-            uint64_t{kBootArchLegacyDevices | kBootArch8042 | kBootArchVgaNotPresent |
-                     kBootArchPcieAspmControls | kBootArchCmosRtcNotPresent});
+            uint64_t{kBootArchLegacyDevices | kBootArchVgaNotPresent | kBootArchPcieAspmControls |
+                     kBootArchCmosRtcNotPresent});
 }
 
-TEST(MachineAcpiTest, WithoutPowerManagementDeviceNoSleepRegistersAndNoS5) {
+TEST(MachineAcpiTest, WithoutPowerManagementDeviceHardwareReducedWithoutS5) {
   MachineDescription machine = SampleMachine(1);
   std::erase_if(machine.devices, [](const DeviceDescription& device) {
     return device.compatible.front() == kAcpiPmCompatible;
@@ -138,6 +153,14 @@ TEST(MachineAcpiTest, WithoutPowerManagementDeviceNoSleepRegistersAndNoS5) {
   const std::vector<uint8_t>& fadt = Find(*tables, "FACP").bytes;
   EXPECT_EQ(Le(fadt, fadt_offset::kSleepControlReg, 8), 0u);
   EXPECT_EQ(Le(fadt, fadt_offset::kFlags, 4) & kFadtResetRegSupported, 0u);
+  EXPECT_NE(Le(fadt, fadt_offset::kFlags, 4) & kFadtHwReducedAcpi, 0u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPm1aEventBlock, 4), 0u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kFirmwareCtrl, 4), 0u);
+  EXPECT_EQ(tables->tables.size(), 5u) << "no FACS";
+  for (size_t offset = 44; offset < Find(*tables, "APIC").bytes.size();
+       offset += Find(*tables, "APIC").bytes.at(offset + 1)) {
+    EXPECT_NE(Find(*tables, "APIC").bytes[offset], 2) << "no SCI, no override";
+  }
   EXPECT_THAT(Text(Find(*tables, "DSDT").bytes), Not(HasSubstr("_S5_")));
 }
 
@@ -148,6 +171,7 @@ TEST(MachineAcpiTest, MadtHasOneEnabledLocalApicPerCpu) {
     const std::vector<uint8_t>& madt = Find(*tables, "APIC").bytes;
     size_t local_apics = 0;
     size_t ioapics = 0;
+    size_t overrides = 0;
     for (size_t offset = 44; offset < madt.size(); offset += madt.at(offset + 1)) {
       ASSERT_GE(madt.at(offset + 1), 2u);
       switch (madt[offset]) {
@@ -164,7 +188,12 @@ TEST(MachineAcpiTest, MadtHasOneEnabledLocalApicPerCpu) {
           ++ioapics;
           break;
         case 2:
-          ADD_FAILURE() << "KVM's default routing needs no interrupt source override";
+          // Only the SCI's: ISA (bus 0) IRQ 9 -> GSI 9, active high (01), level (11 << 2).
+          EXPECT_EQ(madt[offset + 2], 0) << "bus";
+          EXPECT_EQ(madt[offset + 3], kAcpiSciIrq) << "source";
+          EXPECT_EQ(Le(madt, offset + 4, 4), kAcpiSciIrq) << "GSI";
+          EXPECT_EQ(Le(madt, offset + 8, 2), 0x000du) << "flags";
+          ++overrides;
           break;
         default:
           break;
@@ -172,6 +201,7 @@ TEST(MachineAcpiTest, MadtHasOneEnabledLocalApicPerCpu) {
     }
     EXPECT_EQ(local_apics, cpus);
     EXPECT_EQ(ioapics, 1u);
+    EXPECT_EQ(overrides, 1u) << "the SCI's; none for IRQ 0 (KVM's default routing)";
   }
 }
 
@@ -179,10 +209,12 @@ TEST(MachineAcpiTest, DsdtNamesTheDevices) {
   auto tables = BuildMachineAcpi(SampleMachine(1), kAcpiTablesAddress, kAcpiTablesEnd);
   ASSERT_TRUE(tables.ok()) << tables.status();
   const std::string dsdt = Text(Find(*tables, "DSDT").bytes);
-  for (const char* name :
-       {"_SB_", "PCI0", "COM1", "PS2K", "RES0", "RES1", "RES2", "_S5_", "_CRS"}) {
+  for (const char* name : {"_SB_", "PCI0", "COM1", "RES0", "RES1", "RES2", "_S5_", "_CRS"}) {
     EXPECT_THAT(dsdt, HasSubstr(name));
   }
+  // No keyboard controller for the OS to probe: the i8042 is only the reset line.
+  EXPECT_THAT(dsdt, Not(HasSubstr("PS2K")));
+  EXPECT_THAT(dsdt, Not(HasSubstr("RES3")));
 }
 
 TEST(MachineAcpiTest, RejectsWhatItCannotDescribe) {
@@ -252,7 +284,7 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
   ASSERT_TRUE(WriteAcpiFiles(*tables, dir).ok());
 
   // (iasl -d only takes tables with the standard header, so not the RSDP: RsdpTest checks it.)
-  for (const char* name : {"dsdt", "facp", "apic", "xsdt"}) {
+  for (const char* name : {"dsdt", "facp", "facs", "apic", "xsdt"}) {
     const std::string log = absl::StrCat(dir, "/", name, ".log");
     const std::string command =
         absl::StrCat("cd ", dir, " && /usr/bin/iasl -d ", name, ".dat >", log, " 2>&1");
@@ -260,6 +292,7 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
     const std::string output = ReadFile(log);
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command << "\n" << output;
     EXPECT_THAT(output, Not(HasSubstr("Error"))) << name;
+    EXPECT_THAT(output, Not(HasSubstr("Warning"))) << name;
     EXPECT_THAT(output, Not(HasSubstr("Invalid"))) << name;
     EXPECT_THAT(ReadFile(absl::StrCat(dir, "/", name, ".dsl")), Not(HasSubstr("**** ")))
         << name << ": iasl flagged a field";
@@ -269,14 +302,31 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
   EXPECT_THAT(dsdt, HasSubstr("EisaId (\"PNP0A03\")"));
   EXPECT_THAT(dsdt, HasSubstr("Device (COM1)"));
   EXPECT_THAT(dsdt, HasSubstr("EisaId (\"PNP0501\")"));
-  EXPECT_THAT(dsdt, HasSubstr("Device (PS2K)"));
+  EXPECT_THAT(dsdt, Not(HasSubstr("PNP0303")));
   EXPECT_THAT(dsdt, HasSubstr("Name (_S5, Package"));
   EXPECT_THAT(dsdt, HasSubstr("0x0CF8"));
   EXPECT_THAT(dsdt, HasSubstr("0xFEBFFFFF"));
   const std::string facp = ReadFile(dir + "/facp.dsl");
-  EXPECT_THAT(facp, HasSubstr("Hardware Reduced (V5) : 1"));
+  EXPECT_THAT(facp, HasSubstr("Hardware Reduced (V5) : 0"));
+  EXPECT_THAT(facp, HasSubstr("SCI Interrupt : 0009"));
+  EXPECT_THAT(facp, HasSubstr("SMI Command Port : 00000000"));
+  EXPECT_THAT(facp, HasSubstr("PM1A Event Block Address : 00000600"));
+  EXPECT_THAT(facp, HasSubstr("PM1A Control Block Address : 00000604"));
+  EXPECT_THAT(facp, HasSubstr("PM Timer Block Address : 00000608"));
+  EXPECT_THAT(facp, HasSubstr("PM1 Event Block Length : 04"));
+  EXPECT_THAT(facp, HasSubstr("PM1 Control Block Length : 02"));
+  EXPECT_THAT(facp, HasSubstr("PM Timer Block Length : 04"));
+  EXPECT_THAT(facp, HasSubstr("Control Method Power Button (V1) : 0"));
+  EXPECT_THAT(facp, HasSubstr("Control Method Sleep Button (V1) : 1"));
+  EXPECT_THAT(facp, HasSubstr("8042 Present on ports 60/64 (V2) : 0"));
+  const std::string facs = ReadFile(dir + "/facs.dsl");
+  EXPECT_THAT(facs, HasSubstr("Signature : \"FACS\""));
+  EXPECT_THAT(facs, HasSubstr("Version : 02"));
   const std::string apic = ReadFile(dir + "/apic.dsl");
   EXPECT_THAT(apic, HasSubstr("Local Apic ID : 01"));
+  EXPECT_THAT(apic, HasSubstr("Interrupt : 00000009"));
+  EXPECT_THAT(apic, HasSubstr("Trigger Mode : 3"));
+  EXPECT_THAT(apic, HasSubstr("Polarity : 1"));
 
   // The disassembly compiles back: the AML was well formed enough to round-trip.
   const std::string log = dir + "/recompile.log";

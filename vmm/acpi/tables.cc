@@ -42,6 +42,21 @@ void PutGas(std::span<uint8_t> out, size_t offset, const GenericAddress& gas) {
   PutLe(out, offset + 4, gas.address, 8);
 }
 
+// A fixed-hardware block: its 32-bit port field and length, and its X_ Generic Address Structure.
+// The 32-bit fields only exist for system I/O below 4 GiB.
+void PutFixedBlock(std::span<uint8_t> out, size_t port_offset, size_t length_offset,
+                   size_t gas_offset, const GenericAddress& gas) {
+  if (gas.address == 0) return;
+  PutGas(out, gas_offset, gas);
+  if (gas.address_space_id == GenericAddress::kSystemIo && gas.address <= 0xffff'ffff) {
+    PutLe(out, port_offset, gas.address, 4);
+    out[length_offset] = static_cast<uint8_t>(gas.bit_width / 8);
+  }
+}
+
+constexpr uint16_t kNoC2Latency = 0xfff;
+constexpr uint16_t kNoC3Latency = 0xfff;
+
 }  // namespace
 
 uint8_t Checksum(std::span<const uint8_t> bytes) {
@@ -100,6 +115,20 @@ std::vector<uint8_t> BuildFadt(const FadtConfig& config) {
   std::vector<uint8_t> table(kFadtBytes, 0);
   std::span<uint8_t> t(table);
   // Header fields are rewritten by Table(); build the body in place, then wrap it.
+  PutLe(t, fadt_offset::kFirmwareCtrl, config.facs_address, 4);
+  PutLe(t, fadt_offset::kSciInt, config.sci_interrupt, 2);
+  // SMI_CMD 0: no SMM; the platform is in ACPI mode from reset (PM1_CNT.SCI_EN reads 1), so an OS
+  // never has an ACPI_ENABLE to send (4.8.2.1 "Legacy/ACPI select").
+  PutFixedBlock(t, fadt_offset::kPm1aEventBlock, fadt_offset::kPm1EventLength,
+                fadt_offset::kXPm1aEventBlock, config.pm1a_event_block);
+  PutFixedBlock(t, fadt_offset::kPm1aControlBlock, fadt_offset::kPm1ControlLength,
+                fadt_offset::kXPm1aControlBlock, config.pm1a_control_block);
+  PutFixedBlock(t, fadt_offset::kPmTimerBlock, fadt_offset::kPmTimerLength,
+                fadt_offset::kXPmTimerBlock, config.pm_timer_block);
+  // 5.2.9: a P_LVL2_LAT above 100 means C2 is not supported, a P_LVL3_LAT above 1000 that C3 is
+  // not (the vCPUs have no P_BLK and no _CST: C1/HLT only).
+  PutLe(t, fadt_offset::kC2Latency, kNoC2Latency, 2);
+  PutLe(t, fadt_offset::kC3Latency, kNoC3Latency, 2);
   PutLe(t, fadt_offset::kIapcBootArch, config.iapc_boot_arch, 2);
   PutLe(t, fadt_offset::kFlags, config.flags, 4);
   PutGas(t, fadt_offset::kResetReg, config.reset_register);
@@ -111,6 +140,16 @@ std::vector<uint8_t> BuildFadt(const FadtConfig& config) {
   // 5.2.9: "Hypervisor Vendor Identity": an 8-byte identifier of the hypervisor, if any.
   std::memcpy(&table[fadt_offset::kHypervisorVendor], "microvm\0", 8);
   return Table("FACP", kFadtRevision, std::span<const uint8_t>(table).subspan(kTableHeaderBytes));
+}
+
+std::vector<uint8_t> BuildFacs() {
+  std::vector<uint8_t> out(kFacsBytes, 0);
+  std::memcpy(out.data(), "FACS", 4);
+  PutLe(out, 4, kFacsBytes, 4);  // Length
+  // Hardware signature (8), firmware waking vector (12), global lock (16), flags (20), X firmware
+  // waking vector (24): 0. Version at 32; OSPM flags (36) and the reserved rest: 0.
+  out[32] = kFacsVersion;
+  return out;
 }
 
 std::vector<uint8_t> BuildMadt(const MadtConfig& config) {

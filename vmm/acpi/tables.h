@@ -23,6 +23,8 @@ inline constexpr uint32_t kCreatorRevision = 1;
 inline constexpr size_t kTableHeaderBytes = 36;  // 5.2.6
 inline constexpr size_t kRsdpBytes = 36;         // 5.2.5.3, revision 2
 inline constexpr size_t kFadtBytes = 276;        // 5.2.9, ACPI 6.0 and later
+inline constexpr size_t kFacsBytes = 64;         // 5.2.10
+inline constexpr size_t kFacsAlignment = 64;     // 5.2.10: "aligns the FACS on a 64-byte boundary"
 
 // 5.2.5.3: the RSDP's two checksums: bytes 0-19 sum to 0, and all 36 bytes sum to 0.
 inline constexpr size_t kRsdpV1ChecksumBytes = 20;
@@ -44,15 +46,19 @@ std::vector<uint8_t> BuildRsdp(uint64_t xsdt_address);
 // to, nor the FACS).
 std::vector<uint8_t> BuildXsdt(std::span<const uint64_t> table_addresses);
 
-// A Generic Address Structure (5.2.3.2) in system I/O space (address space id 1) of `bit_width`
-// bits at `port`, accessed with byte accesses. An all-zero structure means "not present".
+// A Generic Address Structure (5.2.3.2). An all-zero structure means "not present".
 struct GenericAddress {
+  static constexpr uint8_t kSystemIo = 1;  // address space id
   uint8_t address_space_id = 0;
   uint8_t bit_width = 0;
   uint8_t bit_offset = 0;
-  uint8_t access_size = 0;  // 1 byte, 2 word, 3 dword, 4 qword
+  uint8_t access_size = 0;  // 0 undefined (legacy), 1 byte, 2 word, 3 dword, 4 qword
   uint64_t address = 0;
-  static GenericAddress Port8(uint16_t port) { return {1, 8, 0, 1, port}; }
+  // A register block of `bit_width` bits at I/O `port`, accessed `access_size` at a time.
+  static GenericAddress Port(uint16_t port, uint8_t bit_width, uint8_t access_size) {
+    return {kSystemIo, bit_width, 0, access_size, port};
+  }
+  static GenericAddress Port8(uint16_t port) { return Port(port, 8, 1); }
 };
 
 // 5.2.9 Table 5.10 Fixed ACPI Description Table flags.
@@ -60,6 +66,7 @@ inline constexpr uint32_t kFadtWbinvd = 1u << 0;
 inline constexpr uint32_t kFadtProcC1 = 1u << 2;
 inline constexpr uint32_t kFadtPowerButton = 1u << 4;  // 1: no fixed-feature power button
 inline constexpr uint32_t kFadtSleepButton = 1u << 5;  // 1: no fixed-feature sleep button
+inline constexpr uint32_t kFadtTimerValueExtended = 1u << 8;  // 1: 32-bit PM timer, 0: 24-bit
 inline constexpr uint32_t kFadtResetRegSupported = 1u << 10;
 inline constexpr uint32_t kFadtHwReducedAcpi = 1u << 20;
 // 5.2.9.3 Table 5.11 IA-PC Boot Architecture Flags.
@@ -76,10 +83,22 @@ inline constexpr uint8_t kFadtMinorRevision = 5;
 
 struct FadtConfig {
   uint64_t dsdt_address = 0;  // written to X_DSDT; the 32-bit DSDT field stays 0
+  // Written to FIRMWARE_CTRL (the FACS must lie below 4 GiB); X_FIRMWARE_CTRL stays 0 (ACPI 6.0
+  // 5.2.9: only one of the two may be non-zero). 0: no FACS (hardware-reduced only).
+  uint32_t facs_address = 0;
+  uint16_t sci_interrupt = 0;  // SCI_INT: an ISA IRQ (the MADT may override its GSI)
   uint32_t flags = 0;
   uint16_t iapc_boot_arch = 0;
+  // 4.8.3 fixed-hardware register blocks in system I/O space (absent: all zero). Each is written
+  // to both its X_ Generic Address Structure and its 32-bit port field, with the 32-bit length
+  // field = bit_width / 8, so the two forms always agree (ACPICA warns of any mismatch). SMI_CMD,
+  // the PM1b/PM2/GPE blocks stay 0: no SMM, one PM1 register set, no GPEs.
+  GenericAddress pm1a_event_block;    // PM1_STS + PM1_EN, 32 bits
+  GenericAddress pm1a_control_block;  // PM1_CNT, 16 bits
+  GenericAddress pm_timer_block;      // PM_TMR, 32 bits
   GenericAddress reset_register;
   uint8_t reset_value = 0;
+  // Hardware-reduced only (4.8.3.7).
   GenericAddress sleep_control_register;
   GenericAddress sleep_status_register;
 };
@@ -89,6 +108,16 @@ namespace fadt_offset {
 inline constexpr size_t kFirmwareCtrl = 36;
 inline constexpr size_t kDsdt = 40;
 inline constexpr size_t kSciInt = 46;
+inline constexpr size_t kSmiCmd = 48;
+inline constexpr size_t kPm1aEventBlock = 56;
+inline constexpr size_t kPm1aControlBlock = 64;
+inline constexpr size_t kPmTimerBlock = 76;
+inline constexpr size_t kPm1EventLength = 88;
+inline constexpr size_t kPm1ControlLength = 89;
+inline constexpr size_t kPmTimerLength = 91;
+inline constexpr size_t kGpe0BlockLength = 92;
+inline constexpr size_t kC2Latency = 96;
+inline constexpr size_t kC3Latency = 98;
 inline constexpr size_t kIapcBootArch = 109;
 inline constexpr size_t kFlags = 112;
 inline constexpr size_t kResetReg = 116;
@@ -96,14 +125,22 @@ inline constexpr size_t kResetValue = 128;
 inline constexpr size_t kMinorVersion = 131;
 inline constexpr size_t kXFirmwareCtrl = 132;
 inline constexpr size_t kXDsdt = 140;
+inline constexpr size_t kXPm1aEventBlock = 148;
+inline constexpr size_t kXPm1aControlBlock = 172;
+inline constexpr size_t kXPmTimerBlock = 208;
 inline constexpr size_t kSleepControlReg = 244;
 inline constexpr size_t kSleepStatusReg = 256;
 inline constexpr size_t kHypervisorVendor = 268;
 }  // namespace fadt_offset
 
-// 5.2.9 FADT, revision 6.5. Everything not in `config` is zero, as a hardware-reduced platform
-// requires (no PM1/PM2/GPE blocks, PM timer, SCI, SMI command port or FACS).
+// 5.2.9 FADT, revision 6.5. Everything not in `config` is zero, except P_LVL2_LAT and P_LVL3_LAT,
+// which say "no C2, no C3" (values above 100 and 1000 us).
 std::vector<uint8_t> BuildFadt(const FadtConfig& config);
+
+// 5.2.10 FACS, version 2, 64 bytes: no hardware signature, waking vectors and global lock zero (the
+// OS owns them from boot), no S4BIOS, no 64-bit wake. The FACS has no table header or checksum.
+inline constexpr uint8_t kFacsVersion = 2;
+std::vector<uint8_t> BuildFacs();
 
 // 5.2.12 MADT.
 inline constexpr uint8_t kMadtRevision = 5;  // ACPI 6.3+

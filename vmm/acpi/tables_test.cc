@@ -103,6 +103,64 @@ TEST(FadtTest, HardwareReducedLayout) {
   for (size_t offset = 148; offset < 244; ++offset) EXPECT_EQ(fadt[offset], 0) << offset;
 }
 
+TEST(FadtTest, FixedHardwareLayout) {
+  FadtConfig config;
+  config.dsdt_address = 0xe0200;
+  config.facs_address = 0xe0200;
+  config.sci_interrupt = 9;
+  config.flags = kFadtSleepButton | kFadtResetRegSupported;
+  config.pm1a_event_block = GenericAddress::Port(0x600, 32, 2);
+  config.pm1a_control_block = GenericAddress::Port(0x604, 16, 2);
+  config.pm_timer_block = GenericAddress::Port(0x608, 32, 3);
+  config.reset_register = GenericAddress::Port8(0x60c);
+  config.reset_value = 0x42;
+  const std::vector<uint8_t> fadt = BuildFadt(config);
+  ExpectHeader(fadt, "FACP", 6);
+  EXPECT_EQ(Le(fadt, fadt_offset::kFirmwareCtrl, 4), 0xe0200u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kXFirmwareCtrl, 8), 0u) << "only one FACS pointer";
+  EXPECT_EQ(Le(fadt, fadt_offset::kSciInt, 2), 9u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kSmiCmd, 4), 0u) << "no SMM: always in ACPI mode";
+  // 32-bit blocks and lengths, and the X_ structures: the same ports and widths.
+  EXPECT_EQ(Le(fadt, fadt_offset::kPm1aEventBlock, 4), 0x600u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPm1aControlBlock, 4), 0x604u);
+  EXPECT_EQ(Le(fadt, fadt_offset::kPmTimerBlock, 4), 0x608u);
+  EXPECT_EQ(fadt[fadt_offset::kPm1EventLength], 4);
+  EXPECT_EQ(fadt[fadt_offset::kPm1ControlLength], 2);
+  EXPECT_EQ(fadt[fadt_offset::kPmTimerLength], 4);
+  EXPECT_THAT(std::vector<uint8_t>(fadt.begin() + fadt_offset::kXPm1aEventBlock,
+                                   fadt.begin() + fadt_offset::kXPm1aEventBlock + 12),
+              ElementsAre(1, 32, 0, 2, 0x00, 0x06, 0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(std::vector<uint8_t>(fadt.begin() + fadt_offset::kXPm1aControlBlock,
+                                   fadt.begin() + fadt_offset::kXPm1aControlBlock + 12),
+              ElementsAre(1, 16, 0, 2, 0x04, 0x06, 0, 0, 0, 0, 0, 0));
+  EXPECT_THAT(std::vector<uint8_t>(fadt.begin() + fadt_offset::kXPmTimerBlock,
+                                   fadt.begin() + fadt_offset::kXPmTimerBlock + 12),
+              ElementsAre(1, 32, 0, 3, 0x08, 0x06, 0, 0, 0, 0, 0, 0));
+  // No PM1b, PM2 or GPE blocks (32-bit or X_), no sleep registers.
+  for (size_t offset : {60, 68, 72, 80, 84}) EXPECT_EQ(Le(fadt, offset, 4), 0u) << offset;
+  for (size_t offset = 90; offset < 96; ++offset) {
+    if (offset != fadt_offset::kPmTimerLength) EXPECT_EQ(fadt[offset], 0) << offset;
+  }
+  for (size_t offset : {160, 184, 196, 220, 232, 244, 256}) {
+    EXPECT_EQ(Le(fadt, offset, 8), 0u) << offset;
+    EXPECT_EQ(Le(fadt, offset + 4, 8), 0u) << offset;
+  }
+  // No C2/C3.
+  EXPECT_GT(Le(fadt, fadt_offset::kC2Latency, 2), 100u);
+  EXPECT_GT(Le(fadt, fadt_offset::kC3Latency, 2), 1000u);
+}
+
+TEST(FacsTest, SixtyFourBytesVersionTwo) {
+  const std::vector<uint8_t> facs = BuildFacs();
+  ASSERT_EQ(facs.size(), 64u);
+  EXPECT_EQ(Chars(facs, 0, 4), "FACS");
+  EXPECT_EQ(Le(facs, 4, 4), 64u);
+  EXPECT_EQ(facs[32], 2);
+  for (size_t offset = 8; offset < 64; ++offset) {
+    if (offset != 32) EXPECT_EQ(facs[offset], 0) << offset;
+  }
+}
+
 TEST(MadtTest, OneLocalApicPerCpu) {
   for (uint8_t cpus : {1, 2, 4, 40}) {
     MadtConfig config;

@@ -59,11 +59,12 @@ constexpr uint32_t kCpuFeatureApic = 1u << 9;
 constexpr uint8_t kAllLocalApics = 0xff;
 
 MpInterruptEntry InterruptEntry(MpEntryType type, MpInterruptType interrupt_type,
-                                uint8_t source_irq, uint8_t destination, uint8_t pin) {
+                                uint8_t source_irq, uint8_t destination, uint8_t pin,
+                                uint16_t flags = kMpConformsToBus) {
   return MpInterruptEntry{
       .type = type,
       .interrupt_type = interrupt_type,
-      .flags = 0,  // Polarity and trigger "conform to the bus": ISA is edge, active high.
+      .flags = flags,
       .source_bus_id = kMpIsaBusId,
       .source_bus_irq = source_irq,
       .destination_apic_id = destination,
@@ -119,10 +120,12 @@ absl::Status WriteMpTable(const GuestMemory& memory, uint32_t num_cpus) {
                 });
   ++entry_count;
 
-  // 4.3.4: ISA IRQ n -> IOAPIC pin n, including IRQ 0 (see the header for why not pin 2).
+  // 4.3.4: ISA IRQ n -> IOAPIC pin n, including IRQ 0 (see the header for why not pin 2). The
+  // ACPI SCI on IRQ 9 is level-triggered, active high, as the MADT's override says.
   for (uint32_t irq = 0; irq < kMpIsaIrqCount; ++irq) {
     Append(table, InterruptEntry(kMpIoInterrupt, kMpInt, static_cast<uint8_t>(irq), ioapic_id,
-                                 static_cast<uint8_t>(irq)));
+                                 static_cast<uint8_t>(irq),
+                                 irq == kAcpiSciIrq ? kMpLevelActiveHigh : kMpConformsToBus));
     ++entry_count;
   }
 

@@ -93,6 +93,10 @@ struct MpInterruptEntry {
   uint8_t destination_pin;
 };
 
+// Table 4-10 I/O interrupt entry flags: polarity (PO) bits 1:0, trigger mode (EL) bits 3:2.
+inline constexpr uint16_t kMpConformsToBus = 0;  // ISA: edge, active high
+inline constexpr uint16_t kMpLevelActiveHigh = 0b01 | (0b11 << 2);
+
 // Table 4-11 interrupt types.
 enum MpInterruptType : uint8_t {
   kMpInt = 0,      // vectored interrupt, vector from the APIC redirection table
@@ -127,7 +131,9 @@ inline constexpr uint32_t kMpTableMaxCpus =
 // Writes an MP Specification 1.4 table at kMpTableAddress: the floating pointer, then the
 // configuration table right after it with processors (APIC ids 0..num_cpus-1, cpu 0 the
 // bootstrap processor), the ISA bus, the IOAPIC (id num_cpus, at kIoapicAddress), ISA IRQ n routed
-// to IOAPIC pin n for n in 0..15, ExtINT on LINT0 and NMI on LINT1 of every local APIC.
+// to IOAPIC pin n for n in 0..15 (edge, active high as on ISA, except IRQ 9, the ACPI SCI
+// kAcpiSciIrq: level, active high, as in the ACPI MADT), ExtINT on LINT0 and NMI on LINT1 of every
+// local APIC.
 //
 // ISA IRQ 0 goes to pin 0, not pin 2 as on PC chipsets: the VMM keeps KVM's default GSI routing
 // (kvm_setup_default_irq_routing: GSI n -> IOAPIC pin n and 8259 input n for n < 16), and KVM's

@@ -135,7 +135,8 @@ TEST(MpTableTest, FourCpus) {
   for (uint8_t irq = 0; irq < 16; ++irq) {
     const MpInterruptEntry& e = t.io_interrupts[irq];
     EXPECT_EQ(e.interrupt_type, kMpInt);
-    EXPECT_EQ(e.flags, 0);
+    // ISA edge/high, except the ACPI SCI on IRQ 9: level (11 << 2), active high (01).
+    EXPECT_EQ(e.flags, irq == 9 ? 0x0d : 0) << int{irq};
     EXPECT_EQ(e.source_bus_id, kMpIsaBusId);
     EXPECT_EQ(e.source_bus_irq, irq);
     EXPECT_EQ(e.destination_apic_id, 4);
