@@ -17,6 +17,7 @@
 #include "vmm/guest_memory.h"
 #include "vmm/layout.h"
 #include "vmm/machine_description.h"
+#include "vmm/machine_description_testing.h"
 
 namespace vmm::acpi {
 namespace {
@@ -31,25 +32,7 @@ MachineDescription SampleMachine(uint32_t cpus) {
   MachineDescription machine;
   machine.memory = {{0, 256ull << 20}};
   for (uint32_t id = 0; id < cpus; ++id) machine.cpu_apic_ids.push_back(id);
-  machine.stdout_device = "serial@3f8";
-  machine.devices.push_back({.node_name = "serial",
-                             .compatible = {"ns16550a"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kCom1Port, 8}},
-                             .interrupt = kCom1Irq,
-                             .clock_frequency = 1843200});
-  machine.devices.push_back({.node_name = "keyboard-controller",
-                             .compatible = {"intel,8042"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}});
-  machine.devices.push_back({.node_name = "debug-exit",
-                             .compatible = {"microvm,debug-exit"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kDebugExitPort, 1}}});
-  machine.devices.push_back({.node_name = "post-code",
-                             .compatible = {"microvm,post-code"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kPostCodePort, 1}}});
+  fixtures::AddLegacyPortDevices(machine);
   machine.devices.push_back({.node_name = "acpi-pm",
                              .compatible = {kAcpiPmCompatible},
                              .space = Space::kPortIo,

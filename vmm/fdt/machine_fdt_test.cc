@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "vmm/layout.h"
 #include "vmm/machine_description.h"
+#include "vmm/machine_description_testing.h"
 
 namespace vmm::fdt {
 namespace {
@@ -31,25 +32,7 @@ MachineDescription SampleMachine() {
   machine.memory = {{0, kMmioHoleStart}, {kHighRamStart, 2ull << 30}};
   machine.cpu_apic_ids = {0, 1, 2, 3};
   machine.cmdline = "console=ttyS0 reboot=k panic=1";
-  machine.stdout_device = "serial@3f8";
-  machine.devices.push_back({.node_name = "serial",
-                             .compatible = {"ns16550a"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kCom1Port, 8}},
-                             .interrupt = kCom1Irq,
-                             .clock_frequency = 1843200});
-  machine.devices.push_back({.node_name = "keyboard-controller",
-                             .compatible = {"intel,8042"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}});
-  machine.devices.push_back({.node_name = "debug-exit",
-                             .compatible = {"microvm,debug-exit"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kDebugExitPort, 1}}});
-  machine.devices.push_back({.node_name = "post-code",
-                             .compatible = {"microvm,post-code"},
-                             .space = Space::kPortIo,
-                             .ranges = {{kPostCodePort, 1}}});
+  fixtures::AddLegacyPortDevices(machine);
   machine.devices.push_back({.node_name = "virtio-mmio",
                              .compatible = {"virtio,mmio", "microvm,virtio"},
                              .space = Space::kMmio,
