@@ -12,10 +12,23 @@
 #   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
 #   guest_timeout=300      seconds before the guest gives up and powers off
 #   verbose=1              leave kernel messages on the console (default: only emergencies)
+#   MODULE.PARAM=VALUE     passed to insmod MODULE (e.g. libata.fua=1): modprobe would read them
+#                          from /proc/cmdline, busybox insmod does not
+#   final=poweroff|reboot  how the guest ends (poweroff -f, or reboot -f: a VMM without ACPI power-off
+#                          ends on the i8042 reset that reboot=k asks for)
+#   final_marker=1         before ending, print @@FINAL and wait (at most 60 s) for a line on the
+#                          console's input: the host reads the VMM's statistics meanwhile
+#   interrupts=1           at the end, the virtio and ata lines of /proc/interrupts as RESULT irq
+#   dmesg_show=REGEX       at the end, the kernel lines matching REGEX (grep -E) as RESULT dmesg_show
+#   At the end of every scenario: RESULT dmesg_bad=LINE for each kernel line with WARNING, BUG,
+#   Call Trace, I/O error, ACPI Error or ACPI BIOS Error, RESULT dmesg_bad_count=N, RESULT cpus_online,
+#   RESULT module_param=MODULE.PARAM=VALUE (as the module has it) for each MODULE.PARAM= argument
 #   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0 marker=NAME (@@NAME before fio starts)
+#              numjobs=N: N jobs, job i on CPU i writing its own size= region after the previous one
 #   fio-bench: qd=1 seconds=5 size=64M rw=randwrite bs=4k sync=1 engine=libaio
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
+#   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
 #   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
 #   media:     iso_file iso_md5 iso2_file iso2_md5, media_wait=60 (seconds per phase),
 #              media_poll_ms=0 (block events_dfl_poll_msecs: >0 lets sr poll with GET EVENT STATUS)
@@ -47,20 +60,55 @@ scenario=${arg_scenario:-none}
 
 result() { echo "RESULT $1=$2"; }
 info() { echo "INFO $*"; }
+final_report() {  # what every run reports last: suspicious kernel lines, CPUs, interrupts
+  local line n=0
+  dmesg | grep -E 'WARNING|BUG|Call Trace|I/O error|ACPI Error|ACPI BIOS Error' > /tmp/dmesg.bad
+  while IFS= read -r line; do
+    result dmesg_bad "$(echo "$line" | sed 's/^\[ *[0-9.]*\] //')"
+    n=$((n + 1))
+  done < /tmp/dmesg.bad
+  result dmesg_bad_count "$n"
+  result cpus_online "$(cat /sys/devices/system/cpu/online 2>/dev/null)"
+  # MODULE.PARAM=VALUE words: the value the module ended up with (RESULT module_param).
+  for line in $(cat /proc/cmdline); do
+    case "$line" in ?*.?*=*) ;; *) continue ;; esac
+    n=${line%%=*}
+    [ ! -r "/sys/module/${n%%.*}/parameters/${n#*.}" ] ||
+      result module_param "$n=$(cat "/sys/module/${n%%.*}/parameters/${n#*.}")"
+  done
+  if [ "${arg_interrupts:-0}" = 1 ]; then
+    grep -E 'virtio|ata' /proc/interrupts | sed 's/  */ /g' | while IFS= read -r line; do
+      result irq "$line"
+    done
+    [ -z "$disk" ] || result nr_queues "$(ls "/sys/block/$disk/mq" 2>/dev/null | wc -l)"
+  fi
+  if [ -n "${arg_dmesg_show:-}" ]; then
+    dmesg | grep -E "$arg_dmesg_show" | while IFS= read -r line; do
+      result dmesg_show "$line"
+    done
+  fi
+}
 finish() {
   sync
+  if [ "${arg_final_marker:-0}" = 1 ]; then
+    echo "@@FINAL"
+    read -r -t 60 _ || info "no answer to @@FINAL within 60 s"
+  fi
+  [ "${arg_final:-poweroff}" = reboot ] && reboot -f
   poweroff -f
   sleep 2
   echo o > /proc/sysrq-trigger
 }
 pass() {
   result scenario_seconds "$(elapsed "$T_READY")"
+  final_report
   echo "SCENARIO $scenario PASS"
   finish
 }
 fail() {
   echo "DMESG-TAIL (last 40 kernel lines)"
   dmesg | tail -n 40 | sed 's/^/DMESG /'
+  final_report
   echo "SCENARIO $scenario FAIL $*"
   finish
 }
@@ -86,6 +134,9 @@ while read -r path; do
   params=""
   # Scan targets synchronously while virtio_scsi probes, so that every LUN exists afterwards.
   [ "$name" = scsi_mod ] && params="scan=sync"
+  for word in $(cat /proc/cmdline); do
+    case "$word" in "$name".?*=*) params="$params ${word#"$name".}" ;; esac
+  done
   insmod "$path" $params 2>/tmp/insmod.err || info "insmod $name failed: $(cat /tmp/insmod.err)"
 done < /etc/modules.load
 result modules_uptime "$(uptime_s)"
@@ -174,6 +225,11 @@ scenario_probe() {
   result nr_queues "$(ls "$sys/mq" | wc -l)"
   result nr_cpus "$(grep -c ^processor /proc/cpuinfo)"
   result rotational "$(cat "$q/rotational")"
+  # Every SCSI disk in one line each (several drives with different cache modes in one boot).
+  for d in $(ls /sys/block | grep '^sd' | sort); do
+    line=$(dmesg | grep -F "[$d]" | grep -E 'DPO|FUA' | tail -n 1 | sed 's/^\[ *[0-9.]*\] //')
+    result disk_line "$d $(basename "$(readlink -f "/sys/block/$d/device")") fua=$(cat "/sys/block/$d/queue/fua") write_cache=$(cat "/sys/block/$d/queue/write_cache" | tr ' ' _) :: $line"
+  done
   result max_sectors_kb "$(cat "$q/max_sectors_kb")"
   result max_hw_sectors_kb "$(cat "$q/max_hw_sectors_kb")"
   result discard_max_bytes "$(cat "$q/discard_max_bytes")"
@@ -206,15 +262,20 @@ scenario_probe() {
 
 scenario_fio() {
   [ -n "$disk" ] || fail "no SCSI disk"
-  local qd=${arg_qd:-1} size=${arg_size:-64M} out line st kib
+  local qd=${arg_qd:-1} size=${arg_size:-64M} out line st kib jobs=""
   kib=$(size_kib "$size")
-  result fio_job "randwrite bs=4k direct=1 sync=1 ioengine=${arg_engine:-libaio} iodepth=$qd size=$size verify=crc32c"
+  if [ -n "${arg_numjobs:-}" ]; then
+    # One job per CPU (blk-mq maps each CPU to its own hardware queue), each on its own region.
+    jobs="--numjobs=$arg_numjobs --group_reporting --offset_increment=$size --cpus_allowed=0-$((arg_numjobs - 1)) --cpus_allowed_policy=split"
+    kib=$((kib * arg_numjobs))
+  fi
+  result fio_job "randwrite bs=4k direct=1 sync=1 ioengine=${arg_engine:-libaio} iodepth=$qd size=$size verify=crc32c${jobs:+ $jobs}"
   # marker=NAME: tell the host fio is starting (e.g. to hot-plug memory while it runs).
   [ -z "${arg_marker:-}" ] || echo "@@$arg_marker"
   fio --name=verify --filename="/dev/$disk" --rw=randwrite --bs=4k --direct=1 --sync=1 \
     --ioengine="${arg_engine:-libaio}" --iodepth="$qd" --size="$size" --offset="${arg_offset:-0}" \
     --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 \
-    --runtime="${arg_runtime:-60}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
+    --runtime="${arg_runtime:-60}" $jobs --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
   st=$?
   line=$(grep '^3;' /tmp/fio.out | head -n 1)
   sed 's/^/INFO fio: /' /tmp/fio.err
@@ -335,10 +396,19 @@ check_iso_file() {  # name expected-md5 result-key: mounts /dev/$cd, compares, u
   fail "$1 on $cd: md5 ${sum:-unreadable}, expected $2"
 }
 
+check_disc_md5() {  # disc_md5=HEX: the whole disc, read through the block device
+  [ -n "${arg_disc_md5:-}" ] || return 0
+  local sum
+  sum=$(dd if="/dev/$cd" bs=64K 2>/dev/null | md5sum | cut -d' ' -f1)
+  result disc_md5 "$sum"
+  [ "$sum" = "$arg_disc_md5" ] || fail "the whole disc /dev/$cd has md5 $sum, expected $arg_disc_md5"
+}
+
 scenario_iso() {
   [ -n "$cd" ] || fail "no CD-ROM"
   result sr "$cd"
   result sr_size_sectors "$(cat "/sys/block/$cd/size")"
+  check_disc_md5
   check_iso_file "${arg_iso_file:-}" "${arg_iso_md5:-}" iso
   pass
 }
@@ -384,6 +454,7 @@ scenario_media() {
     echo "${arg_media_poll_ms}" > /sys/module/block/parameters/events_dfl_poll_msecs
   fi
   result media_poll_ms "$(cat /sys/module/block/parameters/events_dfl_poll_msecs)"
+  check_disc_md5
   # The kernel's disk events (DISK_MEDIA_CHANGE=1, DISK_EJECT_REQUEST=1) as uevents.
   uevent sh -c 'case "$DEVNAME" in *sr*) echo "$(cut -d" " -f1 /proc/uptime) $ACTION $DEVNAME${DISK_MEDIA_CHANGE:+ DISK_MEDIA_CHANGE=$DISK_MEDIA_CHANGE}${DISK_EJECT_REQUEST:+ DISK_EJECT_REQUEST=$DISK_EJECT_REQUEST}" >> /tmp/uevents ;; esac' &
   check_iso_file "${arg_iso_file:-}" "${arg_iso_md5:-}" media_first

@@ -38,6 +38,7 @@
 #   LINUX_ON_MARKER=FUNC   called as FUNC MARKER for every "@@MARKER" console line, in order
 #   LINUX_APPEND=""        extra kernel command-line words (e.g. "verbose=1")
 #   LINUX_QEMU_EXTRA=()    extra QEMU arguments for every run (array)
+#   LINUX_VMM_LABEL=qemu   prefix of the VMM's output (WORK/NAME.qemu.log) in a failure's log
 
 LINUX_FAILURES=${LINUX_FAILURES:-0}
 LINUX_LOG=""
@@ -197,7 +198,7 @@ linux_fail() {  # name message
     sed 's/^/    | /' "$LINUX_LOG"
   fi
   if [ -s "$LINUX_WORK/$1.qemu.log" ]; then
-    sed 's/^/    qemu| /' "$LINUX_WORK/$1.qemu.log"
+    sed "s/^/    ${LINUX_VMM_LABEL:-qemu}| /" "$LINUX_WORK/$1.qemu.log"
   fi
   LINUX_FAILURES=$((LINUX_FAILURES + 1))
 }

@@ -1,0 +1,149 @@
+# shellcheck shell=dash
+# Runs L2 guests in L1 (busybox sh): sourced by tests/nested/l1_init.sh before the job script
+# (/l1disk/job.sh, written by tests/nested/nested_harness.sh). One `microvm` per L2 run, its serial
+# console streamed onto L1's console with a prefix, its @@MARKER lines answered, its statistics read
+# through the control API (vmmctl) before the guest ends.
+#
+#   l2_run NAME "GUEST ARGS" MICROVM-FLAGS...
+#       boots $L2_KERNEL with $L2_INITRD (tests/linux/init.sh as /init) and the kernel command line
+#       "console=ttyS0 reboot=k panic=1 quiet guest_timeout=... final=reboot final_marker=1 GUEST ARGS"
+#       (a later word wins: "final=poweroff" in GUEST ARGS overrides). On L1's console:
+#         L2-BEGIN NAME / L2-CMD NAME ...
+#         L2[NAME]| LINE            every line of the L2 serial console
+#         L2-STATS NAME TAG drive=disk0 readRequests=... fuaNative=...   (vmmctl --json vm stats)
+#         L2-THREADS NAME TAG COMM=TICKS ...   CPU time (utime+stime) of each microvm thread
+#         L2-ACTION NAME TEXT       what a marker handler did (vmmctl's answer)
+#         L2-HUNG NAME TEXT         the VMM was killed by a watchdog (after L2-THREADS hung-a/hung-b,
+#                                   each thread's state and wchan, vm info and the statistics)
+#         L2ERR[NAME]| LINE         microvm's stderr (after the run)
+#         L2-END NAME status=N seconds=S
+#       @@FINAL (the guest is about to end): stats and threads tagged "final", then the guest is
+#       answered on its console input. Any other @@MARKER: "$L2_MARKERS MARKER" if set.
+#   l2_ctl ARGS...       vmmctl against the running L2's API socket
+#   l2_pid               the running microvm's pid
+#   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
+#   l2_action TEXT       print an L2-ACTION line
+#
+# Settings (variables the job sets): L2_KERNEL L2_INITRD (required), L2_MEM=512M, L2_TIMEOUT=600
+# (seconds before the VMM is killed), L2_EXIT_GRACE=20 (seconds the VMM gets to exit after the guest
+# printed its SCENARIO line), L2_MARKERS (a function name), MICROVM=/usr/local/bin/microvm,
+# VMMCTL=/usr/local/bin/vmmctl.
+
+L2_MEM=${L2_MEM:-512M}
+L2_TIMEOUT=${L2_TIMEOUT:-600}
+L2_EXIT_GRACE=${L2_EXIT_GRACE:-20}
+MICROVM=${MICROVM:-/usr/local/bin/microvm}
+VMMCTL=${VMMCTL:-/usr/local/bin/vmmctl}
+L2_MARKERS=${L2_MARKERS:-}
+
+l2_uptime() { read -r up _ < /proc/uptime; echo "$up"; }
+l2_pid() { cat "$L2_DIR/pid" 2>/dev/null; }
+l2_ctl() { "$VMMCTL" --api "unix:$L2_DIR/api.sock" "$@"; }
+l2_action() { echo "L2-ACTION $L2_NAME $*"; }
+
+l2_stats() {  # tag: one L2-STATS line per drive
+  l2_ctl --json vm stats 2>&1 | awk -v tag="L2-STATS $L2_NAME $1" '
+    /"drive":/ { if (rec != "") print tag, rec; v = $2; gsub(/[",]/, "", v); rec = "drive=" v; next }
+    /":/ && rec != "" { k = $1; v = $2; gsub(/[":,]/, "", k); gsub(/[",]/, "", v); rec = rec " " k "=" v }
+    /vmmctl:/ { print tag, "error", $0 }
+    END { if (rec != "") print tag, rec }'
+}
+
+l2_threads() {  # tag: CPU ticks of every microvm thread
+  local pid t line="" comm stat
+  pid=$(l2_pid)
+  [ -n "$pid" ] || return 0
+  for t in /proc/"$pid"/task/*; do
+    comm=$(cat "$t/comm" 2>/dev/null | tr ' ' _)
+    stat=$(sed 's/.*) //' "$t/stat" 2>/dev/null)
+    [ -n "$stat" ] || continue
+    # After "(comm) ": field 1 is the state, utime and stime are fields 12 and 13.
+    line="$line $comm=$(echo "$stat" | awk '{ print $12 + $13 }')"
+  done
+  echo "L2-THREADS $L2_NAME $1$line"
+}
+
+l2_hung() {  # why: what a watchdog saw before it kills the VMM
+  local pid t
+  pid=$(l2_pid)
+  echo "L2-HUNG $L2_NAME $1; killed"
+  l2_threads hung-a
+  sleep 1
+  l2_threads hung-b  # which threads still burn CPU (a vCPU looping, an iothread spinning)
+  for t in /proc/"$pid"/task/*; do
+    echo "L2-ACTION $L2_NAME thread $(cat "$t/comm" 2>/dev/null | tr ' ' _) state=$(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f1) wchan=$(cat "$t/wchan" 2>/dev/null)"
+  done
+  l2_action "vm info: $(l2_ctl --timeout 5 vm info 2>&1 | tr '\n' ' ')"
+  l2_stats hung
+  kill -KILL "$pid"
+}
+
+l2_console() {  # reads microvm's serial output
+  local cr line
+  cr=$(printf '\r')
+  while IFS= read -r line; do
+    line=${line%"$cr"}
+    echo "L2[$L2_NAME]| $line"
+    case "$line" in
+      @@FINAL)
+        l2_stats final
+        l2_threads final
+        echo "ok" >&3 ;;
+      @@*)
+        [ -z "$L2_MARKERS" ] || "$L2_MARKERS" "${line#@@}" ;;
+      "SCENARIO "*)
+        # The guest ends next: a VMM that does not exit within L2_EXIT_GRACE s is killed.
+        (
+          sleep "$L2_EXIT_GRACE"
+          pid=$(l2_pid)
+          if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ ! -e "$L2_DIR/status" ]; then
+            l2_hung "the VMM did not exit within $L2_EXIT_GRACE s of the guest's SCENARIO line"
+          fi
+        ) &
+        echo $! >> "$L2_DIR/watchdogs" ;;
+    esac
+  done
+  # The VMM has exited: stop the exit watchdogs, then let the marker handlers finish.
+  [ -r "$L2_DIR/watchdogs" ] && kill $(cat "$L2_DIR/watchdogs") 2>/dev/null
+  wait 2>/dev/null
+}
+
+l2_run() {  # name "guest args" microvm-flags...
+  L2_NAME=$1
+  local gargs=$2 t0 status wd
+  shift 2
+  L2_DIR=/tmp/l2-$L2_NAME
+  rm -rf "$L2_DIR"
+  mkdir -p "$L2_DIR"
+  mkfifo "$L2_DIR/in"
+  echo "L2-BEGIN $L2_NAME"
+  echo "L2-CMD $L2_NAME microvm $* -- $gargs"
+  t0=$(l2_uptime)
+  # fd 3 keeps the console input open (no EOF for the VMM) and is how @@FINAL is answered.
+  exec 3<>"$L2_DIR/in"
+  (
+    sleep "$L2_TIMEOUT"
+    pid=$(l2_pid)
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+      l2_hung "still running after L2_TIMEOUT=$L2_TIMEOUT s"
+    fi
+  ) &
+  wd=$!
+  (
+    "$MICROVM" --kernel="$L2_KERNEL" --initrd="$L2_INITRD" --memory="$L2_MEM" \
+      --cmdline="console=ttyS0 reboot=k panic=1 quiet guest_timeout=$((L2_TIMEOUT - 20)) final=reboot final_marker=1 $gargs" \
+      --api-socket="$L2_DIR/api.sock" "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    echo $! > "$L2_DIR/pid"
+    wait $!
+    echo $? > "$L2_DIR/status"
+  ) | l2_console
+  exec 3>&-
+  kill "$wd" 2>/dev/null
+  wait "$wd" 2>/dev/null
+  status=$(cat "$L2_DIR/status" 2>/dev/null)
+  # A VMM that ends by itself (not SIGKILL) removes the socket it created.
+  [ ! -e "$L2_DIR/api.sock" ] || l2_action "api socket left behind: $L2_DIR/api.sock"
+  sed "s/^/L2ERR[$L2_NAME]| /" "$L2_DIR/err"
+  echo "L2-END $L2_NAME status=${status:-none} seconds=$(awk -v a="$t0" -v b="$(l2_uptime)" 'BEGIN { printf "%.1f", b - a }')"
+  L2_MARKERS=""
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# Helpers for the nested-KVM tier (docs/nested.md): QEMU TCG (L0, this host) boots Debian's cloud
+# kernel as L1 with kvm-amd (a real /dev/kvm: TCG emulates SVM with nested paging); in L1 our
+# `microvm` boots the same kernel as L2 with the tests/linux initramfs (tests/linux/init.sh). One L1
+# boot runs a job of several L2 runs (tests/nested/l1_lib.sh); the host splits L1's console log into
+# one log per L2 run, in the format of tests/linux/linux_harness.sh, whose checks then apply.
+# Source it after tests/linux/linux_harness.sh; it defines functions and NESTED_* variables only.
+#
+#   nested_require                 linux_require, plus kvm-amd among the cloud kernel's modules
+#   nested_setup WORK MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL [CACHE]
+#                                  builds the L2 initramfs (init.sh, plus ata_piix for IDE) and the L1
+#                                  initramfs (l1_init.sh, kvm modules, microvm + vmmctl with libraries)
+#   nested_job BOOT                starts L1 boot BOOT: its work-disk directory NESTED_DISK (the L1
+#                                  job sees it as /l1disk) and job script NESTED_JOB (append to it:
+#                                  l2_run lines and L1-side marker handlers, see l1_lib.sh)
+#   nested_boot BOOT               builds the ext4 work disk, boots L1 (console log WORK/BOOT/l1.log,
+#                                  NESTED_LIVE=1 streams it), splits the per-run logs into
+#                                  NESTED_RUNS; skips the whole test ("SKIPPED: ...") when L1 has no
+#                                  /dev/kvm. Wall seconds in NESTED_SECONDS
+#   nested_select NAME             LINUX_LOG/LINUX_STATUS/LINUX_WORK of L2 run NAME (for linux_* checks)
+#   nested_check NAME [STATUS]     the run happened, the VMM exited with STATUS (default 0), no
+#                                  triple fault / KVM internal error / fatal VMM error / watchdog kill,
+#                                  no suspicious kernel line (RESULT dmesg_bad) unless it matches
+#                                  NESTED_DMESG_ALLOW; each problem is one linux_fail. Returns 1
+#                                  when the run itself went wrong (not for kernel lines)
+#   nested_check_pass NAME SCENARIO   nested_check NAME 0 and "SCENARIO x PASS"
+#   nested_stat NAME TAG DRIVE FIELD  a number from the run's L2-STATS lines (vmmctl --json names:
+#                                  writeRequests, flushRequests, fuaNative, fuaEmulated, ...)
+#   nested_threads NAME TAG        the run's L2-THREADS line (COMM=TICKS ...)
+#
+# Settings: NESTED_L1_MEM=2G NESTED_L1_SMP=2 NESTED_TIMEOUT=1800 (seconds per L1 boot)
+#   NESTED_LIVE=1           copy L1's console to stdout while it runs
+#   NESTED_DMESG_ALLOW=RE   kernel lines (RESULT dmesg_bad) matching RE are reported, not failed
+#   NESTED_L1_APPEND=""     extra L1 kernel command-line words (l1_verbose=1)
+
+NESTED_SECONDS=""
+NESTED_BOOTS=0
+
+nested_require() {
+  linux_require
+  grep -q '/kvm-amd\.ko' "/lib/modules/$LINUX_KVER/modules.dep" ||
+    linux_skip "the cloud kernel $LINUX_KVER has no kvm-amd module"
+}
+
+nested_setup() {  # work make-linux-initramfs init.sh make-nested-initramfs l1_init.sh l1_lib.sh microvm vmmctl [cache]
+  NESTED_WORK=$1
+  NESTED_L1_LIB=$6
+  NESTED_RUNS=$NESTED_WORK/runs
+  mkdir -p "$NESTED_RUNS"
+  local start=$SECONDS cache=${9:-}
+  NESTED_L2_INITRAMFS=$NESTED_WORK/l2-initramfs.gz
+  "$2" --kernel-version "$LINUX_KVER" --init "$3" --module ata_piix ${cache:+--cache "$cache"} \
+    "$NESTED_L2_INITRAMFS" || { echo "FAIL: $2 could not build the L2 initramfs"; exit 1; }
+  NESTED_L1_INITRAMFS=$NESTED_WORK/l1-initramfs.gz
+  "$4" --kernel-version "$LINUX_KVER" --init "$5" --microvm "$7" --vmmctl "$8" ${cache:+--cache "$cache"} \
+    "$NESTED_L1_INITRAMFS" || { echo "FAIL: $4 could not build the L1 initramfs"; exit 1; }
+  echo "initramfs: L2 $(stat -c %s "$NESTED_L2_INITRAMFS") bytes, L1 $(stat -c %s "$NESTED_L1_INITRAMFS") bytes (kernel $LINUX_KVER), built in $((SECONDS - start)) s"
+  NESTED_MKE2FS=/sbin/mke2fs
+  [ -x "$NESTED_MKE2FS" ] || NESTED_MKE2FS=$(command -v mke2fs)
+}
+
+nested_job() {  # boot
+  NESTED_DISK=$NESTED_WORK/$1/disk
+  NESTED_JOB=$NESTED_DISK/job.sh
+  rm -rf "${NESTED_WORK:?}/$1"
+  mkdir -p "$NESTED_DISK"
+  cp "$NESTED_L1_LIB" "$NESTED_DISK/l1_lib.sh"
+  # Hard links where possible: the kernel and L2 initramfs are the same for every boot.
+  ln -f "$LINUX_KERNEL" "$NESTED_DISK/vmlinuz" 2>/dev/null || cp "$LINUX_KERNEL" "$NESTED_DISK/vmlinuz"
+  ln -f "$NESTED_L2_INITRAMFS" "$NESTED_DISK/initramfs.gz" 2>/dev/null ||
+    cp "$NESTED_L2_INITRAMFS" "$NESTED_DISK/initramfs.gz"
+  cat > "$NESTED_JOB" <<'EOF'
+# The job of one L1 boot (written by tests/nested/nested_harness.sh; runs in L1 under busybox sh).
+L2_KERNEL=/l1disk/vmlinuz
+L2_INITRD=/l1disk/initramfs.gz
+EOF
+}
+
+nested_split() {  # l1-log: per-run logs in NESTED_RUNS
+  local log=$1 name
+  for name in $(sed -n 's/^L2-BEGIN \([^ ]*\)$/\1/p' "$log"); do
+    rm -f "$NESTED_RUNS/$name".*
+    grep -F "L2[$name]| " "$log" | sed "s/^L2\[$name\]| //" > "$NESTED_RUNS/$name.log"
+    {
+      grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
+      grep "^L2-HUNG $name " "$log"
+    } > "$NESTED_RUNS/$name.qemu.log"
+    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END) $name " "$log" > "$NESTED_RUNS/$name.events"
+    sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"
+  done
+}
+
+nested_boot() {  # boot
+  local boot=$1 dir=$NESTED_WORK/$1 bytes img log start status tail_pid=""
+  NESTED_BOOTS=$((NESTED_BOOTS + 1))
+  echo 'echo "L1-JOB-END"' >> "$NESTED_JOB"
+  img=$dir/work.img
+  log=$dir/l1.log
+  # Room for what the L2 runs write into their (sparse) images, and for the ext4 journal.
+  bytes=$(du -s --apparent-size -B1 "$NESTED_DISK" | cut -f1)
+  rm -f "$img" "$log"
+  "$NESTED_MKE2FS" -q -t ext4 -E root_owner=0:0 -d "$NESTED_DISK" "$img" \
+    "$(( (bytes / 1048576) + 384 ))M" >/dev/null || { echo "FAIL: mke2fs -d $NESTED_DISK"; exit 1; }
+  : > "$log"
+  if [ "${NESTED_LIVE:-0}" = 1 ]; then
+    tail -n +1 -f "$log" | tr -d '\r' &
+    tail_pid=$!
+  fi
+  local cmd=("$LINUX_QEMU" -accel tcg,thread=multi -cpu max -M q35 -m "${NESTED_L1_MEM:-2G}"
+             -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log"
+             -kernel "$LINUX_KERNEL" -initrd "$NESTED_L1_INITRAMFS"
+             -append "console=ttyS0 quiet panic=-1 ${NESTED_L1_APPEND:-}"
+             -drive "file=$img,if=virtio,format=raw,cache=unsafe")
+  printf '%q ' "${cmd[@]}" > "$dir/l1.cmd"
+  start=$(date +%s.%N)
+  NESTED_L1_FAULT=""
+  timeout "${NESTED_TIMEOUT:-1800}" "${cmd[@]}" </dev/null >"$dir/qemu.log" 2>&1 &
+  local qemu_pid=$! fault
+  # L1's own kernel lines (not L2's, which come prefixed) that mean L1 itself broke: its KVM runs on
+  # SVM as QEMU's TCG emulates it, and a crash or lockup there (seen: "BUG: TASK stack guard page
+  # was hit" in KVM's exit path, soft lockups of the CPU running L2) ends every L2 run of the boot.
+  # Stop L1 a few seconds later (its trace gets printed) instead of at the timeout.
+  while kill -0 "$qemu_pid" 2>/dev/null; do
+    fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$log" 2>/dev/null)
+    if [ -n "$fault" ]; then
+      NESTED_L1_FAULT=$(echo "$fault" | tr -d '\r')
+      sleep 5
+      kill "$qemu_pid" 2>/dev/null
+      break
+    fi
+    sleep 1
+  done
+  wait "$qemu_pid"
+  status=$?
+  NESTED_SECONDS=$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
+  if [ -n "$tail_pid" ]; then
+    sleep 0.5
+    kill "$tail_pid" 2>/dev/null
+    wait "$tail_pid" 2>/dev/null
+  fi
+  tr -d '\r' < "$log" > "$log.tmp" && mv "$log.tmp" "$log"
+  echo "L1 boot $boot: QEMU status $status in $NESTED_SECONDS s ($(grep -c '^L2-BEGIN ' "$log") L2 runs; $(grep -m1 '^L1-READY' "$log"))"
+  grep '^L2-END ' "$log" | sed 's/^/  /'
+  if grep -q '^L1-NO-KVM' "$log"; then
+    linux_skip "no KVM in the L1 guest: $(grep -m1 '^L1-NO-KVM' "$log" | cut -d' ' -f2-)"
+  fi
+  nested_split "$log"
+  if [ -n "$NESTED_L1_FAULT" ]; then
+    echo "L1 boot $boot: L1's kernel failed under the nested emulation, L1 stopped: $NESTED_L1_FAULT"
+    grep -v '^L2\[' "$log" | grep -aE '^\[ *[0-9.]+\]' | head -n 12 | sed 's/^/    L1| /'
+    return 1
+  fi
+  if ! grep -q '^L1-JOB-END' "$log"; then
+    echo "FAIL: L1 boot $boot did not finish its job (QEMU status $status, 124: timed out after ${NESTED_TIMEOUT:-1800} s); L1 console:"
+    grep -v '^L2\[' "$log" | tail -n 40 | sed 's/^/    L1| /'
+    sed 's/^/    qemu| /' "$dir/qemu.log"
+    LINUX_FAILURES=$((LINUX_FAILURES + 1))
+  fi
+}
+
+nested_select() {  # name
+  LINUX_WORK=$NESTED_RUNS
+  LINUX_LOG=$NESTED_RUNS/$1.log
+  LINUX_STATUS=$(cat "$NESTED_RUNS/$1.status" 2>/dev/null)
+  LINUX_VMM_LABEL=microvm
+}
+
+nested_check() {  # name [expected status]
+  local name=$1 want=${2:-0} bad
+  nested_select "$name"
+  if [ ! -s "$NESTED_RUNS/$name.status" ]; then
+    linux_fail "$name" "the L2 run never ended (L1 died or timed out?)"
+    return 1
+  fi
+  if grep -qE 'triple fault|KVM internal error|microvm: fatal' "$NESTED_RUNS/$name.qemu.log"; then
+    linux_fail "$name" "the VMM stopped on a fatal vCPU error: $(grep -m1 -E 'triple fault|KVM internal error|microvm: fatal' "$NESTED_RUNS/$name.qemu.log")"
+    return 1
+  fi
+  if grep -q '^L2-HUNG' "$NESTED_RUNS/$name.qemu.log"; then
+    linux_fail "$name" "$(grep -m1 '^L2-HUNG' "$NESTED_RUNS/$name.qemu.log" | cut -d' ' -f3-)"
+    # What L1 saw before the kill: per-thread CPU ticks 1 s apart, states, vm info, statistics.
+    grep -E "^L2-(THREADS|STATS) $name hung|^L2-ACTION $name (thread|vm info)" "$NESTED_RUNS/$name.events" |
+      cut -d' ' -f3- | sed 's/^/    L1: /'
+    return 1
+  fi
+  if [ "$LINUX_STATUS" != "$want" ]; then
+    linux_fail "$name" "the VMM's exit status is $LINUX_STATUS, expected $want"
+    return 1
+  fi
+  bad=$(linux_results dmesg_bad)
+  [ -z "${NESTED_DMESG_ALLOW:-}" ] || bad=$(echo "$bad" | grep -vE -- "$NESTED_DMESG_ALLOW" || true)
+  # Lines a check expects of this run (NESTED_RUN_DMESG_EXPECTED, set around the call) are shown
+  # as expected, not failed.
+  if [ -n "${NESTED_RUN_DMESG_EXPECTED:-}" ] && [ -n "$bad" ]; then
+    echo "$bad" | grep -E -- "$NESTED_RUN_DMESG_EXPECTED" | sed 's/^/    expected kernel line: /'
+    bad=$(echo "$bad" | grep -vE -- "$NESTED_RUN_DMESG_EXPECTED" || true)
+  fi
+  if [ -n "$bad" ]; then
+    echo "FAIL: $name: the L2 kernel logged $(echo "$bad" | wc -l) suspicious line(s):"
+    echo "$bad" | sed 's/^/    dmesg_bad: /'
+    LINUX_FAILURES=$((LINUX_FAILURES + 1))
+  fi
+  return 0  # the guest's own results are still worth checking
+}
+
+nested_check_pass() {  # name scenario
+  nested_check "$1" 0
+  local st=$?
+  nested_select "$1"
+  if ! grep -qx "SCENARIO $2 PASS" "$LINUX_LOG"; then
+    linux_fail "$1" "no 'SCENARIO $2 PASS'$(grep -m1 "^SCENARIO $2 FAIL" "$LINUX_LOG" | sed 's/^/: /')"
+    return 1
+  fi
+  return $st
+}
+
+nested_stat() {  # name tag drive field
+  grep "^L2-STATS $1 $2 drive=$3 " "$NESTED_RUNS/$1.events" 2>/dev/null | tail -n 1 |
+    tr ' ' '\n' | sed -n "s/^$4=//p"
+}
+
+nested_threads() {  # name tag
+  grep "^L2-THREADS $1 $2" "$NESTED_RUNS/$1.events" 2>/dev/null | tail -n 1 | cut -d' ' -f4-
+}

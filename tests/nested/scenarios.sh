@@ -1,0 +1,356 @@
+#!/usr/bin/env bash
+# The nested tier's L2 scenarios (docs/nested.md), shared by tests/nested/nested_test.sh and
+# tools/nested. Source it after nested_harness.sh. Each scenario SC has
+#   nsc_SC_job RUN      appends one L2 run named RUN (and its L1-side marker handler) to the current
+#                       job (NESTED_JOB) and creates the files it needs in the work disk (NESTED_DISK,
+#                       /l1disk in L1)
+#   nsc_SC_check RUN    the host-side checks of that run, after nested_boot
+# NESTED_SCENARIOS lists them in the order nested_test.sh runs them; NESTED_BOOT_OF_<SC> names the
+# L1 boot each belongs to there.
+
+NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs smp
+                  scsi-cd-media ide-cd-media ide-fio ide-fs
+                  pause-resume sigterm api-shutdown poweroff"
+# Only for tools/nested (run, repeat): not part of nested_test.sh.
+NESTED_EXTRA_SCENARIOS="ide-fio-psync"
+
+nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
+  case "$1" in
+    *-cd-media|ide-*) echo cd-ide ;;
+    scsi-*|smp) echo scsi ;;
+    *) echo lifecycle ;;
+  esac
+}
+
+nested_fn() { echo "nsc_${1//-/_}_$2"; }  # scenario part: the function name
+
+# --- files on the work disk ---------------------------------------------------------------------
+nested_image() {  # name size: a raw image in the work disk; its L1 path on stdout
+  # Written out (0xff bytes; mke2fs -d would leave zeros as holes): a write into a hole of L1's ext4
+  # allocates blocks, and with cache=none (O_DIRECT + RWF_DSYNC) each such write waits for a
+  # journal commit in L1, which is L1's cost, not ours.
+  [ -e "$NESTED_DISK/$1" ] || tr '\0' '\377' < /dev/zero | head -c "$(( ${2%M} * 1048576 ))" > "$NESTED_DISK/$1"
+  echo "/l1disk/$1"
+}
+
+nested_iso() {  # name label file bytes seed: an ISO in the work disk (once per boot); sets
+  # NESTED_ISO_FILE_MD5 (the file in it) and NESTED_ISO_MD5 (the whole image)
+  local iso=$NESTED_DISK/$1
+  if [ ! -e "$iso" ]; then
+    LINUX_WORK=$NESTED_WORK linux_make_iso "$iso" "$2" "$3" "$4" "$5"
+    echo "$LINUX_ISO_MD5" > "$NESTED_WORK/$1.file-md5"
+  fi
+  NESTED_ISO_FILE_MD5=$(cat "$NESTED_WORK/$1.file-md5")
+  NESTED_ISO_MD5=$(md5sum < "$iso" | cut -d' ' -f1)
+}
+
+nested_add() {  # text: append to the job
+  printf '%s\n' "$*" >> "$NESTED_JOB"
+}
+
+# fio at one queue depth on a cache=none disk: verified data; the block layer saw every 4 KiB
+# O_SYNC write as a native FUA write and no flush (Linux sends REQ_FUA because WCE is on and the
+# disk says "supports DPO and FUA"; libaio completes without a following fsync).
+nested_fio_stats_check() {  # run expected-fua-writes
+  local fua flushes emulated writes
+  writes=$(nested_stat "$1" final disk0 writeRequests)
+  fua=$(nested_stat "$1" final disk0 fuaNative)
+  emulated=$(nested_stat "$1" final disk0 fuaEmulated)
+  flushes=$(nested_stat "$1" final disk0 flushRequests)
+  echo "    block layer: writes ${writes:-?}, native FUA ${fua:-?}, emulated FUA ${emulated:-?}, flushes ${flushes:-?}"
+  [ -n "$fua" ] && [ "$fua" -ge "$2" ] ||
+    linux_fail "$1" "the block layer counted ${fua:-no} native FUA writes, expected at least $2"
+  [ "${emulated:-x}" = 0 ] || linux_fail "$1" "FUA was emulated ${emulated:-?} times (the file backend has it natively)"
+  [ "${flushes:-x}" = 0 ] || linux_fail "$1" "the guest sent ${flushes:-?} flushes (O_SYNC writes with FUA need none)"
+}
+
+# --- virtio-scsi disks --------------------------------------------------------------------------
+# One boot, four disks, one per cache mode: sd's view of each (WCE from the caching mode page,
+# DPOFUA from the mode parameter header) and the request queue's fua/write_cache flags.
+nsc_scsi_probe_job() {
+  local a b c d
+  a=$(nested_image "$1-none.img" 16M); b=$(nested_image "$1-writeback.img" 16M)
+  c=$(nested_image "$1-directsync.img" 16M); d=$(nested_image "$1-writethrough.img" 16M)
+  nested_add "l2_run $1 'scenario=probe' --disk=$a,cache=none --disk=$b,cache=writeback --disk=$c,cache=directsync --disk=$d,cache=writethrough"
+}
+nsc_scsi_probe_check() {
+  nested_check_pass "$1" probe || return
+  linux_expect "$1" dpofua yes
+  linux_expect "$1" disk_sectors 32768
+  linux_expect "$1" vendor MICROVM
+  local lun mode wce fua line
+  for lun in 0 1 2 3; do
+    case $lun in
+      0) mode=none wce=enabled fua=1 ;;
+      1) mode=writeback wce=enabled fua=1 ;;
+      2) mode=directsync wce=disabled fua=0 ;;
+      3) mode=writethrough wce=disabled fua=0 ;;
+    esac
+    line=$(linux_results disk_line | grep " [0-9]*:0:0:$lun " | head -n 1)
+    echo "    cache=$mode: $line"
+    case "$line" in
+      *"Write cache: $wce"*"supports DPO and FUA"*) ;;
+      *) linux_fail "$1" "cache=$mode (LUN $lun): expected 'Write cache: $wce' and 'supports DPO and FUA', got '$line'" ;;
+    esac
+    case "$line" in
+      *" fua=$fua "*) ;;
+      *) linux_fail "$1" "cache=$mode (LUN $lun): expected queue/fua $fua, got '$line'" ;;
+    esac
+  done
+  # Every run ends with reboot -f (reboot=k): the i8042 reset ends the VMM with status 0.
+  grep -q 'guest reset' "$NESTED_RUNS/$1.qemu.log" ||
+    linux_fail "$1" "the VMM did not report the guest's reset (reboot -f)"
+}
+
+nsc_scsi_fio_qd1_job() {
+  nested_add "l2_run $1 'scenario=fio qd=1 size=4M runtime=900' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_scsi_fio_qd1_check() {
+  nested_check_pass "$1" fio || return
+  linux_expect "$1" fio_verify ok
+  linux_report fio_iops fio_verify_kb
+  nested_fio_stats_check "$1" 1024
+}
+nsc_scsi_fio_qd16_job() {
+  nested_add "l2_run $1 'scenario=fio qd=16 size=4M runtime=900' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_scsi_fio_qd16_check() { nsc_scsi_fio_qd1_check "$1"; }
+
+nsc_scsi_fs_job() {
+  nested_add "l2_run $1 'scenario=fs' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_scsi_fs_check() {
+  nested_check_pass "$1" fs || return
+  linux_expect "$1" fs ok
+  linux_expect "$1" fs_files 34
+  linux_expect "$1" fsck clean
+  linux_report mkfs_seconds fs_write_seconds
+}
+
+# Two vCPUs, two request queues on two iothreads: Linux must see both CPUs (it learns them from
+# ACPI's MADT: Debian's kernel has no MP-table parser) and give the disk two blk-mq hardware
+# queues; one fio job per CPU then drives both queues, so both request-queue MSI-X vectors fire and
+# both iothreads work.
+nsc_smp_job() {
+  nested_add "l2_run $1 'scenario=fio qd=16 size=4M runtime=900 numjobs=2 interrupts=1' --vcpus=2 --scsi-queues=2 --iothreads=2 --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_smp_check() {
+  nested_check "$1" 0 || return
+  nested_select "$1"
+  linux_report cpus_online nr_queues irq fio_iops fio_job
+  local threads vec n
+  threads=$(nested_threads "$1" final)
+  echo "    threads (CPU ticks): $threads"
+  linux_expect "$1" cpus_online 0-1
+  linux_expect "$1" nr_queues 2
+  grep -qx "SCENARIO fio PASS" "$LINUX_LOG" ||
+    linux_fail "$1" "fio with one job per CPU did not pass: $(grep -m1 '^SCENARIO fio FAIL' "$LINUX_LOG")"
+  # /proc/interrupts: "NN: CPU0-count CPU1-count ... virtioN-request", one line per request queue
+  # (virtio_scsi names them all "request"): two of them, and each one fired.
+  n=$(linux_results irq | grep -c -- '-request$')
+  [ "$n" = 2 ] || linux_fail "$1" "expected 2 virtio-scsi request-queue vectors in /proc/interrupts, found $n"
+  while read -r vec; do
+    n=$(echo "$vec" | awk '{ s = 0; for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) s += $i; print s }')
+    [ "$n" -gt 0 ] || linux_fail "$1" "no interrupts on a request-queue vector: $vec"
+  done < <(linux_results irq | grep -- '-request$')
+  # The API has no per-queue statistics: each iothread's CPU time shows that it served requests.
+  for vec in scsi-io0 scsi-io1; do
+    n=$(echo "$threads" | tr ' ' '\n' | sed -n "s/^$vec=//p" | head -n 1)
+    [ -n "$n" ] && [ "$n" -gt 0 ] || linux_fail "$1" "iothread $vec used no CPU time (${n:-no such thread})"
+  done
+  nested_fio_stats_check "$1" 2048
+}
+
+# --- CD/DVD-ROMs --------------------------------------------------------------------------------
+# The whole disc is read and checked (disc_md5), the file on it mounted and checked; at @@EJECT-NOW
+# the L1 side ejects through the API, at @@INSERT-NOW it inserts disc B, which the guest then
+# mounts and checks.
+nested_media_job() {  # run microvm-cd-flag
+  nested_iso a.iso DISC_A file-a.bin 4194304 101
+  local a_file=$NESTED_ISO_FILE_MD5 a_md5=$NESTED_ISO_MD5
+  nested_iso b.iso DISC_B file-b.bin 1048576 202
+  local b_file=$NESTED_ISO_FILE_MD5
+  cat >> "$NESTED_JOB" <<'EOF'
+media_markers() {
+  case "$1" in
+    EJECT-NOW) l2_stats before-eject; l2_action "media eject cd0 --force: $(l2_ctl media eject cd0 --force 2>&1)" ;;
+    INSERT-NOW) l2_action "media insert cd0 /l1disk/b.iso: $(l2_ctl media insert cd0 /l1disk/b.iso 2>&1)" ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=media_markers l2_run $1 'scenario=media iso_file=file-a.bin iso_md5=$a_file iso2_file=file-b.bin iso2_md5=$b_file disc_md5=$a_md5 media_wait=60' $2"
+}
+# On IDE, Linux's sr learns of the new disc from GET EVENT STATUS NOTIFICATION, which does not
+# report the drive's "medium may have changed" UNIT ATTENTION (MMC-6); sr then skips its TEST UNIT
+# READY, so the guest's first read after the change meets the UNIT ATTENTION and the SCSI layer fails
+# it on a removable device: "I/O error, dev sr0, sector 0" and "Buffer I/O error on dev sr0,
+# logical block 0, async page read". QEMU's own ide-cd gives the same lines in the same scenario
+# (tests/linux harness, -M pc, checked 2026-12-01), so they are expected there, and nowhere else.
+NESTED_IDE_MEDIA_CHANGE_LINES='^(I/O error, dev sr[0-9]+, sector [0-9]+ op 0x0:\(READ\)|Buffer I/O error on dev sr[0-9]+, logical block [0-9]+, async page read)'
+
+nested_media_check() {  # run bus
+  local expected=""
+  [ "$2" = ide ] && expected=$NESTED_IDE_MEDIA_CHANGE_LINES
+  NESTED_RUN_DMESG_EXPECTED=$expected nested_check_pass "$1" media || return
+  linux_expect "$1" disc_md5 "$(md5sum < "$NESTED_DISK/a.iso" | cut -d' ' -f1)"
+  linux_expect "$1" media_first ok
+  linux_expect "$1" media_second ok
+  linux_expect "$1" media ok
+  linux_report sr_size_sectors eject_seen_seconds eject_error insert_seen_seconds sr_size_sectors_new media_dmesg media_uevent
+  grep '^L2-ACTION' "$NESTED_RUNS/$1.events" | cut -d' ' -f3- | sed 's/^/    L1: /'
+  grep -q "media eject cd0 --force: cd0 cdrom $2 .*no medium" "$NESTED_RUNS/$1.events" ||
+    linux_fail "$1" "vmmctl media eject did not report cd0 ($2) without a medium"
+  grep -q "media insert cd0 /l1disk/b.iso: cd0 cdrom $2 " "$NESTED_RUNS/$1.events" ||
+    linux_fail "$1" "vmmctl media insert did not report cd0 ($2)"
+  local reads
+  reads=$(nested_stat "$1" final cd0 readRequests)
+  echo "    block layer: cd0 read requests ${reads:-?}, errors $(nested_stat "$1" final cd0 errors)"
+}
+nsc_scsi_cd_media_job() { nested_media_job "$1" "--cdrom=/l1disk/a.iso"; }
+nsc_scsi_cd_media_check() { nested_media_check "$1" virtio-scsi; }
+nsc_ide_cd_media_job() { nested_media_job "$1" "--ide-cdrom=/l1disk/a.iso"; }
+nsc_ide_cd_media_check() { nested_media_check "$1" ide; }
+
+# --- IDE disk (ata_piix) ------------------------------------------------------------------------
+# libata.fua=1 lets libata use WRITE DMA FUA EXT when IDENTIFY says the drive has it (word 84
+# bit 6, 87 bit 6 enabled, 48-bit addressing in 83/86 bit 10) - but since "ata: libata: cleanup fua
+# support detection" (in 6.1 stable) only for devices with NCQ, which a PATA disk on ata_piix never
+# has: Linux then says "doesn't support DPO or FUA" and each O_SYNC write becomes a write plus a
+# FLUSH CACHE EXT. Recorded (RESULT dmesg_show, block statistics), not judged.
+nsc_ide_fio_job() {
+  nested_add "l2_run $1 'scenario=fio qd=1 size=4M runtime=900 libata.fua=1 dmesg_show=FUA|ata[0-9]' --ide-disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_ide_fio_check() {
+  nested_check_pass "$1" fio || return
+  linux_expect "$1" fio_verify ok
+  linux_expect "$1" module_param libata.fua=1
+  linux_report fio_iops module_param dmesg_show
+  echo "    block layer: writes $(nested_stat "$1" final disk0 writeRequests), native FUA $(nested_stat "$1" final disk0 fuaNative), emulated FUA $(nested_stat "$1" final disk0 fuaEmulated), flushes $(nested_stat "$1" final disk0 flushRequests)"
+  if linux_results dmesg_show | grep -q "doesn't support DPO or FUA"; then
+    echo "    note: with libata.fua=1 Linux says the IDE disk doesn't support DPO or FUA (libata wants NCQ for FUA; see docs/nested.md)"
+  fi
+}
+# The IDE fio run with the psync engine (pwrite + O_SYNC, one request at a time, no libaio): the
+# workload under which issue 12 saw two triple faults in four boots. For tools/nested repeat.
+nsc_ide_fio_psync_job() {
+  nested_add "l2_run $1 'scenario=fio qd=1 size=4M runtime=900 engine=psync libata.fua=1' --ide-disk=$(nested_image "$1.img" 32M),cache=none --ide-cdrom=/l1disk/$(nested_iso a.iso DISC_A file-a.bin 4194304 101; echo a.iso)"
+}
+nsc_ide_fio_psync_check() {
+  nested_check_pass "$1" fio || return
+  linux_expect "$1" fio_verify ok
+  linux_report fio_iops
+}
+
+nsc_ide_fs_job() {
+  nested_add "l2_run $1 'scenario=fs' --ide-disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_ide_fs_check() { nsc_scsi_fs_check "$1"; }
+
+# --- lifecycle ----------------------------------------------------------------------------------
+# The VM paused and resumed twice through the API while fio writes; no request completes while
+# the vCPUs are parked (the statistics do not move between two reads 2 s apart), and the data
+# verifies afterwards.
+nsc_pause_resume_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+pause_markers() {
+  case "$1" in
+    PAUSE) (
+      sleep 2
+      l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
+      sleep 0.5
+      l2_stats paused-a
+      l2_action "vm info: $(l2_ctl vm info 2>&1 | grep -i '^state')"
+      sleep 2
+      l2_stats paused-b
+      l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
+      sleep 2
+      l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
+      sleep 1
+      l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
+    ) & ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=pause_markers l2_run $1 'scenario=fio qd=1 size=4M runtime=900 marker=PAUSE' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_pause_resume_check() {
+  nested_check_pass "$1" fio || return
+  linux_expect "$1" fio_verify ok
+  grep '^L2-ACTION' "$NESTED_RUNS/$1.events" | cut -d' ' -f3- | sed 's/^/    L1: /'
+  [ "$(grep -c 'vm pause: state: PAUSED' "$NESTED_RUNS/$1.events")" = 2 ] ||
+    linux_fail "$1" "vmmctl vm pause did not answer 'state: PAUSED' twice"
+  [ "$(grep -c 'vm resume: state: RUNNING' "$NESTED_RUNS/$1.events")" = 2 ] ||
+    linux_fail "$1" "vmmctl vm resume did not answer 'state: RUNNING' twice"
+  grep -qE 'vm info: state: *PAUSED' "$NESTED_RUNS/$1.events" ||
+    linux_fail "$1" "vm info did not say PAUSED while paused"
+  local a b
+  a=$(nested_stat "$1" paused-a disk0 writeRequests)
+  b=$(nested_stat "$1" paused-b disk0 writeRequests)
+  echo "    writes while paused: ${a:-?} -> ${b:-?}"
+  [ -n "$a" ] && [ "$a" = "$b" ] || linux_fail "$1" "writes went on while paused (${a:-?} -> ${b:-?})"
+  nested_fio_stats_check "$1" 1024
+}
+
+# SIGTERM to the VMM while fio writes: it stops the VM and exits with 128+15, removing its socket.
+nsc_sigterm_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+sigterm_markers() {
+  case "$1" in
+    SIGTERM) (
+      sleep 3
+      l2_stats before-sigterm
+      l2_action "kill -TERM $(l2_pid)"
+      kill -TERM "$(l2_pid)"
+    ) & ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=sigterm_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SIGTERM' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nested_killed_check() {  # run status stage: fio was writing before, the VMM ended cleanly
+  nested_check "$1" "$2" || return
+  local w
+  w=$(nested_stat "$1" "$3" disk0 writeRequests)
+  echo "    writes before the stop: ${w:-?}; VMM: $(grep -v 'control API on' "$NESTED_RUNS/$1.qemu.log" | tr '\n' ' ')"
+  [ -n "$w" ] && [ "$w" -gt 0 ] || linux_fail "$1" "fio had not written anything before the stop"
+  grep -q 'api socket left behind' "$NESTED_RUNS/$1.events" && linux_fail "$1" "the VMM left its API socket behind"
+  grep -q '^SCENARIO' "$NESTED_RUNS/$1.log" && linux_fail "$1" "the guest finished before it was stopped"
+  return 0
+}
+nsc_sigterm_check() {
+  nested_killed_check "$1" 143 before-sigterm
+  grep -qE 'received (Terminated|SIGTERM)' "$NESTED_RUNS/$1.qemu.log" || linux_fail "$1" "the VMM did not say it stopped on SIGTERM"
+}
+
+# API Shutdown (graceful, 1 s grace) while fio writes: the VMM presses the ACPI power button, which
+# the test's /init ignores, so the VMM stops the VM after the grace period: status 0.
+nsc_api_shutdown_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+shutdown_markers() {
+  case "$1" in
+    SHUTDOWN) (
+      sleep 3
+      l2_stats before-shutdown
+      l2_action "vm shutdown --grace-ms 1000: $(l2_ctl vm shutdown --grace-ms 1000 2>&1)"
+    ) & ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=shutdown_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SHUTDOWN' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_api_shutdown_check() {
+  nested_killed_check "$1" 0 before-shutdown
+  grep -q 'vm shutdown --grace-ms 1000: state: STOPPING' "$NESTED_RUNS/$1.events" ||
+    linux_fail "$1" "vmmctl vm shutdown did not answer 'state: STOPPING'"
+  grep -q 'stopped by the API' "$NESTED_RUNS/$1.qemu.log" || linux_fail "$1" "the VMM did not say the API stopped it"
+}
+
+# The guest's own power-off (poweroff -f): needs a power-off path Linux knows (ACPI PM1a_CNT
+# SLP_EN); the VMM must then exit with status 0.
+nsc_poweroff_job() {
+  nested_add "L2_EXIT_GRACE=15 l2_run $1 'scenario=probe final=poweroff' --disk=$(nested_image "$1.img" 16M),cache=none"
+}
+nsc_poweroff_check() {
+  nested_check_pass "$1" probe
+  linux_report dmesg_bad_count
+}
