@@ -8,7 +8,7 @@
 # NESTED_SCENARIOS lists them in the order nested_test.sh runs them; NESTED_BOOT_OF_<SC> names the
 # L1 boot each belongs to there.
 
-NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs smp
+NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff"
 # Only for tools/nested (run, repeat): not part of nested_test.sh.
@@ -119,6 +119,23 @@ nsc_scsi_fio_qd16_check() { nsc_scsi_fio_qd1_check "$1"; }
 nsc_scsi_fs_job() {
   nested_add "l2_run $1 'scenario=fs' --disk=$(nested_image "$1.img" 32M),cache=none"
 }
+# blkdiscard of 2 MiB in the middle of 4 MiB written: sd uses UNMAP or WRITE SAME (the disk offers
+# both, LBPRZ = 0), the data around the range survives, the block layer counts the discards.
+nsc_scsi_discard_job() {
+  nested_add "l2_run $1 'scenario=discard' --disk=$(nested_image "$1.img" 16M),cache=none"
+}
+nsc_scsi_discard_check() {
+  nested_check_pass "$1" discard || return
+  linux_expect "$1" discard ok
+  linux_expect_match "$1" discard_mode '^(unmap|writesame_16|writesame_10)$'
+  linux_report discard_mode discard_max_bytes
+  local discards
+  discards=$(nested_stat "$1" final disk0 discardRequests)
+  echo "    block layer: discards ${discards:-?}"
+  [ -n "$discards" ] && [ "$discards" -ge 1 ] ||
+    linux_fail "$1" "the block layer counted ${discards:-no} discards"
+}
+
 nsc_scsi_fs_check() {
   nested_check_pass "$1" fs || return
   linux_expect "$1" fs ok
