@@ -28,6 +28,7 @@
 #   linux_report KEY...                print the last run's RESULT lines for these keys, indented
 #   linux_check_iso NAME ISO           the iso scenario passed, with the file checked and sr's size
 #                                      matching ISO
+#   linux_elapsed START                seconds since START (a `date +%s.%N` value), one decimal
 #   linux_work_dir PREFIX              WORK: $TEST_TMPDIR/linux under Bazel, else a fresh
 #                                      /tmp/PREFIX.XXXXXX (removed at exit unless LINUX_KEEP=1)
 #
@@ -47,6 +48,10 @@ LINUX_SECONDS=""
 LINUX_MON=""
 
 linux_skip() { echo "SKIPPED: $*"; exit 0; }
+
+linux_elapsed() {  # start (date +%s.%N): seconds since then, one decimal
+  awk -v s="$1" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }'
+}
 
 linux_require() {
   LINUX_QEMU=$(command -v qemu-system-x86_64 || true)
@@ -175,7 +180,7 @@ linux_boot() {  # name "guest args" [qemu args...]
       markers=$(tr -d '\r' < "$LINUX_LOG" | sed -n 's/^@@\([A-Za-z0-9_-]*\)$/\1/p')
       for marker in $(echo "$markers" | tail -n +$((handled + 1))); do
         handled=$((handled + 1))
-        echo "  $name: guest printed @@$marker after $(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }') s"
+        echo "  $name: guest printed @@$marker after $(linux_elapsed "$start") s"
         "$LINUX_ON_MARKER" "$marker"
       done
     fi
@@ -183,7 +188,7 @@ linux_boot() {  # name "guest args" [qemu args...]
   done
   wait "$qemu_pid"
   LINUX_STATUS=$?
-  LINUX_SECONDS=$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
+  LINUX_SECONDS=$(linux_elapsed "$start")
   kill "$cat_pid" 2>/dev/null
   wait "$cat_pid" 2>/dev/null
   LINUX_MON=""

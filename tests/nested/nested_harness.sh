@@ -132,7 +132,7 @@ nested_boot() {  # boot
   done
   wait "$qemu_pid"
   status=$?
-  NESTED_SECONDS=$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }')
+  NESTED_SECONDS=$(linux_elapsed "$start")
   if [ -n "$tail_pid" ]; then
     sleep 0.5
     kill "$tail_pid" 2>/dev/null
