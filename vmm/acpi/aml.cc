@@ -34,6 +34,7 @@ constexpr uint8_t kSmallIrqTag = (0x04 << 3) | 3;
 constexpr uint8_t kSmallIoTag = (0x08 << 3) | 7;
 constexpr uint8_t kSmallEndTag = (0x0f << 3) | 1;
 // 6.4.3 large resource data type tags: bit 7 set, bits 6:0 the item name.
+constexpr uint8_t kLargeMemory32FixedTag = 0x86;
 constexpr uint8_t kLargeDWordAddressTag = 0x87;
 constexpr uint8_t kLargeWordAddressTag = 0x88;
 constexpr uint8_t kLargeExtendedIrqTag = 0x89;
@@ -265,6 +266,15 @@ Bytes Io(uint16_t minimum, uint16_t maximum, uint8_t alignment, uint8_t length) 
   AppendLe(out, maximum, 2);
   out.push_back(alignment);
   out.push_back(length);
+  return out;
+}
+
+Bytes Memory32Fixed(uint32_t base, uint32_t length) {
+  Bytes out = {kLargeMemory32FixedTag};
+  AppendLe(out, 9, 2);  // The length of the rest of the descriptor.
+  out.push_back(0x01);  // Information bit 0: read/write.
+  AppendLe(out, base, 4);
+  AppendLe(out, length, 4);
   return out;
 }
 

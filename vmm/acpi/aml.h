@@ -136,6 +136,9 @@ Bytes DWordMemory(uint32_t minimum, uint32_t maximum, Cacheability cacheability)
 // QWordMemory (6.4.3.5.1, resource type 0), ReadWrite, AddressRangeMemory.
 Bytes QWordMemory(uint64_t minimum, uint64_t maximum, Cacheability cacheability);
 
+// 6.4.3.4 32-Bit Fixed Memory Range Descriptor, read/write: Memory32Fixed(ReadWrite, base, length).
+Bytes Memory32Fixed(uint32_t base, uint32_t length);
+
 // 6.4.2.9 End Tag, checksum 0 ("treated as if the checksum operation succeeded").
 Bytes EndTag();
 

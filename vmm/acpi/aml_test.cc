@@ -129,6 +129,13 @@ TEST(NamespaceTest, LongBodiesUseLongerPkgLengths) {
   EXPECT_EQ(device.size(), 2u + 126u);
 }
 
+TEST(ResourceTest, Memory32Fixed) {
+  // Memory32Fixed(ReadWrite, 0xD0000000, 0x00000200): the bytes the machine's MMIO devices had
+  // when the DSDT builder encoded the descriptor itself.
+  EXPECT_THAT(resource::Memory32Fixed(0xd0000000, 0x200),
+              ElementsAre(0x86, 0x09, 0x00, 0x01, 0x00, 0x00, 0x00, 0xd0, 0x00, 0x02, 0x00, 0x00));
+}
+
 TEST(ResourceTest, SmallDescriptors) {
   // IO(Decode16, 0x03F8, 0x03F8, 0x01, 0x08)
   EXPECT_THAT(resource::Io(0x3f8, 0x3f8, 1, 8),

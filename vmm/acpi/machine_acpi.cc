@@ -83,14 +83,6 @@ absl::Status CheckDevice(const DeviceDescription& device) {
   return absl::OkStatus();
 }
 
-// 6.4.3.4 32-Bit Fixed Memory Range Descriptor, read/write: Memory32Fixed(ReadWrite, base, length).
-Bytes Memory32Fixed(uint32_t base, uint32_t length) {
-  Bytes out = {0x86, 9, 0, 0x01};
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(base >> (8 * i)));
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(length >> (8 * i)));
-  return out;
-}
-
 // A device's _CRS: its ranges, then its interrupt. ISA devices (IRQ < 16) get the legacy IRQ
 // descriptor, edge-triggered active-high as on the ISA bus (and as the MP table and FDT say);
 // others an extended interrupt descriptor.
@@ -102,7 +94,7 @@ Bytes DeviceResources(const DeviceDescription& device) {
       descriptors.push_back(res::Io(base, base, 1, static_cast<uint8_t>(range.size)));
     } else {
       descriptors.push_back(
-          Memory32Fixed(static_cast<uint32_t>(range.base), static_cast<uint32_t>(range.size)));
+          res::Memory32Fixed(static_cast<uint32_t>(range.base), static_cast<uint32_t>(range.size)));
     }
   }
   if (device.interrupt.has_value()) {
