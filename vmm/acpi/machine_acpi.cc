@@ -1,10 +1,6 @@
 #include "vmm/acpi/machine_acpi.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <map>
 #include <set>
 
@@ -13,9 +9,9 @@
 #include "absl/strings/str_format.h"
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
+#include "vmm/host_file.h"
 #include "vmm/layout.h"
 #include "vmm/legacy/acpi_pm.h"
-#include "vmm/scoped_fd.h"
 
 namespace vmm::acpi {
 namespace {
@@ -395,20 +391,9 @@ absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directo
   for (const AcpiTable& table : tables.tables) {
     const std::string name =
         table.signature == "RSD PTR " ? "rsdp" : absl::AsciiStrToLower(table.signature);
-    const std::string path = absl::StrCat(directory, "/", name, ".dat");
-    ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", path));
-    size_t written = 0;
-    while (written < table.bytes.size()) {
-      const ssize_t n = write(fd.get(), table.bytes.data() + written, table.bytes.size() - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
-      }
-      written += static_cast<size_t>(n);
-    }
-    if (close(fd.Release()) != 0)
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+    absl::Status status = WriteHostFile(absl::StrCat(directory, "/", name, ".dat"), table.bytes,
+                                        "ACPI table file");
+    if (!status.ok()) return status;
   }
   return absl::OkStatus();
 }

@@ -1,11 +1,8 @@
 #include "vmm/fdt/machine_fdt.h"
 
-#include <fcntl.h>
 #include <libfdt.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <set>
 #include <span>
@@ -13,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vmm/host_file.h"
 #include "vmm/layout.h"
-#include "vmm/scoped_fd.h"
 
 namespace vmm::fdt {
 namespace {
@@ -378,24 +375,7 @@ absl::Status WriteFdtFile(const std::vector<uint8_t>& blob, const std::string& p
     return absl::InvalidArgumentError(
         absl::StrCat("refusing to write ", path, ": the data is not a flattened device tree"));
   }
-  ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create device tree file ", path));
-  }
-  size_t written = 0;
-  while (written < blob.size()) {
-    const ssize_t n = write(fd.get(), blob.data() + written, blob.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot write device tree file ", path));
-    }
-    written += static_cast<size_t>(n);
-  }
-  // close() can report a deferred write error (for example on NFS or a full disk).
-  if (close(fd.Release()) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("cannot write device tree file ", path));
-  }
-  return absl::OkStatus();
+  return WriteHostFile(path, blob, "device tree file");
 }
 
 }  // namespace vmm::fdt
