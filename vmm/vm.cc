@@ -310,11 +310,14 @@ absl::Status Vm::CreateVcpus() {
   absl::Status status = x86::ApplyCpuFeatureMask(*mask, *supported);
   if (!status.ok()) return status;
 
+  // What KVM can do is the same for every vCPU: asked once.
+  const int sync_regs_capability = kvm_->CheckExtension(KVM_CAP_SYNC_REGS);
+  const bool can_set_xcrs = kvm_->CheckExtension(KVM_CAP_XCRS) > 0;
   VcpuRunner::InstallKickSignalHandler();
   for (uint32_t id = 0; id < config_.vcpus; ++id) {
     auto vcpu = vm_fd_->CreateVcpu(id);
     if (!vcpu.ok()) return vcpu.status();
-    vcpu->SyncGeneralRegistersOnExit(kvm_->CheckExtension(KVM_CAP_SYNC_REGS));
+    vcpu->SyncGeneralRegistersOnExit(sync_regs_capability);
     std::vector<kvm_cpuid_entry2> cpuid = *supported;
     x86::FilterCpuidForVcpu(cpuid, id, config_.vcpus);
     status = vcpu->SetCpuid(cpuid);
@@ -322,7 +325,7 @@ absl::Status Vm::CreateVcpus() {
     // only works around hypervisors below us that do not intercept XSETBV, so a KVM that refuses
     // it gets a note, not a failed start: the guest then boots with the architectural reset value.
     const std::optional<uint64_t> xcr0 = x86::BootXcr0(cpuid);
-    if (status.ok() && xcr0 && kvm_->CheckExtension(KVM_CAP_XCRS) > 0) {
+    if (status.ok() && xcr0 && can_set_xcrs) {
       if (absl::Status xcr_status = vcpu->SetXcr0(*xcr0); !xcr_status.ok() && id == 0) {
         absl::FPrintF(stderr, "microvm: note: XCR0 0x%x not preloaded (%s)\n", *xcr0,
                       xcr_status.message());
