@@ -9,6 +9,8 @@
 #   L1-KVM ...             /dev/kvm is there (kvm-amd's "Nested Paging" line)
 #   L1-NO-KVM REASON       no /dev/kvm (the host's QEMU/CPU model cannot do nested SVM): the test skips
 #   L1-FAIL REASON         L1 itself failed (no work disk, no job)
+#   L1-ALIVE uptime=S      a heartbeat every 15 s, so the host tells a stalled L1 (the emulation
+#                          stuck, no kernel message) from a long quiet L2 run
 #   L1-DONE                the job finished; L1 powers off next
 #   L2-... / L2[name]| ... the job's L2 runs (see l1_lib.sh)
 # Kernel command-line: l1_verbose=1 keeps L1's kernel messages on the console.
@@ -61,6 +63,12 @@ mount -t ext4 /dev/vda /l1disk || { echo "L1-FAIL cannot mount the work disk /de
 [ -r /l1disk/job.sh ] && [ -r /l1disk/l1_lib.sh ] || { echo "L1-FAIL no /l1disk/job.sh or /l1disk/l1_lib.sh"; l1_end; }
 read -r up _ < /proc/uptime
 echo "L1-READY uptime=$up"
+(
+  while sleep 15; do
+    read -r up _ < /proc/uptime
+    echo "L1-ALIVE uptime=$up"
+  done
+) &
 cd /l1disk || l1_end
 . /l1disk/l1_lib.sh
 . /l1disk/job.sh

@@ -29,6 +29,8 @@
 #   nested_threads NAME TAG        the run's L2-THREADS line (COMM=TICKS ...)
 #
 # Settings: NESTED_L1_MEM=2G NESTED_L1_SMP=2 NESTED_TIMEOUT=1800 (seconds per L1 boot)
+#   NESTED_STALL=240        seconds without any L1 console output (L1 prints a heartbeat every
+#                           15 s) after which L1 counts as failed, like a kernel fault
 #   NESTED_LIVE=1           copy L1's console to stdout while it runs
 #   NESTED_DMESG_ALLOW=RE   kernel lines (RESULT dmesg_bad) matching RE are reported, not failed
 #   NESTED_L1_APPEND=""     extra L1 kernel command-line words (l1_verbose=1)
@@ -120,8 +122,18 @@ nested_boot() {  # boot
   # SVM as QEMU's TCG emulates it, and a crash or lockup there (seen: "BUG: TASK stack guard page
   # was hit" in KVM's exit path, soft lockups of the CPU running L2) ends every L2 run of the boot.
   # Stop L1 a few seconds later (its trace gets printed) instead of at the timeout.
+  # A stalled L1 (seen once in CI: no message at all, the boot ran into NESTED_TIMEOUT) is caught
+  # by its heartbeat going quiet.
+  local size=0 last_size=-1 quiet_since=$SECONDS
   while kill -0 "$qemu_pid" 2>/dev/null; do
     fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$log" 2>/dev/null)
+    size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+    if [ "$size" != "$last_size" ]; then
+      last_size=$size
+      quiet_since=$SECONDS
+    elif [ $((SECONDS - quiet_since)) -ge "${NESTED_STALL:-240}" ]; then
+      fault="L1 stalled: no console output (not even its 15 s heartbeat) for ${NESTED_STALL:-240} s"
+    fi
     if [ -n "$fault" ]; then
       NESTED_L1_FAULT=$(echo "$fault" | tr -d '\r')
       sleep 5
@@ -152,7 +164,7 @@ nested_boot() {  # boot
   fi
   if ! grep -q '^L1-JOB-END' "$log"; then
     echo "FAIL: L1 boot $boot did not finish its job (QEMU status $status, 124: timed out after ${NESTED_TIMEOUT:-1800} s); L1 console:"
-    grep -v '^L2\[' "$log" | tail -n 40 | sed 's/^/    L1| /'
+    grep -vE '^(L2\[|L1-ALIVE )' "$log" | tail -n 40 | sed 's/^/    L1| /'
     sed 's/^/    qemu| /' "$dir/qemu.log"
     LINUX_FAILURES=$((LINUX_FAILURES + 1))
   fi

@@ -139,7 +139,9 @@ TEST(FadtTest, FixedHardwareLayout) {
   // No PM1b, PM2 or GPE blocks (32-bit or X_), no sleep registers.
   for (size_t offset : {60, 68, 72, 80, 84}) EXPECT_EQ(Le(fadt, offset, 4), 0u) << offset;
   for (size_t offset = 90; offset < 96; ++offset) {
-    if (offset != fadt_offset::kPmTimerLength) EXPECT_EQ(fadt[offset], 0) << offset;
+    if (offset != fadt_offset::kPmTimerLength) {
+      EXPECT_EQ(fadt[offset], 0) << offset;
+    }
   }
   for (size_t offset : {160, 184, 196, 220, 232, 244, 256}) {
     EXPECT_EQ(Le(fadt, offset, 8), 0u) << offset;
@@ -157,7 +159,9 @@ TEST(FacsTest, SixtyFourBytesVersionTwo) {
   EXPECT_EQ(Le(facs, 4, 4), 64u);
   EXPECT_EQ(facs[32], 2);
   for (size_t offset = 8; offset < 64; ++offset) {
-    if (offset != 32) EXPECT_EQ(facs[offset], 0) << offset;
+    if (offset != 32) {
+      EXPECT_EQ(facs[offset], 0) << offset;
+    }
   }
 }
 
