@@ -20,9 +20,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "api/api_server.h"
+#include "api/control_server.h"
 #include "vmm/acpi/machine_acpi.h"
 #include "vmm/command_line.h"
+#include "vmm/control_api.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
@@ -165,7 +166,7 @@ int main(int argc, char** argv) {
 
   // The control API: after the VM exists, stopped before it is destroyed (declared after it).
   std::unique_ptr<vmm::VmApiControl> api_control;
-  std::unique_ptr<api::ApiServer> api_server;
+  std::unique_ptr<api::ControlServer> api_server;
   api::ApiServerOptions api_options;
   api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
   api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
   }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     api_control = std::make_unique<vmm::VmApiControl>(**vm);
-    auto server = api::ApiServer::Start(api_options, *api_control);
+    auto server = vmm::StartControlApi(api_options, *api_control);
     if (!server.ok()) return Fail(absl::StrCat("control API: ", server.status().message()));
     api_server = *std::move(server);
     if (!api_server->unix_socket_path().empty()) {

@@ -1,0 +1,58 @@
+#ifndef API_CONTROL_SERVER_H_
+#define API_CONTROL_SERVER_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "api/vm_control.h"
+
+namespace api {
+
+struct ApiServerOptions {
+  // A unix socket to listen on (created with mode 0600; see PrepareUnixSocketPath). Empty: none.
+  std::string unix_socket_path;
+  // "HOST:PORT" to listen on over TCP (loopback only unless tcp_listen_any). Empty: none.
+  std::string tcp_address;
+  bool tcp_listen_any = false;
+  // Events a Watch stream may have queued for a client that does not keep up; beyond that the
+  // stream ends with RESOURCE_EXHAUSTED (the devices never wait for a watcher).
+  size_t watch_queue_limit = 1024;
+  // Watch streams open at once; more are refused with RESOURCE_EXHAUSTED (each holds a thread).
+  int max_watchers = 32;
+  // How long Stop() lets calls in progress finish before cancelling them.
+  absl::Duration stop_grace = absl::Seconds(1);
+  // The API's threads run this much nicer than the thread that starts the server (Linux nice,
+  // 0..19), so a client querying in a tight loop takes CPU time from the vCPUs and iothreads only
+  // when they leave it idle: the guest's I/O comes first, control calls just get slower. 0 keeps
+  // the VMM's priority.
+  int thread_nice = 10;
+};
+
+// A running control-API server as the VMM sees it, without gRPC or protobuf: the VMM loads the
+// server (api/api_plugin.cc, built as libmicrovm_api.so) only when it is asked to serve the API,
+// so a VMM without --api-socket maps none of those libraries (docs/bench-linux.md, RSS).
+class ControlServer {
+ public:
+  virtual ~ControlServer() = default;
+  // Ends the Watch streams, lets calls in progress finish, stops listening, removes the socket.
+  // Idempotent.
+  virtual void Stop() = 0;
+  virtual const std::string& unix_socket_path() const = 0;
+  virtual int tcp_port() const = 0;  // 0 without TCP
+};
+
+// The plugin's one entry point, looked up by this name (C linkage: no mangling to agree on).
+// Both sides are built together from this tree with the same compiler and the same shared
+// libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM.
+inline constexpr char kStartControlServerSymbol[] = "microvm_start_control_server";
+inline constexpr int kControlServerPluginVersion = 1;
+using StartControlServerFn = absl::Status (*)(int version, const ApiServerOptions& options,
+                                              VmControl& control,
+                                              std::unique_ptr<ControlServer>* server);
+
+}  // namespace api
+
+#endif  // API_CONTROL_SERVER_H_

@@ -1,0 +1,80 @@
+#include "vmm/control_api.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace vmm {
+namespace {
+
+// dlclose() on destruction (RAII for the library handle).
+struct LibraryCloser {
+  void operator()(void* handle) const { dlclose(handle); }
+};
+using LibraryHandle = std::unique_ptr<void, LibraryCloser>;
+
+// The plugin's server, with the library kept loaded for as long as the server's code may run.
+class PluginControlServer final : public api::ControlServer {
+ public:
+  PluginControlServer(LibraryHandle library, std::unique_ptr<api::ControlServer> server)
+      : library_(std::move(library)), server_(std::move(server)) {}
+  ~PluginControlServer() override { server_.reset(); }  // before library_ is closed
+
+  void Stop() override { server_->Stop(); }
+  const std::string& unix_socket_path() const override { return server_->unix_socket_path(); }
+  int tcp_port() const override { return server_->tcp_port(); }
+
+ private:
+  LibraryHandle library_;  // declared first: destroyed last
+  std::unique_ptr<api::ControlServer> server_;
+};
+
+absl::StatusOr<std::string> ExecutablePath() {
+  char path[PATH_MAX];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length < 0) {
+    return absl::InternalError(absl::StrCat("readlink /proc/self/exe: ", strerror(errno)));
+  }
+  return std::string(path, static_cast<size_t>(length));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
+    const api::ApiServerOptions& options, api::VmControl& control, std::string executable) {
+  if (executable.empty()) {
+    auto self = ExecutablePath();
+    if (!self.ok()) return self.status();
+    executable = *std::move(self);
+  }
+  const size_t slash = executable.rfind('/');
+  const std::string plugin_path =
+      absl::StrCat(slash == std::string::npos ? "." : executable.substr(0, slash), "/",
+                   kControlApiPluginName);
+  // RTLD_LOCAL: the plugin's gRPC and protobuf symbols stay its own. RTLD_NOW: a missing symbol
+  // is an error here, not a crash on the first API call.
+  LibraryHandle library(dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL));
+  if (library == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot load the control-API plugin ", plugin_path, ": ", dlerror()));
+  }
+  auto start = reinterpret_cast<api::StartControlServerFn>(
+      dlsym(library.get(), api::kStartControlServerSymbol));
+  if (start == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        plugin_path, " has no ", api::kStartControlServerSymbol, " (not the control-API plugin?)"));
+  }
+  std::unique_ptr<api::ControlServer> server;
+  absl::Status started = start(api::kControlServerPluginVersion, options, control, &server);
+  if (!started.ok()) return started;
+  return std::make_unique<PluginControlServer>(std::move(library), std::move(server));
+}
+
+}  // namespace vmm

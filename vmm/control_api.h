@@ -1,0 +1,25 @@
+#ifndef VMM_CONTROL_API_H_
+#define VMM_CONTROL_API_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "api/control_server.h"
+#include "api/vm_control.h"
+
+namespace vmm {
+
+// The file name of the control-API plugin (api/api_plugin.cc): it sits beside the VMM's
+// executable (Bazel builds both into bazel-bin/vmm/; installs copy both into one directory).
+inline constexpr char kControlApiPluginName[] = "libmicrovm_api.so";
+
+// Loads the plugin from the directory of `executable` (the real path of /proc/self/exe when
+// empty) and starts the control-API server over `control`, which must outlive the result. The
+// plugin stays loaded until the returned server is destroyed. Errors say which file failed and why.
+absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
+    const api::ApiServerOptions& options, api::VmControl& control, std::string executable = "");
+
+}  // namespace vmm
+
+#endif  // VMM_CONTROL_API_H_
