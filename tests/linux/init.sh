@@ -7,7 +7,7 @@
 #   @@EJECT-NOW / @@INSERT-NOW    (media: the host answers by ejecting / inserting the disc)
 #
 # Kernel command-line arguments (key=value):
-#   scenario=probe|fio|fio-bench|fs|discard|iso|cd-read|media|reset   (required)
+#   scenario=probe|fio|fio-bench|fs|discard|iso|cd-read|media|reset|bench   (required)
 #   disk=sdX cd=srN        default: the first SCSI disk / CD-ROM
 #   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
 #   guest_timeout=300      seconds before the guest gives up and powers off
@@ -30,6 +30,12 @@
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
 #   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
+#   bench:     bench=qd1,qd16,cd (workloads in order) bench_seconds=10; qdN: fio-bench randwrite 4k
+#              O_SYNC libaio at depth N on the disk; cd: cd-read of the whole disc (cd_bs). Around
+#              each workload W: @@BENCH-BEGIN W / @@BENCH-END W, each answered by the host with a
+#              line on the console input (it reads its counters meanwhile), and RESULT bench_W=
+#              ios=N kib=N seconds=S iops=N kbs=N irqs=N (interrupts of the virtio/ata lines)
+#              requests=N (completed by the guest's block device: reads + writes + flushes)
 #   discard:   4 MiB written, blkdiscard of the middle 2 MiB, the 1 MiB on each side must be intact
 #              (RESULT discard_mode = sd's provisioning_mode, discard_max_bytes, discard=ok)
 #   media:     iso_file iso_md5 iso2_file iso2_md5, media_wait=60 (seconds per phase),
@@ -146,6 +152,8 @@ result modules_uptime "$(uptime_s)"
 # --- devices ---------------------------------------------------------------------------------
 case "$scenario" in
   probe|fio|fio-bench|fs|discard|reset) default_wait=sd ;;
+  bench) default_wait=$(case ",${arg_bench:-qd1,qd16,cd}" in *,qd*) printf sd ;; esac
+                        case ",${arg_bench:-qd1,qd16,cd}," in *,cd,*) printf ,sr ;; esac) ;;
   iso|cd-read|media) default_wait=sr ;;
   *) default_wait="" ;;
 esac
@@ -324,6 +332,50 @@ scenario_fio_bench() {
   esac
   result fio_status "$st"
   [ "$st" = 0 ] && [ "$(field "$line" 5)" = 0 ] || fail "fio exit status $st, error $(field "$line" 5)"
+  pass
+}
+
+# The side-by-side benchmark (tools/bench-linux): one guest runs each workload in turn; the host
+# snapshots the hypervisor's counters at the markers, the guest counts interrupts and requests.
+bench_irqs() {  # interrupts so far on the storage lines (virtio, ata), all CPUs
+  grep -E 'virtio|ata' /proc/interrupts | awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^[0-9]+$/) n += $i; else break } END { print n + 0 }'
+}
+bench_requests() {  # device: requests the guest's block layer completed (reads, writes, discards, flushes)
+  awk '{ print $1 + $5 + $12 + $16 }' "/sys/block/$1/stat"
+}
+bench_mark() {  # BEGIN|END workload: wait for the host's answer
+  echo "@@BENCH-$1 $2"
+  read -r -t 60 _ || info "no answer to @@BENCH-$1 $2 within 60 s"
+}
+scenario_bench() {
+  local w dev t0 irq0 req0 secs ios kib line
+  for w in $(echo "${arg_bench:-qd1,qd16,cd}" | tr ',' ' '); do
+    case "$w" in
+      qd[0-9]*) dev=$disk; [ -n "$dev" ] || fail "bench $w: no SCSI disk" ;;
+      cd) dev=$cd; [ -n "$dev" ] || fail "bench cd: no CD-ROM"; echo 3 > /proc/sys/vm/drop_caches ;;
+      *) fail "bench: unknown workload '$w'" ;;
+    esac
+    bench_mark BEGIN "$w"
+    irq0=$(bench_irqs); req0=$(bench_requests "$dev"); t0=$(uptime_s)
+    case "$w" in
+      qd*)
+        fio --name=bench --filename="/dev/$dev" --rw=randwrite --bs=4k --direct=1 --sync=1 \
+          --ioengine=libaio --iodepth="${w#qd}" --size=64M --time_based \
+          --runtime="${arg_bench_seconds:-10}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err ||
+          { cat /tmp/fio.err; fail "bench $w: fio failed"; }
+        line=$(grep '^3;' /tmp/fio.out | head -n 1)
+        kib=$(field "$line" 47)
+        ios=$((kib / 4)) ;;
+      cd)
+        dd if="/dev/$dev" of=/dev/null bs="${arg_cd_bs:-32K}" 2>/tmp/dd.err || { cat /tmp/dd.err; fail "bench cd: dd failed"; }
+        kib=$(( $(blockdev --getsize64 "/dev/$dev") / 1024 ))
+        ios=$((kib / 2)) ;;  # 2 KiB sectors
+    esac
+    secs=$(elapsed "$t0")
+    line="ios=$ios kib=$kib seconds=$secs irqs=$(( $(bench_irqs) - irq0 )) requests=$(( $(bench_requests "$dev") - req0 ))"
+    bench_mark END "$w"
+    result "bench_$w" "$line $(awk -v i="$ios" -v k="$kib" -v s="$secs" 'BEGIN { if (s <= 0) s = 0.01; printf "iops=%d kbs=%d", i / s, k / s }')"
+  done
   pass
 }
 
@@ -550,6 +602,7 @@ case "$scenario" in
   iso) scenario_iso ;;
   cd-read) scenario_cd_read ;;
   media) scenario_media ;;
+  bench) scenario_bench ;;
   *) fail "unknown scenario '$scenario'" ;;
 esac
 fail "scenario $scenario returned without a verdict"

@@ -10,6 +10,7 @@
 #       (a later word wins: "final=poweroff" in GUEST ARGS overrides). On L1's console:
 #         L2-BEGIN NAME / L2-CMD NAME ...
 #         L2[NAME]| LINE            every line of the L2 serial console
+#         L2-LAUNCH NAME init_after=S   wall seconds from the VMM's start to the guest's /init
 #         L2-STATS NAME TAG drive=disk0 readRequests=... fuaNative=...   (vmmctl --json vm stats)
 #         L2-THREADS NAME TAG COMM=TICKS ...   CPU time (utime+stime) of each microvm thread
 #         L2-ACTION NAME TEXT       what a marker handler did (vmmctl's answer)
@@ -19,6 +20,13 @@
 #         L2-END NAME status=N seconds=S
 #       @@FINAL (the guest is about to end): stats and threads tagged "final", then the guest is
 #       answered on its console input. Any other @@MARKER: "$L2_MARKERS MARKER" if set.
+#   L2_VMM=qemu l2_run NAME "GUEST ARGS" QEMU-FLAGS...
+#       the same guest in QEMU ($L2_QEMU: its command, e.g. the bundle tools/bench-linux puts on the
+#       work disk), with -enable-kvm -m $L2_MEM -serial stdio -kernel/-initrd/-append added; no API
+#       socket, so no L2-STATS lines
+#   L2_MARKERS=l2_bench_markers   answers the guest's @@BENCH-BEGIN/END W (scenario=bench) with
+#       L2-BENCH NAME BEGIN|END W exits=... (L1's KVM counters in debugfs, all VMs: one runs at a
+#       time) cpu_ticks=N (the VMM process, utime + stime) hwm_kib=N (its peak RSS)
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
@@ -42,6 +50,7 @@ l2_ctl() { "$VMMCTL" --api "unix:$L2_DIR/api.sock" "$@"; }
 l2_action() { echo "L2-ACTION $L2_NAME $*"; }
 
 l2_stats() {  # tag: one L2-STATS line per drive
+  [ "${L2_VMM:-microvm}" = microvm ] || return 0
   l2_ctl --json vm stats 2>&1 | awk -v tag="L2-STATS $L2_NAME $1" '
     /"drive":/ { if (rec != "") print tag, rec; v = $2; gsub(/[",]/, "", v); rec = "drive=" v; next }
     /":/ && rec != "" { k = $1; v = $2; gsub(/[":,]/, "", k); gsub(/[",]/, "", v); rec = rec " " k "=" v }
@@ -78,6 +87,27 @@ l2_hung() {  # why: what a watchdog saw before it kills the VMM
   kill -KILL "$pid"
 }
 
+l2_kvm_counters() {  # L1's KVM exit and injection counters (debugfs sums over every VM)
+  local f line=""
+  for f in exits io_exits mmio_exits halt_exits irq_exits irq_window_exits irq_injections \
+           nmi_injections signal_exits request_irq_exits insn_emulation halt_wakeup; do
+    [ -r "/sys/kernel/debug/kvm/$f" ] && line="$line $f=$(cat "/sys/kernel/debug/kvm/$f")"
+  done
+  echo "${line# }"
+}
+
+l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
+  local pid ticks hwm
+  case "$1" in
+    BENCH-BEGIN\ *|BENCH-END\ *)
+      pid=$(l2_pid)
+      ticks=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }')
+      hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+      echo "L2-BENCH $L2_NAME ${1#BENCH-} $(l2_kvm_counters) cpu_ticks=${ticks:-0} hwm_kib=${hwm:-0}"
+      echo ok >&3 ;;
+  esac
+}
+
 l2_console() {  # reads microvm's serial output
   local cr line
   cr=$(printf '\r')
@@ -85,6 +115,9 @@ l2_console() {  # reads microvm's serial output
     line=${line%"$cr"}
     echo "L2[$L2_NAME]| $line"
     case "$line" in
+      "RESULT init_uptime="*)
+        # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
+        echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')" ;;
       @@FINAL)
         l2_stats final
         l2_threads final
@@ -117,8 +150,9 @@ l2_run() {  # name "guest args" microvm-flags...
   mkdir -p "$L2_DIR"
   mkfifo "$L2_DIR/in"
   echo "L2-BEGIN $L2_NAME"
-  echo "L2-CMD $L2_NAME microvm $* -- $gargs"
+  echo "L2-CMD $L2_NAME ${L2_VMM:-microvm} $* -- $gargs"
   t0=$(l2_uptime)
+  L2_T0=$t0
   # fd 3 keeps the console input open (no EOF for the VMM) and is how @@FINAL is answered.
   exec 3<>"$L2_DIR/in"
   (
@@ -129,10 +163,17 @@ l2_run() {  # name "guest args" microvm-flags...
     fi
   ) &
   wd=$!
+  local cmdline="console=ttyS0 reboot=k panic=1 quiet guest_timeout=$((L2_TIMEOUT - 20)) final=reboot final_marker=1 $gargs"
   (
-    "$MICROVM" --kernel="$L2_KERNEL" --initrd="$L2_INITRD" --memory="$L2_MEM" \
-      --cmdline="console=ttyS0 reboot=k panic=1 quiet guest_timeout=$((L2_TIMEOUT - 20)) final=reboot final_marker=1 $gargs" \
-      --api-socket="$L2_DIR/api.sock" "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    if [ "${L2_VMM:-microvm}" = qemu ]; then
+      # shellcheck disable=SC2086  # L2_QEMU is a command with its arguments
+      $L2_QEMU -enable-kvm -m "$L2_MEM" -nodefaults -no-user-config -display none -serial stdio \
+        -monitor none -no-reboot -kernel "$L2_KERNEL" -initrd "$L2_INITRD" -append "$cmdline" \
+        "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    else
+      "$MICROVM" --kernel="$L2_KERNEL" --initrd="$L2_INITRD" --memory="$L2_MEM" --cmdline="$cmdline" \
+        --api-socket="$L2_DIR/api.sock" "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    fi
     echo $! > "$L2_DIR/pid"
     wait $!
     echo $? > "$L2_DIR/status"
@@ -146,4 +187,5 @@ l2_run() {  # name "guest args" microvm-flags...
   sed "s/^/L2ERR[$L2_NAME]| /" "$L2_DIR/err"
   echo "L2-END $L2_NAME status=${status:-none} seconds=$(awk -v a="$t0" -v b="$(l2_uptime)" 'BEGIN { printf "%.1f", b - a }')"
   L2_MARKERS=""
+  L2_VMM=microvm
 }
