@@ -14,6 +14,9 @@ namespace vmm {
 
 namespace {
 
+// x86-64's large page size: the unit of transparent huge pages and of KVM's large NPT/EPT entries.
+constexpr uint64_t kHugePageSize = uint64_t{2} << 20;
+
 absl::Status CheckRegionPlacement(GuestAddress start, uint64_t size) {
   if (size == 0 || size % kPageSize != 0 || start.value() % kPageSize != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -35,14 +38,28 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(Gue
     return placement;
   }
   // MAP_NORESERVE: guest RAM is touched lazily; the kernel need not reserve swap for all of it.
-  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (host == MAP_FAILED) {
+  // One huge page more than asked for, so that the region can start where a huge page would.
+  const uint64_t reserved = size + kHugePageSize;
+  void* mapped = mmap(nullptr, reserved, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mapped == MAP_FAILED) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("cannot map %u MiB of guest memory: %s", size >> 20, strerror(errno)));
   }
-  return std::unique_ptr<GuestMemoryRegion>(
-      new GuestMemoryRegion(start, size, static_cast<uint8_t*>(host)));
+  // KVM maps guest memory with 2 MiB pages in the nested page tables only where the host backs it
+  // with a huge page and the host and guest addresses agree modulo 2 MiB; with 4 KiB mappings each
+  // page the guest touches first costs an exit (a nested page fault). So the host address gets the
+  // guest address's offset within a huge page, and transparent huge pages are asked for (as QEMU
+  // does for guest RAM). Measured with Linux in the nested tier: reading a 128 MiB CD took about
+  // 32,000 such exits before, against about 3,800 exits in all for QEMU (docs/bench-linux.md).
+  const uintptr_t base = reinterpret_cast<uintptr_t>(mapped);
+  const uintptr_t skew = (start.value() - base) & (kHugePageSize - 1);
+  uint8_t* host = static_cast<uint8_t*>(mapped) + skew;
+  if (skew != 0) munmap(mapped, skew);
+  if (kHugePageSize - skew != 0) munmap(host + size, kHugePageSize - skew);
+  // EINVAL: a kernel without transparent huge pages; the region works the same with small pages.
+  madvise(host, size, MADV_HUGEPAGE);
+  return std::unique_ptr<GuestMemoryRegion>(new GuestMemoryRegion(start, size, host));
 }
 
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFromFile(

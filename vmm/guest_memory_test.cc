@@ -4,6 +4,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
 #include <cstdint>
 #include <limits>
 
@@ -90,6 +93,42 @@ TEST(GuestMemoryTest, X86LayoutSplitsAroundTheMmioHole) {
   EXPECT_EQ(large->regions()[1]->size(), 64ull << 20);
   EXPECT_FALSE(large->IsValidRange(GuestAddress(kMmioHoleStart), 1));
   EXPECT_FALSE(GuestMemory::CreateX86(1 << 20).ok());
+}
+
+// The VMA flags ("VmFlags: rd wr ... hg") of the mapping that holds `address`, from smaps.
+std::string VmFlagsOf(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t target = reinterpret_cast<uintptr_t>(address);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    unsigned long begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > line.find(' ')) {
+      inside = target >= begin && target < end;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// KVM can map guest RAM with 2 MiB nested-page-table entries only where host and guest addresses
+// agree modulo 2 MiB (and the host page is huge): each region is placed so, and asks for THP.
+TEST(GuestMemoryTest, RegionsAreHugePageFriendly) {
+  constexpr uint64_t kHuge = 2 << 20;
+  for (uint64_t start : {uint64_t{0}, uint64_t{0x10000}, uint64_t{3} << 20, kHighRamStart}) {
+    auto region = GuestMemoryRegion::Create(GuestAddress(start), 8 << 20);
+    ASSERT_TRUE(region.ok()) << region.status();
+    const uintptr_t host = reinterpret_cast<uintptr_t>((*region)->host_address());
+    EXPECT_EQ(host % kHuge, start % kHuge) << std::hex << start;
+    // The whole region is usable (no part of it was unmapped with the alignment slack).
+    (*region)->host_address()[0] = 1;
+    (*region)->host_address()[(8 << 20) - 1] = 2;
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0) {
+      EXPECT_NE(VmFlagsOf((*region)->host_address()).find(" hg"), std::string::npos)
+          << VmFlagsOf((*region)->host_address());
+    }
+  }
 }
 
 TEST(GuestMemoryTest, FileRegionIsSharedWithTheFile) {
