@@ -62,6 +62,29 @@ absl::StatusOr<DirectIoAlignment> FindDirectIoAlignment(int fd, const std::strin
                            logical_block_size};
 }
 
+// Two writers on one image corrupt it, and a reader beside a writer reads torn data: a writable
+// image is locked exclusively, a read-only one shared, over the whole file. Open file description
+// locks (fcntl(2), F_OFD_SETLK) belong to this open file, not to the process: a second open in the
+// same VMM conflicts too, and the lock goes when the last descriptor of this open file closes.
+// QEMU locks single bytes of its images the same way, so it and we see each other as well.
+absl::Status LockImage(int fd, const std::string& path, bool read_only) {
+  struct flock lock {};
+  lock.l_type = read_only ? F_RDLCK : F_WRLCK;
+  lock.l_whence = SEEK_SET;  // l_start = 0, l_len = 0: the whole file, however it grows
+  if (fcntl(fd, F_OFD_SETLK, &lock) == 0) return absl::OkStatus();
+  const int error = errno;
+  if (error == EAGAIN || error == EACCES) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is in use: another process (another VMM, or QEMU) holds a lock on it that conflicts "
+        "with opening it ", read_only ? "read-only" : "for writing",
+        read_only ? "" : " (a writable image has one user at a time)"));
+  }
+  // File systems without byte-range locks (ENOLCK from some network ones, EINVAL): run unlocked,
+  // as QEMU does when its locking is off.
+  if (error == ENOLCK || error == EINVAL || error == EOPNOTSUPP) return absl::OkStatus();
+  return absl::ErrnoToStatus(error, absl::StrCat("lock ", path));
+}
+
 // One request between Enqueue() and its completion.
 struct Op {
   bool busy = false;
@@ -540,6 +563,10 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
   } else {
     return absl::FailedPreconditionError(
         absl::StrCat(path, " is neither a regular file nor a block device"));
+  }
+
+  if (absl::Status locked = LockImage(fd.get(), path, options.read_only); !locked.ok()) {
+    return locked;
   }
 
   uint32_t memory_alignment = 1;

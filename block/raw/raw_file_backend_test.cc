@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <linux/io_uring.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -651,6 +653,66 @@ TEST(RawFileBackendTest, OpenErrors) {
   no_ring.ring_entries = 0;
   backend = RawFileBackend::Open(MakeFile("no_ring.img", 4096), no_ring);
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Two VMMs on one image (F11 of the hardening issue): the second writer is refused, readers share,
+// a reader beside a writer is refused, and the lock goes with the backend. OFD locks conflict
+// between open files of one process just as between processes, so one process shows it.
+TEST(RawFileBackendTest, WritableImageHasOneUser) {
+  const std::string path = MakeFile("locked.img", 4096);
+  RawFileOptions writable;
+  RawFileOptions read_only;
+  read_only.read_only = true;
+  {
+    auto first = RawFileBackend::Open(path, writable);
+    ASSERT_TRUE(first.ok()) << first.status();
+    for (const RawFileOptions& options : {writable, read_only}) {
+      auto second = RawFileBackend::Open(path, options);
+      ASSERT_FALSE(second.ok());
+      EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+      EXPECT_NE(second.status().message().find(path), absl::string_view::npos);
+      EXPECT_NE(second.status().message().find("in use"), absl::string_view::npos);
+    }
+  }
+  {
+    auto reader_a = RawFileBackend::Open(path, read_only);
+    auto reader_b = RawFileBackend::Open(path, read_only);
+    ASSERT_TRUE(reader_a.ok()) << reader_a.status();
+    ASSERT_TRUE(reader_b.ok()) << reader_b.status();
+    EXPECT_FALSE(RawFileBackend::Open(path, writable).ok());
+  }
+  EXPECT_TRUE(RawFileBackend::Open(path, writable).ok());
+}
+
+// A process that is not us (QEMU, say) holding a byte of the image: we see it.
+TEST(RawFileBackendTest, AnotherProcessLockIsSeen) {
+  const std::string path = MakeFile("locked_by_child.img", 4096);
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int fd = open(path.c_str(), O_RDWR);
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    lock.l_start = 100;  // one byte, where QEMU keeps a permission lock
+    lock.l_len = 1;
+    const char ok = (fd >= 0 && fcntl(fd, F_OFD_SETLK, &lock) == 0) ? 1 : 0;
+    (void)!write(ready[1], &ok, 1);
+    pause();
+    _exit(0);
+  }
+  char ok = 0;
+  ASSERT_EQ(read(ready[0], &ok, 1), 1);
+  ASSERT_EQ(ok, 1);
+  auto backend = RawFileBackend::Open(path, {});
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition) << backend.status();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  EXPECT_TRUE(RawFileBackend::Open(path, {}).ok());
 }
 
 // --- Discard ---------------------------------------------------------------------------------

@@ -181,12 +181,16 @@ if linux_check_pass media media; then
 fi
 ctl media status cd0 | grep -q "b.iso" || linux_fail media "the API does not show b.iso in cd0: $(ctl media status cd0 2>&1)"
 
-# The write cache as configured: a second back end with the disk in cache=directsync (every write
-# reaches stable storage on its own) reports WCE off; sd then sends no flushes and no FUA.
+# The write cache as configured: a second back end with a disk in cache=directsync (every write
+# reaches stable storage on its own) reports WCE off; sd then sends no flushes and no FUA. Its own
+# image: the first back end still has $DISK open for writing, and a writable image has one user.
 WT_SOCKET=$SOCKETS/vhost-wt.sock
-"$BACKEND" --socket="$WT_SOCKET" --disk="$DISK,cache=directsync" >"$WORK/backend-wt.log" 2>&1 &
+WT_DISK=$WORK/disk-wt.img
+linux_make_disk "$WT_DISK" 64M
+"$BACKEND" --socket="$WT_SOCKET" --disk="$WT_DISK,cache=directsync" >"$WORK/backend-wt.log" 2>&1 &
 WT_PID=$!
 for _ in $(seq 100); do [ -S "$WT_SOCKET" ] && break; sleep 0.1; done
+[ -S "$WT_SOCKET" ] || sed 's/^/    backend-wt| /' "$WORK/backend-wt.log"
 linux_boot probe-directsync "scenario=probe wait=sd" -chardev "socket,id=vus,path=$WT_SOCKET" \
   -device vhost-user-scsi-pci,chardev=vus,num_queues=1
 if linux_check_pass probe-directsync probe; then
