@@ -305,6 +305,7 @@ absl::Status Vm::LoadGuest() {
 absl::Status Vm::CreateVcpus() {
   auto supported = kvm_->GetSupportedCpuid();
   if (!supported.ok()) return supported.status();
+  if (kvm_->CheckExtension(KVM_CAP_TSC_DEADLINE_TIMER) > 0) x86::AddTscDeadlineTimer(*supported);
   auto mask = x86::ParseCpuFeatures(config_.cpu_features);
   if (!mask.ok()) return mask.status();
   absl::Status status = x86::ApplyCpuFeatureMask(*mask, *supported);

@@ -431,6 +431,10 @@ absl::StatusOr<CpuFeatureMask> ParseCpuFeatures(std::string_view spec) {
   return mask;
 }
 
+void AddTscDeadlineTimer(std::vector<kvm_cpuid_entry2>& entries) {
+  if (kvm_cpuid_entry2* leaf1 = FindCpuidEntry(entries, kLeafFeatures, 0)) leaf1->ecx |= 1u << 24;
+}
+
 absl::Status ApplyCpuFeatureMask(const CpuFeatureMask& mask,
                                  std::vector<kvm_cpuid_entry2>& entries) {
   // Shaped on a copy so `entries` is unchanged on error.

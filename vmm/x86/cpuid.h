@@ -82,6 +82,14 @@ absl::StatusOr<CpuFeatureMask> ParseCpuFeatures(std::string_view spec);
 absl::Status ApplyCpuFeatureMask(const CpuFeatureMask& mask,
                                  std::vector<kvm_cpuid_entry2>& entries);
 
+// Sets leaf 01H ECX[24] (TSC-deadline timer): KVM emulates that mode of the local APIC timer when
+// it reports KVM_CAP_TSC_DEADLINE_TIMER, but leaves the bit out of KVM_GET_SUPPORTED_CPUID for
+// the VMM to set (Documentation/virt/kvm/api.rst, KVM_GET_SUPPORTED_CPUID; QEMU and Firecracker
+// do). Without it Linux calibrates the APIC timer against the PIT at boot, 100 ms of spinning
+// (arch/x86/kernel/apic/apic.c calibrate_APIC_clock). Call before ApplyCpuFeatureMask, so that
+// "-tsc_deadline" can still hide it.
+void AddTscDeadlineTimer(std::vector<kvm_cpuid_entry2>& entries);
+
 // Makes `entries` describe the vCPU with local APIC id `apic_id` in a machine of `num_cpus`
 // (>= 1) vCPUs. Topology: one socket (package) of num_cpus cores, one thread per core, APIC ids
 // 0..num_cpus-1, so a core's APIC id is its core number.

@@ -781,6 +781,18 @@ TEST(ApplyCpuFeatureMaskTest, HypervisorBitSetUnlessRemoved) {
   EXPECT_TRUE(ApplyCpuFeatureMask(*ParseCpuFeatures("+hypervisor"), entries).ok());
 }
 
+TEST(AddTscDeadlineTimerTest, SetAndStillRemovable) {
+  for (const char* fixture : kFixtures) {
+    std::vector<kvm_cpuid_entry2> entries = LoadFixture(fixture);
+    AddTscDeadlineTimer(entries);
+    std::vector<kvm_cpuid_entry2> kept = entries;
+    ASSERT_TRUE(ApplyCpuFeatureMask(*ParseCpuFeatures("+tsc_deadline"), kept).ok()) << fixture;
+    EXPECT_TRUE(Has(kept, "tsc_deadline")) << fixture;
+    ASSERT_TRUE(ApplyCpuFeatureMask(*ParseCpuFeatures("-tsc_deadline"), entries).ok()) << fixture;
+    EXPECT_FALSE(Has(entries, "tsc_deadline")) << fixture;
+  }
+}
+
 TEST(ApplyCpuFeatureMaskTest, KvmParavirtLeaves) {
   for (const char* fixture : kFixtures) {
     const std::vector<kvm_cpuid_entry2> entries = VcpuCpuid(LoadFixture(fixture), "", 0, 2);
