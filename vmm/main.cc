@@ -27,6 +27,7 @@
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
+#include "vmm/thread_stacks.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
 
@@ -92,6 +93,9 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
+  if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
+    return Fail(std::string(stacks.message()));
+  }
   absl::SetProgramUsageMessage(
       "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
       "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");

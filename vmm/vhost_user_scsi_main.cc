@@ -30,6 +30,7 @@
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
 #include "vmm/storage.h"
+#include "vmm/thread_stacks.h"
 
 ABSL_FLAG(std::string, socket, "", "The vhost-user socket to listen on (QEMU: -chardev socket,path=...).");
 ABSL_FLAG(uint32_t, scsi_queues, 64,
@@ -77,6 +78,9 @@ absl::StatusOr<block::ScopedFd> Listen(const std::string& path) {
 
 int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
+  if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
+    return Fail(std::string(stacks.message()));
+  }
   absl::SetProgramUsageMessage(
       "Serves virtio-scsi to a vhost-user front end.\n  vhost-user-scsi --socket=PATH "
       "--disk=IMAGE [--cdrom=ISO] [--scsi-queues=N --iothreads=M] [--api-socket=PATH]");
