@@ -54,16 +54,19 @@ class GuestMemoryRegion {
   // One past the last byte. Regions never end at 2^64 (Create rejects that).
   GuestAddress end() const { return start_ + size_; }
   uint8_t* host_address() const { return host_; }
+  bool private_anonymous() const { return private_anonymous_; }
   bool Contains(GuestAddress address) const {
     return address >= start_ && address.value() - start_.value() < size_;
   }
 
  private:
-  GuestMemoryRegion(GuestAddress start, uint64_t size, uint8_t* host)
-      : start_(start), size_(size), host_(host) {}
+  GuestMemoryRegion(GuestAddress start, uint64_t size, uint8_t* host, bool private_anonymous)
+      : start_(start), size_(size), host_(host), private_anonymous_(private_anonymous) {}
   GuestAddress start_;
   uint64_t size_;
   uint8_t* host_;
+  // Create()'s memory: a page given back (MADV_DONTNEED) reads as zeros. Not so for a file's.
+  bool private_anonymous_;
 };
 
 // Guest RAM: a set of non-overlapping regions. Every access is bounds-checked: a range is usable only
@@ -95,7 +98,8 @@ class GuestMemory {
 
   absl::Status Read(GuestAddress address, std::span<uint8_t> out) const;
   absl::Status Write(GuestAddress address, std::span<const uint8_t> data) const;
-  // Fills [address, address + length) with zeros.
+  // Fills [address, address + length) with zeros. Whole pages of the VMM's own (anonymous) RAM
+  // are given back to the kernel instead of written, so zeroing a large .bss costs no RSS.
   absl::Status Zero(GuestAddress address, uint64_t length) const;
 
   template <typename T>
