@@ -504,8 +504,12 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
     return absl::InvalidArgumentError("ring_entries must be at least 1");
   }
   const bool direct_io = UsesDirectIo(options.cache_mode);
-  const int flags =
-      O_CLOEXEC | (options.read_only ? O_RDONLY : O_RDWR) | (direct_io ? O_DIRECT : 0);
+  // O_NONBLOCK: opening a FIFO (or a device that waits for a peer) must not block; whatever was
+  // opened is checked with fstat below, and the flag is cleared again for the I/O (io_uring would
+  // otherwise fail reads that miss the page cache with EAGAIN instead of waiting for them).
+  // O_NOCTTY: a terminal named as an image never becomes our controlling terminal.
+  const int flags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (options.read_only ? O_RDONLY : O_RDWR) |
+                    (direct_io ? O_DIRECT : 0);
   ScopedFd fd(open(path.c_str(), flags));
   if (!fd.valid()) {
     const int error = errno;
@@ -565,6 +569,10 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
         absl::StrCat(path, " is neither a regular file nor a block device"));
   }
 
+  const int status_flags = fcntl(fd.get(), F_GETFL);
+  if (status_flags < 0 || fcntl(fd.get(), F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("fcntl ", path));
+  }
   if (absl::Status locked = LockImage(fd.get(), path, options.read_only); !locked.ok()) {
     return locked;
   }

@@ -649,6 +649,16 @@ TEST(RawFileBackendTest, OpenErrors) {
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition) << backend.status();
 
+  // A FIFO is refused at once, for reading and for writing (F2 of the hardening issue: a path
+  // swapped to a FIFO after the API's check used to block open() forever).
+  const std::string fifo = TempPath("a_fifo");
+  ASSERT_TRUE(mkfifo(fifo.c_str(), 0600) == 0 || errno == EEXIST);
+  backend = RawFileBackend::Open(fifo, read_only);
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition) << backend.status();
+  backend = RawFileBackend::Open(fifo, {});
+  ASSERT_FALSE(backend.ok());  // ENXIO (no reader) or the type check: never a hang
+
   RawFileOptions no_ring;
   no_ring.ring_entries = 0;
   backend = RawFileBackend::Open(MakeFile("no_ring.img", 4096), no_ring);
