@@ -103,9 +103,9 @@ void IoThread::Post(absl::AnyInvocable<void()> fn) {
   Signal(wakeup_.get());
 }
 
-absl::Status IoThread::AddFd(int fd, absl::AnyInvocable<void()> on_readable) {
+absl::Status IoThread::AddFd(int fd, absl::AnyInvocable<void()> on_readable, Trigger trigger) {
   epoll_event event{};
-  event.events = EPOLLIN;
+  event.events = EPOLLIN | (trigger == Trigger::kEdge ? EPOLLET : 0);
   event.data.fd = fd;
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
     return absl::InternalError(

@@ -49,9 +49,15 @@ class IoThread {
   // Queues `fn` to run on the loop thread.
   void Post(absl::AnyInvocable<void()> fn);
 
-  // Level-triggered: `on_readable` runs on the loop thread while `fd` is readable; it must consume
-  // the readiness (read the eventfd). Call on the loop thread (RunSync) or before Start().
-  absl::Status AddFd(int fd, absl::AnyInvocable<void()> on_readable);
+  // kLevel: `on_readable` runs on the loop thread while `fd` is readable; it must consume the
+  // readiness (read the eventfd). kEdge: it runs once per new readiness (for an eventfd, once per
+  // write to it), whatever is left unread. Notification fds a guest or a vhost-user front end
+  // controls are edge-triggered: an EFD_SEMAPHORE eventfd holding 2^64-2 stays readable after
+  // each read, and level-triggered it kept an iothread spinning (F6 of the hardening issue).
+  // Call on the loop thread (RunSync) or before Start().
+  enum class Trigger { kLevel, kEdge };
+  absl::Status AddFd(int fd, absl::AnyInvocable<void()> on_readable,
+                     Trigger trigger = Trigger::kLevel);
   void RemoveFd(int fd);
   // A poller returns true when it found (and handled) work. Returns an id for RemovePoller().
   int AddPoller(absl::AnyInvocable<bool()> poll) { return AddPoller(std::move(poll), {}, {}); }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -49,6 +50,37 @@ TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
   Signal(event.get());
   ASSERT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_TRUE(on_thread);
+  thread.RunSync([&] { thread.RemoveFd(event.get()); });
+  thread.Stop();
+}
+
+// A semaphore eventfd that stays readable (F6 of the hardening issue): edge-triggered, its handler
+// runs once per write, not in a loop; and no write is missed.
+TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
+  IoThread thread("test-io");
+  ASSERT_TRUE(thread.Start().ok());
+  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE));
+  std::atomic<int> calls{0};
+  thread.RunSync([&] {
+    ASSERT_TRUE(thread
+                    .AddFd(event.get(), [&] { Drain(event.get()); ++calls; },
+                           IoThread::Trigger::kEdge)
+                    .ok());
+  });
+  const uint64_t huge = UINT64_MAX - 1;  // each read takes 1: readable "for ever"
+  ASSERT_EQ(write(event.get(), &huge, sizeof(huge)), 8);
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_GE(calls.load(), 1);
+  EXPECT_LE(calls.load(), 2);  // level-triggered this was hundreds of thousands
+  // Each later write is one more readiness: one more call.
+  const int before = calls.load();
+  const uint64_t one = 1;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(write(event.get(), &one, sizeof(one)), 8);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (calls.load() < before + i + 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_GE(calls.load(), before + 3);
   thread.RunSync([&] { thread.RemoveFd(event.get()); });
   thread.Stop();
 }

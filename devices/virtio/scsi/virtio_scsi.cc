@@ -576,7 +576,8 @@ absl::Status VirtioScsi::Activate(VirtioActivation activation) {
         state->control = std::make_unique<ControlWorker>(*this, *std::move(queue), spec,
                                                          activation.events);
         ControlWorker* control = state->control.get();
-        status = state->thread->AddFd(spec.notify_fd, [control] { control->OnNotify(); });
+        status = state->thread->AddFd(spec.notify_fd, [control] { control->OnNotify(); },
+                                      IoThread::Trigger::kEdge);
         if (status.ok()) state->fds.push_back(spec.notify_fd);
       });
     } else {
@@ -587,7 +588,8 @@ absl::Status VirtioScsi::Activate(VirtioActivation activation) {
         state->workers.push_back(std::make_unique<RequestWorker>(*this, *state, *std::move(queue),
                                                                  spec, activation.events));
         RequestWorker* worker = state->workers.back().get();
-        status = state->thread->AddFd(spec.notify_fd, [worker] { worker->OnNotify(); });
+        status = state->thread->AddFd(spec.notify_fd, [worker] { worker->OnNotify(); },
+                                      IoThread::Trigger::kEdge);
         if (status.ok()) state->fds.push_back(spec.notify_fd);
         if (options_.poll_max_ns > 0) {
           state->pollers.push_back(
