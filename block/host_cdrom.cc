@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "block/scoped_fd.h"
@@ -359,7 +360,11 @@ void HostCdrom::OnMediaEvent(const MediaEvent& event) {
 
 void HostCdrom::Enqueue(HostCommand command) {
   absl::MutexLock lock(&queue_mutex_);
-  queue_.push_back(command);
+  if (command == HostCommand::kLock || command == HostCommand::kUnlock) {
+    pending_.lock = command == HostCommand::kLock;
+  } else {
+    pending_.tray = command;
+  }
   ++commands_queued_;
 }
 
@@ -376,35 +381,45 @@ void HostCdrom::WaitForHostCommands() {
 
 void HostCdrom::WorkerLoop() {
   while (true) {
-    HostCommand command;
+    PendingCommands taken;
+    uint64_t taken_upto = 0;
     {
       absl::MutexLock lock(&queue_mutex_);
       queue_mutex_.Await(absl::Condition(
           +[](HostCdrom* self) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return self->stopping_ || !self->queue_.empty();
+            return self->stopping_ || !self->pending_.empty();
           },
           this));
-      if (queue_.empty()) return;  // stopping, and everything queued was done
-      command = queue_.front();
-      queue_.pop_front();
+      if (pending_.empty()) return;  // stopping, and everything asked for was sent
+      taken = pending_;
+      pending_ = {};
+      taken_upto = commands_queued_;
     }
-    absl::Status status = RunHostCommand(command);
-    {
-      absl::MutexLock state_lock(&state_mutex_);
-      ++stats_.host_commands;
-      if (!status.ok()) ++stats_.host_command_errors;
-    }
-    if (!status.ok()) ReportError(status);
-    if (command == HostCommand::kEject || command == HostCommand::kCloseTray) {
-      // The tray moved (or failed to): look at the drive once, so the guest sees what the host has
-      // even when the host sends no uevents (the kernel polls removable drives only when
-      // events_poll_msecs is set, which udev does, not the kernel: block/disk-events.c).
-      absl::MutexLock lock(&refresh_mutex_);
-      absl::Status refreshed = RefreshLocked(/*media_changed=*/false);
-      if (!refreshed.ok()) ReportError(refreshed);
+    // In the order a guest's sequence needs: an unlock before a tray move (the drive refuses to
+    // eject while locked), a lock after it (close the tray, then lock the disc in).
+    std::vector<HostCommand> commands;
+    if (taken.lock && !*taken.lock) commands.push_back(HostCommand::kUnlock);
+    if (taken.tray) commands.push_back(*taken.tray);
+    if (taken.lock && *taken.lock) commands.push_back(HostCommand::kLock);
+    for (const HostCommand command : commands) {
+      absl::Status status = RunHostCommand(command);
+      {
+        absl::MutexLock state_lock(&state_mutex_);
+        ++stats_.host_commands;
+        if (!status.ok()) ++stats_.host_command_errors;
+      }
+      if (!status.ok()) ReportError(status);
+      if (command == HostCommand::kEject || command == HostCommand::kCloseTray) {
+        // The tray moved (or failed to): look at the drive once, so the guest sees what the host
+        // has even when the host sends no uevents (the kernel polls removable drives only when
+        // events_poll_msecs is set, which udev does, not the kernel: block/disk-events.c).
+        absl::MutexLock lock(&refresh_mutex_);
+        absl::Status refreshed = RefreshLocked(/*media_changed=*/false);
+        if (!refreshed.ok()) ReportError(refreshed);
+      }
     }
     absl::MutexLock lock(&queue_mutex_);
-    ++commands_done_;
+    commands_done_ = taken_upto;
   }
 }
 

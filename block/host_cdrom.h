@@ -2,9 +2,9 @@
 #define BLOCK_HOST_CDROM_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -153,8 +153,8 @@ class HostCdrom : public MediaListener {
   };
   std::unique_ptr<UeventWatch> WatchUevents(UeventMonitor* monitor);
 
-  // Blocks until every guest command queued so far has been sent to the drive (for tests and for
-  // orderly shutdown).
+  // Blocks until every guest command queued so far has been sent to the drive, or replaced by a
+  // later one of its kind (for tests and for orderly shutdown).
   void WaitForHostCommands();
 
   // The last status the drive reported (kNoInfo before the first probe).
@@ -162,7 +162,8 @@ class HostCdrom : public MediaListener {
   Stats stats() const;
   const CdromDevice& device() const { return *device_; }
 
-  // MediaListener: forwards the guest's lock and tray changes to the drive (queued, non-blocking).
+  // MediaListener: forwards the guest's lock and tray changes to the drive (non-blocking; the
+  // latest state of each kind wins).
   void OnMediaEvent(const MediaEvent& event) override;
 
  private:
@@ -195,8 +196,16 @@ class HostCdrom : public MediaListener {
   HostDriveStatus last_status_ ABSL_GUARDED_BY(state_mutex_) = HostDriveStatus::kNoInfo;
   Stats stats_ ABSL_GUARDED_BY(state_mutex_);
 
+  // What the guest last asked of the drive and the worker has not sent yet: only the latest lock
+  // state and the latest tray move, so a guest toggling its lock in a loop costs at most two host
+  // commands per worker round, never a queue that grows (F8 of the hardening issue).
+  struct PendingCommands {
+    std::optional<bool> lock;           // kLock (true) / kUnlock (false)
+    std::optional<HostCommand> tray;    // kEject / kCloseTray
+    bool empty() const { return !lock && !tray; }
+  };
   absl::Mutex queue_mutex_;
-  std::deque<HostCommand> queue_ ABSL_GUARDED_BY(queue_mutex_);
+  PendingCommands pending_ ABSL_GUARDED_BY(queue_mutex_);
   uint64_t commands_queued_ ABSL_GUARDED_BY(queue_mutex_) = 0;
   uint64_t commands_done_ ABSL_GUARDED_BY(queue_mutex_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mutex_) = false;

@@ -55,8 +55,14 @@ class FakeCdromDevice : public CdromDevice {
   }
   absl::Status LockDoor(bool locked) override {
     absl::MutexLock lock(&mutex_);
+    mutex_.Await(absl::Condition(+[](bool* held) { return !*held; }, &commands_held_));
     commands_.push_back(locked ? "lock" : "unlock");
     return command_error_;
+  }
+  // A drive busy with a slow command: LockDoor waits until released.
+  void HoldCommands(bool held) {
+    absl::MutexLock lock(&mutex_);
+    commands_held_ = held;
   }
   absl::Status Eject() override {
     absl::MutexLock lock(&mutex_);
@@ -123,6 +129,7 @@ class FakeCdromDevice : public CdromDevice {
   absl::Status command_error_ ABSL_GUARDED_BY(mutex_);
   Counts counts_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> commands_ ABSL_GUARDED_BY(mutex_);
+  bool commands_held_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 // Records every media event (type, by_guest).
@@ -376,10 +383,49 @@ TEST_F(HostCdromTest, GuestLockAndUnlockReachTheDrive) {
   media_.SetLocked(false, /*by_guest=*/true);
   media_.SetLocked(true, /*by_guest=*/false);  // the API's, not the guest's: not forwarded
   cdrom_->WaitForHostCommands();
-  EXPECT_THAT(device_->commands(), ElementsAre("lock", "unlock"));
-  EXPECT_EQ(cdrom_->stats().host_commands, 2u);
+  // The drive ends unlocked; the lock reached it first unless the unlock replaced it while waiting.
+  const std::vector<std::string> sent = device_->commands();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_EQ(sent.back(), "unlock");
+  EXPECT_LE(sent.size(), 2u);
+  EXPECT_EQ(cdrom_->stats().host_commands, sent.size());
   // Locking probes nothing.
   EXPECT_EQ(device_->counts().drive_status, 1);
+}
+
+// A guest toggling its lock in a loop while the drive is slow (F8 of the hardening issue): the
+// commands do not pile up; the drive gets the latest state, a few commands in all.
+TEST_F(HostCdromTest, LockFloodIsCoalesced) {
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  device_->HoldCommands(true);
+  for (int i = 0; i < 10000; ++i) media_.SetLocked(i % 2 == 0, /*by_guest=*/true);
+  media_.SetLocked(true, /*by_guest=*/true);  // the last word: locked
+  device_->HoldCommands(false);
+  cdrom_->WaitForHostCommands();
+  const std::vector<std::string> sent = device_->commands();
+  ASSERT_FALSE(sent.empty());
+  EXPECT_LE(sent.size(), 3u);  // the one in progress when held, then the latest state
+  EXPECT_EQ(sent.back(), "lock");
+}
+
+// An unlock and an eject asked for together reach the drive in that order.
+TEST_F(HostCdromTest, UnlockGoesBeforeTheEject) {
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  media_.SetLocked(true, /*by_guest=*/true);
+  cdrom_->WaitForHostCommands();
+  device_->HoldCommands(true);
+  media_.SetLocked(false, /*by_guest=*/true);
+  media_.SetLocked(true, /*by_guest=*/true);
+  media_.SetLocked(false, /*by_guest=*/true);
+  ASSERT_TRUE(media_.GuestLoadEject(/*eject=*/true).ok());
+  device_->HoldCommands(false);
+  cdrom_->WaitForHostCommands();
+  const std::vector<std::string> sent = device_->commands();
+  ASSERT_GE(sent.size(), 2u);
+  EXPECT_EQ(sent[sent.size() - 2], "unlock");
+  EXPECT_EQ(sent.back(), "eject");
 }
 
 TEST_F(HostCdromTest, GuestEjectAndLoadMoveTheHostTray) {
