@@ -9,9 +9,12 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstring>
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "block/drive.h"
 #include "block/memory_backend.h"
 #include "devices/scsi/disk.h"
@@ -610,6 +613,46 @@ TEST_F(VhostUserServerTest, MalformedFramingDropsTheConnectionOnly) {
   Connection connection(path_);
   ASSERT_TRUE(connection.connected());
   EXPECT_NE(InquiryOverConnection(connection, front), "(no completion)");
+}
+
+// A front end trickling its message a byte at a time (F7 of the hardening issue): the server
+// stops promptly when asked, though every byte arrives well within any per-recv timeout.
+TEST_F(VhostUserServerTest, StopEndsATricklingMessage) {
+  Connection connection(path_);
+  ASSERT_TRUE(connection.connected());
+  const Header header{static_cast<uint32_t>(Request::kSetVringNum), kVersion, 8};
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (size_t i = 0; i < sizeof(header) && !done; ++i) {
+      (void)!send(connection.fd(), bytes + i, 1, MSG_NOSIGNAL);
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(350));  // the server is inside the message now
+  const absl::Time asked = absl::Now();
+  server_->Stop();
+  thread_.join();  // Run() returned
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(2));
+  done = true;
+  trickle.join();
+  // TearDown stops and joins again: a fresh thread that returns at once (stop is still set).
+  thread_ = std::thread([this] { EXPECT_TRUE(server_->Run().ok()); });
+}
+
+// ReadMessage's own bounds, on a socket pair: a message that does not finish in time, and a stop.
+TEST(ReadMessageTest, DeadlineAndStopBoundAMessage) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  block::ScopedFd front(pair[0]), back(pair[1]);
+  const Header header{static_cast<uint32_t>(Request::kGetFeatures), kVersion, 0};
+  ASSERT_EQ(send(front.get(), &header, 3, MSG_NOSIGNAL), 3);  // part of a header, then nothing
+  auto message = ReadMessage(back.get(), ReadLimits{absl::Now() + absl::Milliseconds(200), -1});
+  EXPECT_EQ(message.status().code(), absl::StatusCode::kDeadlineExceeded) << message.status();
+
+  block::ScopedFd stop(eventfd(1, EFD_CLOEXEC));
+  message = ReadMessage(back.get(), ReadLimits{absl::InfiniteFuture(), stop.get()});
+  EXPECT_EQ(message.status().code(), absl::StatusCode::kCancelled) << message.status();
 }
 
 }  // namespace

@@ -1,18 +1,48 @@
 #include "devices/virtio/vhost_user/message.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 
 namespace devices::virtio::vhost_user {
 namespace {
 
-// Reads exactly `length` bytes (after the header: descriptors only ever come with the header).
-absl::Status ReadFull(int socket, uint8_t* data, size_t length) {
+// Waits until `socket` is readable, `limits.stop_fd` is readable (Cancelled) or the deadline
+// passes (DeadlineExceeded).
+absl::Status AwaitReadable(int socket, const ReadLimits& limits) {
+  while (true) {
+    int timeout_ms = -1;
+    if (limits.deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = limits.deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError(
+            "vhost-user: the front end did not finish its message in time");
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60'000));
+    }
+    pollfd fds[2] = {{socket, POLLIN, 0}, {limits.stop_fd, POLLIN, 0}};
+    const int ready = poll(fds, limits.stop_fd >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return block::ErrnoStatus(errno, "vhost-user: poll");
+    if (limits.stop_fd >= 0 && fds[1].revents != 0) {
+      return absl::CancelledError("vhost-user: stopping inside a message");
+    }
+    if (fds[0].revents != 0) return absl::OkStatus();
+  }
+}
+
+// Reads exactly `length` bytes (after the header: descriptors only ever come with the header),
+// within the message's limits: a front end trickling a byte at a time cannot hold us.
+absl::Status ReadFull(int socket, uint8_t* data, size_t length, const ReadLimits& limits) {
   size_t done = 0;
   while (done < length) {
-    const ssize_t got = recv(socket, data + done, length - done, 0);
+    if (absl::Status readable = AwaitReadable(socket, limits); !readable.ok()) return readable;
+    const ssize_t got = recv(socket, data + done, length - done, MSG_DONTWAIT);
+    if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) return block::ErrnoStatus(errno, "vhost-user: reading the socket");
     if (got == 0) {
@@ -57,7 +87,8 @@ absl::Status WriteFull(int socket, const uint8_t* data, size_t length, std::span
 
 }  // namespace
 
-absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
+absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits& limits) {
+  if (absl::Status readable = AwaitReadable(socket, limits); !readable.ok()) return readable;
   Message message;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
   iovec io{&message.header, sizeof(Header)};
@@ -68,7 +99,7 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
   header.msg_controllen = sizeof(control);
   ssize_t got;
   do {
-    got = recvmsg(socket, &header, MSG_CMSG_CLOEXEC);
+    got = recvmsg(socket, &header, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   } while (got < 0 && errno == EINTR);
   if (got < 0) return block::ErrnoStatus(errno, "vhost-user: reading the socket");
   if (got == 0) return std::nullopt;
@@ -89,7 +120,7 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
   }
   if (static_cast<size_t>(got) < sizeof(Header)) {
     absl::Status rest = ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header) + got,
-                                 sizeof(Header) - static_cast<size_t>(got));
+                                 sizeof(Header) - static_cast<size_t>(got), limits);
     if (!rest.ok()) return rest;
   }
   if ((message.header.flags & kVersionMask) != kVersion) {
@@ -108,7 +139,8 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket) {
   }
   message.payload.resize(message.header.size);
   if (message.header.size > 0) {
-    absl::Status payload = ReadFull(socket, message.payload.data(), message.payload.size());
+    absl::Status payload =
+        ReadFull(socket, message.payload.data(), message.payload.size(), limits);
     if (!payload.ok()) return payload;
   }
   return message;
@@ -145,14 +177,14 @@ absl::Status SendMessage(int socket, Request request, uint32_t flags,
 absl::StatusOr<Message> ReadReply(int socket) {
   Message message;
   absl::Status status =
-      ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header), sizeof(Header));
+      ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header), sizeof(Header), ReadLimits{});
   if (!status.ok()) return status;
   if ((message.header.flags & kFlagReply) == 0 || message.header.size > kMaxPayload) {
     return absl::InvalidArgumentError("vhost-user: not a reply");
   }
   message.payload.resize(message.header.size);
   if (message.header.size > 0) {
-    status = ReadFull(socket, message.payload.data(), message.payload.size());
+    status = ReadFull(socket, message.payload.data(), message.payload.size(), ReadLimits{});
     if (!status.ok()) return status;
   }
   return message;

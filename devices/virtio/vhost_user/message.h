@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_format.h"
 #include "block/scoped_fd.h"
 #include "devices/virtio/vhost_user/protocol.h"
@@ -41,11 +43,21 @@ struct Message {
   }
 };
 
-// Reads one message from the connected socket. nullopt when the front end closed the connection
-// between messages. Errors (the connection is then unusable): a short header or payload, a
-// version other than 1, a reply flag, a payload over kMaxPayload, more than kMaxFds descriptors
-// or truncated control data (every descriptor received is closed).
-absl::StatusOr<std::optional<Message>> ReadMessage(int socket);
+// Bounds on reading one message: the whole message (header, descriptors, payload) must arrive
+// before `deadline`, and a readable `stop_fd` (an eventfd, -1 for none) ends the read at once.
+// Per-recv timeouts alone let a front end that sends a byte every few seconds hold the reader, and
+// SIGTERM with it, for ever (F7 of the hardening issue).
+struct ReadLimits {
+  absl::Time deadline = absl::InfiniteFuture();
+  int stop_fd = -1;
+};
+
+// Reads one message from the connected socket, waiting for its first byte within `limits` too.
+// nullopt when the front end closed the connection between messages. Errors (the connection is
+// then unusable): Cancelled (stop_fd), DeadlineExceeded, a short header or payload, a version
+// other than 1, a reply flag, a payload over kMaxPayload, more than kMaxFds descriptors or
+// truncated control data (every descriptor received is closed).
+absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits& limits = {});
 
 // Sends the reply to `request`: the same request code, version 1 with the REPLY flag.
 absl::Status SendReply(int socket, const Header& request, std::span<const uint8_t> payload);

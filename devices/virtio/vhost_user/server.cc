@@ -9,7 +9,16 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace devices::virtio::vhost_user {
+namespace {
+
+// How long a front end may take to send one whole message once it started it.
+constexpr absl::Duration kMessageTimeout = absl::Seconds(10);
+
+}  // namespace
 
 VhostUserServer::VhostUserServer(block::ScopedFd listener, VirtioDevice& device)
     : listener_(std::move(listener)),
@@ -58,7 +67,10 @@ void VhostUserServer::Serve(int connection) {
       return;
     }
     if (fds[1].revents != 0) return;
-    auto message = ReadMessage(connection);
+    // The whole message within 10 s of its first byte, and SIGTERM (Stop) ends even a read in
+    // the middle of one.
+    auto message =
+        ReadMessage(connection, ReadLimits{absl::Now() + kMessageTimeout, stop_.get()});
     if (!message.ok()) {
       std::fprintf(stderr, "vhost-user: dropping the front end: %s\n",
                    std::string(message.status().message()).c_str());
