@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
@@ -38,6 +39,8 @@ namespace pb = ::vmm::v1;
 constexpr absl::Duration kDefaultGracePeriod = absl::Milliseconds(5000);
 // How long Stop() leaves the last replies to reach their clients before closing connections.
 constexpr absl::Duration kReplySettle = absl::Milliseconds(20);
+// How long past its deadline a server shutdown may take before the server is abandoned.
+constexpr absl::Duration kAbandonAfter = absl::Seconds(1);
 // How often a Watch stream waiting for events checks whether its client went away.
 constexpr absl::Duration kWatchPollInterval = absl::Milliseconds(100);
 
@@ -160,9 +163,13 @@ class WatchQueue {
   };
   enum class Next { kItem, kOverflow, kClosed, kTimeout };
 
-  explicit WatchQueue(size_t limit) : limit_(limit) {}
+  // `context` is the stream's: cancelling it is how a handler blocked in Write() (a client that
+  // stopped reading fills HTTP/2's flow-control window) is set free.
+  WatchQueue(size_t limit, grpc::ServerContext* context) : limit_(limit), context_(context) {}
 
-  // Never waits for the consumer: past the limit the event is dropped and the stream is over.
+  // Never waits for the consumer: past the limit the event is dropped and the stream is over (the
+  // client learns why when it reads again; one that never does gives up its slot, see
+  // ApiCore::AddWatcher).
   void Push(Item item) {
     absl::MutexLock lock(&mutex_);
     if (overflowed_) {
@@ -176,6 +183,9 @@ class WatchQueue {
     }
     items_.push_back(std::move(item));
   }
+
+  // Ends the stream now, whatever is queued (the server stops and the client does not read).
+  void Cancel() { context_->TryCancel(); }
 
   // The server stops: what is queued is still delivered, then the stream ends.
   void Close() {
@@ -202,9 +212,14 @@ class WatchQueue {
     absl::MutexLock lock(&mutex_);
     return dropped_;
   }
+  bool overflowed() const {
+    absl::MutexLock lock(&mutex_);
+    return overflowed_;
+  }
 
  private:
   const size_t limit_;
+  grpc::ServerContext* const context_;
   mutable absl::Mutex mutex_;
   std::deque<Item> items_ ABSL_GUARDED_BY(mutex_);
   bool overflowed_ ABSL_GUARDED_BY(mutex_) = false;
@@ -267,6 +282,8 @@ class ApiCore {
   bool AddWatcher(WatchQueue* queue, grpc::Status* refusal);
   void RemoveWatcher(WatchQueue* queue);
   void BeginStop();
+  // Cancels the Watch streams still open (after BeginStop's grace: their clients do not read).
+  void CancelWatchers();
   size_t watcher_count();
 
   grpc::Service* media_service() { return media_service_.get(); }
@@ -386,7 +403,7 @@ class MediaServiceImpl final : public pb::MediaService::Service {
       if (!found.ok()) return ToGrpc(found.status());
       drives.push_back(*found);
     }
-    WatchQueue queue(core_.options().watch_queue_limit);
+    WatchQueue queue(core_.options().watch_queue_limit, context);
     grpc::Status refusal;
     if (!core_.AddWatcher(&queue, &refusal)) return refusal;
     std::vector<std::unique_ptr<DriveListener>> listeners;
@@ -604,7 +621,19 @@ bool ApiCore::AddWatcher(WatchQueue* queue, grpc::Status* refusal) {
     *refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the VMM is stopping");
     return false;
   }
-  if (static_cast<int>(watchers_.size()) >= options_.max_watchers) {
+  // A stream that fell behind is over, though its handler may stay blocked in Write() for as long
+  // as its client neither reads nor goes away: it no longer takes a slot (F10 of the hardening
+  // issue: 32 stopped clients refused every new Watch for good). It is cancelled, which ends it
+  // at once if its client is merely slow.
+  int open = 0;
+  for (WatchQueue* watcher : watchers_) {
+    if (watcher->overflowed()) {
+      watcher->Cancel();
+    } else {
+      ++open;
+    }
+  }
+  if (open >= options_.max_watchers) {
     *refusal = grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrFormat("too many watchers (at most %d at once)", options_.max_watchers));
@@ -712,12 +741,17 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   return server;
 }
 
+void ApiCore::CancelWatchers() {
+  absl::MutexLock lock(&watchers_mutex_);
+  for (WatchQueue* queue : watchers_) queue->Cancel();
+}
+
 size_t ApiCore::watcher_count() {
   absl::MutexLock lock(&watchers_mutex_);
   return watchers_.size();
 }
 
-size_t ApiServer::watcher_count() const { return core_->watcher_count(); }
+size_t ApiServer::watcher_count() const { return core_ != nullptr ? core_->watcher_count() : 0; }
 
 ApiServer::~ApiServer() { Stop(); }
 
@@ -731,9 +765,31 @@ void ApiServer::Stop() {
   // closes a connection as soon as its last stream is done, and a client that writes to it then
   // (a window update, a ping) fails its streams with UNAVAILABLE before reading their status.
   core_->WaitForCalls(core_->options().stop_grace);
+  core_->CancelWatchers();
   absl::SleepFor(kReplySettle);
-  server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now())));
-  server_->Wait();
+  // A Watch whose client stopped reading stays blocked in Write() for as long as that client
+  // lives: its bytes wait for room in the socket, and neither cancelling the call nor the
+  // shutdown deadline completes the write (measured with gRPC 1.51: Shutdown() waited for ever,
+  // F9 of the hardening issue). So the shutdown runs on a thread of its own, and if it has not
+  // finished shortly after the deadline the server is abandoned: its threads, the core and the
+  // drives they use stay allocated (and the plugin loaded) until the process exits, which the
+  // VMM does next. Nothing else waits for them.
+  auto finished = std::make_shared<absl::Notification>();
+  grpc::Server* server = server_.get();
+  const absl::Time shutdown_deadline = std::max(deadline, absl::Now());
+  std::thread shutdown([server, shutdown_deadline, finished] {
+    server->Shutdown(absl::ToChronoTime(shutdown_deadline));
+    server->Wait();
+    finished->Notify();
+  });
+  if (finished->WaitForNotificationWithDeadline(shutdown_deadline + kAbandonAfter)) {
+    shutdown.join();
+  } else {
+    shutdown.detach();
+    abandoned_ = true;
+    [[maybe_unused]] grpc::Server* leaked_server = server_.release();
+    [[maybe_unused]] ApiCore* leaked_core = core_.release();
+  }
   if (!unix_socket_path_.empty()) {
     struct stat st {};
     if (lstat(unix_socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&

@@ -41,6 +41,8 @@ class ApiServer final : public ControlServer {
   int tcp_port() const override { return tcp_port_; }
   // Watch streams open now (diagnostics, tests).
   size_t watcher_count() const;
+  // Stop() gave up waiting for calls stuck on clients that do not read, and left them running.
+  bool abandoned() const { return abandoned_; }
 
  private:
   ApiServer() = default;
@@ -52,6 +54,7 @@ class ApiServer final : public ControlServer {
   ino_t socket_inode_ = 0;
   int tcp_port_ = 0;
   bool stopped_ = false;
+  bool abandoned_ = false;
 };
 
 }  // namespace api

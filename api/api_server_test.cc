@@ -8,6 +8,9 @@
 #include <grpcpp/impl/codegen/sync_stream.h>
 #include <limits.h>
 #include <poll.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -984,6 +987,76 @@ TEST_F(ApiServerTest, ManyConcurrentClients) {
   while (watch->reader->Read(&event)) {
   }
   watch->reader->Finish();
+}
+
+// A Watch client that stops reading (a stopped process: SIGSTOP), played by vmmctl. Returns its
+// pid once it is subscribed and stopped; -1 on failure.
+pid_t StartStalledWatcher(const std::string& socket_path) {
+  const std::string vmmctl =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/api/vmmctl");
+  int err_pipe[2];
+  if (pipe(err_pipe) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    dup2(err_pipe[1], 2);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    execl(vmmctl.c_str(), "vmmctl", "--api", ("unix:" + socket_path).c_str(), "media", "watch",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  // "vmmctl: watching ..." comes once the server has subscribed the stream.
+  std::string seen;
+  char c;
+  while (seen.find("watching") == std::string::npos && read(err_pipe[0], &c, 1) == 1) seen += c;
+  close(err_pipe[0]);
+  if (seen.find("watching") == std::string::npos) return -1;
+  kill(pid, SIGSTOP);
+  return pid;
+}
+
+void EndProcess(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+// F10 of the hardening issue: a watcher cut off for falling behind no longer takes a slot, though
+// its client never reads again: new watchers are not refused for good.
+TEST_F(ApiServerTest, StalledWatcherThatFellBehindFreesItsSlot) {
+  ApiServerOptions options;
+  options.watch_queue_limit = 64;
+  options.max_watchers = 1;
+  StartServer(options);
+  const pid_t stalled = StartStalledWatcher(socket_path_);
+  ASSERT_GT(stalled, 0);
+  // Far more than HTTP/2's window and the queue hold.
+  for (int i = 0; i < 20000; ++i) vm_.cd0_media->SetLocked(i % 2 == 0, /*by_guest=*/true);
+  // The one slot is usable again, though the stalled client is still there.
+  const pid_t next = StartStalledWatcher(socket_path_);
+  EXPECT_GT(next, 0);
+  if (next > 0) EndProcess(next);
+  EndProcess(stalled);
+}
+
+// F9 of the hardening issue: the server stops within its bound while a watcher's client does not
+// read (the handler blocked in Write on a full flow-control window, its queue not overflowed).
+TEST_F(ApiServerTest, StopIsBoundedWithAStalledWatcher) {
+  ApiServerOptions options;
+  options.stop_grace = absl::Milliseconds(500);
+  StartServer(options);
+  const pid_t stalled = StartStalledWatcher(socket_path_);
+  ASSERT_GT(stalled, 0);
+  for (int i = 0; i < 900; ++i) vm_.cd0_media->SetLocked(i % 2 == 0, /*by_guest=*/true);
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time asked = absl::Now();
+  server_->Stop();
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5));
+  EXPECT_TRUE(server_->abandoned());  // the stalled stream was left to the process's exit
+  struct stat st {};
+  EXPECT_NE(lstat(socket_path_.c_str(), &st), 0);  // the socket is gone
+  EndProcess(stalled);
 }
 
 }  // namespace

@@ -59,8 +59,10 @@ absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
       absl::StrCat(slash == std::string::npos ? "." : executable.substr(0, slash), "/",
                    kControlApiPluginName);
   // RTLD_LOCAL: the plugin's gRPC and protobuf symbols stay its own. RTLD_NOW: a missing symbol
-  // is an error here, not a crash on the first API call.
-  LibraryHandle library(dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL));
+  // is an error here, not a crash on the first API call. RTLD_NODELETE: a server that had to
+  // abandon calls stuck on clients that do not read (api::ApiServer::Stop) leaves threads in the
+  // plugin's code; it must stay mapped until the process exits.
+  LibraryHandle library(dlopen(plugin_path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE));
   if (library == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot load the control-API plugin ", plugin_path, ": ", dlerror()));
