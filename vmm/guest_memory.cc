@@ -1,5 +1,6 @@
 #include "vmm/guest_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -99,6 +100,17 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
     return absl::InvalidArgumentError(
         absl::StrFormat("guest memory at 0x%x: the descriptor is not a regular file",
                         start.value()));
+  }
+  // A file its owner shrinks under our mapping makes our next access to it fault, and SIGBUS ends
+  // the process (F3 of the hardening issue: a front end truncated an unsealed memfd and kicked).
+  // Only memory its owner cannot shrink is accepted: a memfd sealed with F_SEAL_SHRINK, which
+  // QEMU's memory-backend-memfd does by default (seal=on).
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory at 0x%x: the file is not sealed against shrinking (F_SEAL_SHRINK); share "
+        "guest RAM as a sealed memfd (QEMU: memory-backend-memfd, seal=on)",
+        start.value()));
   }
   if (file_offset + size > static_cast<uint64_t>(file_status.st_size)) {
     return absl::InvalidArgumentError(absl::StrFormat(

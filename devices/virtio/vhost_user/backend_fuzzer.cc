@@ -17,6 +17,7 @@
 // conversations and a scripted QEMU-like one (the backend_fuzzer_smoke_test target).
 
 #include <sys/eventfd.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -51,8 +52,9 @@ struct SharedMemory {
   int fd = -1;
   uint8_t* mapping = nullptr;
   SharedMemory() {
-    fd = memfd_create("vhost-user-fuzz", MFD_CLOEXEC);
+    fd = memfd_create("vhost-user-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0 || ftruncate(fd, kMemfdBytes) != 0) Fail("memfd");
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) Fail("seal");
     void* map = mmap(nullptr, kMemfdBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) Fail("mmap");
     mapping = static_cast<uint8_t*>(map);

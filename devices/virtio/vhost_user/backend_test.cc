@@ -69,8 +69,10 @@ class FakeDevice : public VirtioDevice {
 class FrontEnd {
  public:
   FrontEnd() {
-    memfd_ = block::ScopedFd(memfd_create("vhost-user-test", MFD_CLOEXEC));
+    memfd_ = block::ScopedFd(memfd_create("vhost-user-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     EXPECT_EQ(ftruncate(memfd_.get(), kMemoryBytes), 0);
+    // As QEMU's memory-backend-memfd: the back end accepts only memory that cannot shrink.
+    EXPECT_EQ(fcntl(memfd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
     std::vector<std::unique_ptr<vmm::GuestMemoryRegion>> regions;
     regions.push_back(*vmm::GuestMemoryRegion::CreateFromFile(GuestAddress(kGuestBase),
                                                               kMemoryBytes, memfd_.get(), 0));
@@ -313,6 +315,14 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   Message nine_regions = front_.MemTable();
   nine_regions.payload[0] = 9;
   ExpectError(std::move(nine_regions));
+  // F3 of the hardening issue: memory its owner could shrink under our mapping (SIGBUS on the next
+  // ring access) is refused: an unsealed memfd of the right size.
+  Message unsealed = front_.MemTable();
+  unsealed.fds.clear();
+  block::ScopedFd loose(memfd_create("unsealed", MFD_CLOEXEC));
+  ASSERT_EQ(ftruncate(loose.get(), kMemoryBytes), 0);
+  unsealed.fds.push_back(std::move(loose));
+  ExpectError(std::move(unsealed));
   // Logging, configuration and unknown requests were never offered.
   ExpectError(Make<uint64_t>(Request::kSetLogBase, 0));
   ExpectError(MakeEmpty(Request::kGetConfig));
