@@ -82,10 +82,19 @@ class FakeVm : public VmControl {
     {
       absl::MutexLock lock(&mutex);
       if (denied.count(path)) return absl::PermissionDeniedError(path + ": permission denied");
+      // As vmm::MediaDirectory: one answer for everything outside, existing or not.
+      if (!media_dir.empty() && path.rfind(media_dir + "/", 0) != 0) {
+        return absl::PermissionDeniedError(path + ": outside the directory media may come from");
+      }
     }
     auto backend = block::raw::RawFileBackend::Open(path, {.read_only = true});
     if (!backend.ok()) return backend.status();
     return std::shared_ptr<block::BlockBackend>(*std::move(backend));
+  }
+
+  bool MediaPathsConfined() const override {
+    absl::MutexLock lock(&mutex);
+    return !media_dir.empty();
   }
 
   VmStatus Status() const override {
@@ -135,6 +144,7 @@ class FakeVm : public VmControl {
   mutable int status_thread_nice ABSL_GUARDED_BY(mutex) = 0;
   mutable absl::Mutex mutex;
   std::set<std::string> denied ABSL_GUARDED_BY(mutex);
+  std::string media_dir ABSL_GUARDED_BY(mutex);  // non-empty: media confined to it
   bool paused ABSL_GUARDED_BY(mutex) = false;
   bool stopping ABSL_GUARDED_BY(mutex) = false;
   int pause_calls ABSL_GUARDED_BY(mutex) = 0;
@@ -987,6 +997,24 @@ TEST_F(ApiServerTest, ManyConcurrentClients) {
   while (watch->reader->Read(&event)) {
   }
   watch->reader->Finish();
+}
+
+// F1 of the hardening issue: with media confined to a directory, the server does not look at the
+// path itself, so every path outside gets the same answer (no NOT_FOUND that says what exists).
+TEST_F(ApiServerTest, ConfinedMediaRevealNothingOutside) {
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    vm_.media_dir = dir_;
+  }
+  StartServer();
+  pb::DriveStatus status;
+  for (const std::string path : {std::string("/etc/shadow"), std::string("/no/such/file"),
+                                 std::string("/dev/watchdog")}) {
+    grpc::Status inserted = Insert("cd1", path, &status);
+    EXPECT_EQ(inserted.error_code(), StatusCode::PERMISSION_DENIED)
+        << path << ": " << inserted.error_message();
+  }
+  EXPECT_TRUE(Insert("cd1", iso_, &status).ok());  // inside: works
 }
 
 // A Watch client that stops reading (a stopped process: SIGSTOP), played by vmmctl. Returns its

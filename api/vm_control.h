@@ -55,6 +55,10 @@ class VmControl {
   // PermissionDenied, or anything else for a file that cannot be a medium.
   virtual absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(
       const std::string& path) = 0;
+  // True when OpenMedium confines paths to a directory (and answers PermissionDenied for any path
+  // outside it, existing or not): the server then must not look at the path itself, or its
+  // answers would tell which files exist outside.
+  virtual bool MediaPathsConfined() const { return false; }
 
   virtual VmStatus Status() const = 0;
 

@@ -27,6 +27,7 @@
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
+#include "vmm/media_directory.h"
 #include "vmm/thread_stacks.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
@@ -66,6 +67,9 @@ ABSL_FLAG(std::string, api_socket, "",
 ABSL_FLAG(std::string, api_tcp, "",
           "Serve the control API over TCP on HOST:PORT (127.0.0.1:7000, [::1]:7000; port 0 picks "
           "one). Loopback only unless --api-listen-any: the API has no authentication.");
+ABSL_FLAG(std::string, media_dir, "",
+          "The control API takes CD/DVD media from this directory only: paths relative to it, or "
+          "absolute under it; anything else is refused. Without it, any file the VMM can read.");
 ABSL_FLAG(bool, api_listen_any, false,
           "Allow --api-tcp on a non-loopback address (anyone who can connect controls the VM).");
 // --disk and --cdrom may repeat; they are taken out of argv before absl parses it (see
@@ -169,6 +173,13 @@ int main(int argc, char** argv) {
   }
 
   // The control API: after the VM exists, stopped before it is destroyed (declared after it).
+  // Where its media may come from: declared first, destroyed last.
+  std::unique_ptr<vmm::MediaDirectory> media_dir;
+  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
+    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
+    if (!opened.ok()) return Fail(std::string(opened.status().message()));
+    media_dir = *std::move(opened);
+  }
   std::unique_ptr<vmm::VmApiControl> api_control;
   std::unique_ptr<api::ControlServer> api_server;
   api::ApiServerOptions api_options;
@@ -179,7 +190,7 @@ int main(int argc, char** argv) {
     return Fail("--api-listen-any applies to --api-tcp, which is not given");
   }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
-    api_control = std::make_unique<vmm::VmApiControl>(**vm);
+    api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());
     auto server = vmm::StartControlApi(api_options, *api_control);
     if (!server.ok()) return Fail(absl::StrCat("control API: ", server.status().message()));
     api_server = *std::move(server);

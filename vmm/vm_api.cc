@@ -37,6 +37,7 @@ std::vector<api::DriveEntry> VmApiControl::Drives() const { return DriveEntries(
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
     const std::string& path) {
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path);
   return Storage::OpenMedium(path);
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "api/vm_control.h"
+#include "vmm/media_directory.h"
 #include "vmm/vm.h"
 
 namespace vmm {
@@ -17,10 +18,13 @@ std::vector<api::DriveEntry> DriveEntries(const Storage& storage);
 // opened as Storage::OpenMedium does, pause/resume/stop through the Vm. The Vm must outlive it.
 class VmApiControl : public api::VmControl {
  public:
-  explicit VmApiControl(Vm& vm) : vm_(vm) {}
+  // With `media_dir`, media come from that directory only (MediaDirectory); it must outlive this.
+  explicit VmApiControl(Vm& vm, const MediaDirectory* media_dir = nullptr)
+      : vm_(vm), media_dir_(media_dir) {}
 
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
+  bool MediaPathsConfined() const override { return media_dir_ != nullptr; }
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
@@ -28,6 +32,7 @@ class VmApiControl : public api::VmControl {
 
  private:
   Vm& vm_;
+  const MediaDirectory* const media_dir_;
 };
 
 }  // namespace vmm

@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <linux/io_uring.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -540,21 +542,50 @@ RawFileBackend::RawFileBackend(Token, std::string path, ScopedFd fd, BackendInfo
       memory_alignment_(memory_alignment),
       ring_entries_(ring_entries) {}
 
+namespace {
+
+// O_NONBLOCK: opening a FIFO (or a device that waits for a peer) must not block; whatever was
+// opened is checked with fstat afterwards, and the flag is cleared again for the I/O (io_uring
+// would otherwise fail reads that miss the page cache with EAGAIN instead of waiting for them).
+// O_NOCTTY: a terminal named as an image never becomes our controlling terminal.
+int ImageOpenFlags(const RawFileOptions& options) {
+  return O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (options.read_only ? O_RDONLY : O_RDWR) |
+         (UsesDirectIo(options.cache_mode) ? O_DIRECT : 0);
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
     const std::string& path, const RawFileOptions& options) {
+  ScopedFd fd(open(path.c_str(), ImageOpenFlags(options)));
+  const int error = fd.valid() ? 0 : errno;
+  return FromOpenedFile(std::move(fd), error, path, options);
+}
+
+absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::OpenBeneath(
+    int dir_fd, const std::string& relative_path, const std::string& shown_path,
+    const RawFileOptions& options) {
+  open_how how {};
+  how.flags = static_cast<uint64_t>(ImageOpenFlags(options));
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  ScopedFd fd(static_cast<int>(syscall(SYS_openat2, dir_fd, relative_path.c_str(), &how, sizeof(how))));
+  const int error = fd.valid() ? 0 : errno;
+  // EXDEV: the path leads out of the directory (RESOLVE_BENEATH); ELOOP: through a magic link.
+  if (error == EXDEV || error == ELOOP) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(shown_path, ": outside the directory media may come from"));
+  }
+  return FromOpenedFile(std::move(fd), error, shown_path, options);
+}
+
+absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
+    ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options) {
   if (options.ring_entries == 0) {
     return absl::InvalidArgumentError("ring_entries must be at least 1");
   }
   const bool direct_io = UsesDirectIo(options.cache_mode);
-  // O_NONBLOCK: opening a FIFO (or a device that waits for a peer) must not block; whatever was
-  // opened is checked with fstat below, and the flag is cleared again for the I/O (io_uring would
-  // otherwise fail reads that miss the page cache with EAGAIN instead of waiting for them).
-  // O_NOCTTY: a terminal named as an image never becomes our controlling terminal.
-  const int flags = O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (options.read_only ? O_RDONLY : O_RDWR) |
-                    (direct_io ? O_DIRECT : 0);
-  ScopedFd fd(open(path.c_str(), flags));
   if (!fd.valid()) {
-    const int error = errno;
+    const int error = open_error;
     switch (error) {
       case ENOENT:
         return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));

@@ -40,6 +40,14 @@ class RawFileBackend final : public BlockBackend,
   // device, a file system without O_DIRECT), InvalidArgument (bad options), others from errno.
   static absl::StatusOr<std::shared_ptr<RawFileBackend>> Open(const std::string& path,
                                                               const RawFileOptions& options);
+  // The same for `relative_path` resolved strictly beneath the directory `dir_fd` (openat2(2)
+  // RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: no "..", absolute path or symlink may lead out, and
+  // no /proc magic link may lead anywhere). A path that would leave is PermissionDenied, whether or
+  // not what it names exists: the answer says nothing about files outside. Errors name
+  // `shown_path`.
+  static absl::StatusOr<std::shared_ptr<RawFileBackend>> OpenBeneath(
+      int dir_fd, const std::string& relative_path, const std::string& shown_path,
+      const RawFileOptions& options);
 
   const BackendInfo& info() const override { return info_; }
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override;
@@ -66,6 +74,10 @@ class RawFileBackend final : public BlockBackend,
                  uint32_t memory_alignment, unsigned ring_entries);
 
  private:
+  // Open's and OpenBeneath's common part: `fd` as open returned it (invalid: `open_error`).
+  static absl::StatusOr<std::shared_ptr<RawFileBackend>> FromOpenedFile(
+      ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options);
+
   std::string path_;
   ScopedFd fd_;
   BackendInfo info_;

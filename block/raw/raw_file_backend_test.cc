@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -755,6 +756,36 @@ TEST(RawFileBackendTest, AnotherProcessLockIsSeen) {
   close(ready[0]);
   close(ready[1]);
   EXPECT_TRUE(RawFileBackend::Open(path, {}).ok());
+}
+
+// F1 of the hardening issue: media from one directory only. Inside it, a file opens; "..", an
+// absolute path, a symlink out and a /proc magic link are refused alike (PermissionDenied, for
+// what exists and what does not), and a missing file inside is NotFound.
+TEST(RawFileBackendTest, OpenBeneathStaysInItsDirectory) {
+  const std::string dir = TempPath("media_dir");
+  ASSERT_TRUE(mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST);
+  const std::string inside = dir + "/disc.iso";
+  { std::ofstream(inside) << std::string(4096, 'd'); }
+  const std::string outside = MakeFile("outside.img", 4096);
+  (void)unlink((dir + "/escape").c_str());
+  ASSERT_EQ(symlink(outside.c_str(), (dir + "/escape").c_str()), 0);
+  ScopedFd dir_fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(dir_fd.valid());
+  RawFileOptions read_only;
+  read_only.read_only = true;
+  auto ok = RawFileBackend::OpenBeneath(dir_fd.get(), "disc.iso", "disc.iso", read_only);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->info().size_bytes, 4096u);
+  for (const std::string path : {std::string("../outside.img"), std::string("../no-such-file"),
+                                 outside, std::string("/etc/passwd"), std::string("escape"),
+                                 std::string("/proc/self/fd/0")}) {
+    auto refused = RawFileBackend::OpenBeneath(dir_fd.get(), path, path, read_only);
+    ASSERT_FALSE(refused.ok()) << path;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)
+        << path << ": " << refused.status();
+  }
+  auto missing = RawFileBackend::OpenBeneath(dir_fd.get(), "nope.iso", "nope.iso", read_only);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
 }
 
 // --- Discard ---------------------------------------------------------------------------------

@@ -1,0 +1,61 @@
+#include "vmm/media_directory.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace vmm {
+namespace {
+
+class MediaDirectoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = std::string(std::getenv("TEST_TMPDIR")) + "/media-test";
+    mkdir(root_.c_str(), 0755);
+    mkdir((root_ + "/media").c_str(), 0755);
+    std::ofstream(root_ + "/media/disc.iso") << std::string(2048, 'd');
+    std::ofstream(root_ + "/secret") << "not for the guest";
+    unlink((root_ + "/media/link").c_str());
+    symlink((root_ + "/secret").c_str(), (root_ + "/media/link").c_str());
+  }
+  std::string root_;
+};
+
+TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
+  auto dir = MediaDirectory::Open(root_ + "/media/");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ((*dir)->path(), root_ + "/media");
+  // Relative, and absolute under the directory.
+  for (const std::string path : {std::string("disc.iso"), root_ + "/media/disc.iso"}) {
+    auto medium = (*dir)->OpenMedium(path);
+    ASSERT_TRUE(medium.ok()) << path << ": " << medium.status();
+    EXPECT_EQ((*medium)->info().size_bytes, 2048u);
+    EXPECT_TRUE((*medium)->info().read_only);
+  }
+  // Out of it, existing or not, by any route: the same answer.
+  for (const std::string path :
+       {root_ + "/secret", std::string("../secret"), std::string("../missing"), std::string("link"),
+        std::string("/etc/shadow"), root_ + "/media", root_ + "/mediax/disc.iso",
+        std::string("/proc/self/root/etc/passwd")}) {
+    auto medium = (*dir)->OpenMedium(path);
+    ASSERT_FALSE(medium.ok()) << path;
+    EXPECT_EQ(medium.status().code(), absl::StatusCode::kPermissionDenied)
+        << path << ": " << medium.status();
+  }
+  EXPECT_EQ((*dir)->OpenMedium("missing.iso").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(MediaDirectoryTest, DirectoryMustExist) {
+  auto dir = MediaDirectory::Open(root_ + "/no-such-dir");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_NE(dir.status().message().find("no-such-dir"), std::string::npos);
+  EXPECT_FALSE(MediaDirectory::Open(root_ + "/secret").ok());  // a file, not a directory
+}
+
+}  // namespace
+}  // namespace vmm
