@@ -31,7 +31,8 @@
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
 #   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
 #   bench:     bench=qd1,qd16,cd (workloads in order) bench_seconds=10; qdN: fio-bench randwrite 4k
-#              O_SYNC libaio at depth N on the disk; cd: cd-read of the whole disc (cd_bs). Around
+#              O_SYNC libaio at depth N on the disk; cd: cd-read of the whole disc (cd_bs),
+#              bench_cd_passes=1 times with caches dropped before each. Around
 #              each workload W: @@BENCH-BEGIN W / @@BENCH-END W, each answered by the host with a
 #              line on the console input (it reads its counters meanwhile), and RESULT bench_W=
 #              ios=N kib=N seconds=S iops=N kbs=N irqs=N (interrupts of the virtio/ata lines)
@@ -367,8 +368,14 @@ scenario_bench() {
         kib=$(field "$line" 47)
         ios=$((kib / 4)) ;;
       cd)
-        dd if="/dev/$dev" of=/dev/null bs="${arg_cd_bs:-32K}" 2>/tmp/dd.err || { cat /tmp/dd.err; fail "bench cd: dd failed"; }
-        kib=$(( $(blockdev --getsize64 "/dev/$dev") / 1024 ))
+        # bench_cd_passes=N: N whole-disc reads, caches dropped before each (longer samples).
+        local pass=0
+        while [ $pass -lt "${arg_bench_cd_passes:-1}" ]; do
+          [ $pass = 0 ] || echo 3 > /proc/sys/vm/drop_caches
+          dd if="/dev/$dev" of=/dev/null bs="${arg_cd_bs:-32K}" 2>/tmp/dd.err || { cat /tmp/dd.err; fail "bench cd: dd failed"; }
+          pass=$((pass + 1))
+        done
+        kib=$(( $(blockdev --getsize64 "/dev/$dev") / 1024 * pass ))
         ios=$((kib / 2)) ;;  # 2 KiB sectors
     esac
     secs=$(elapsed "$t0")
