@@ -8,16 +8,19 @@
 namespace vmm {
 
 BackendApiControl::BackendApiControl(const Storage& storage, std::string description,
-                                     absl::Time launch_time, absl::AnyInvocable<void()> stop)
+                                     absl::Time launch_time, absl::AnyInvocable<void()> stop,
+                                     const MediaDirectory* media_dir)
     : storage_(storage),
       description_(std::move(description)),
       launch_time_(launch_time),
+      media_dir_(media_dir),
       stop_(std::move(stop)) {}
 
 std::vector<api::DriveEntry> BackendApiControl::Drives() const { return DriveEntries(storage_); }
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> BackendApiControl::OpenMedium(
     const std::string& path) {
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path);
   return Storage::OpenMedium(path);
 }
 

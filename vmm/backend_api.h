@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "api/vm_control.h"
+#include "vmm/media_directory.h"
 #include "vmm/storage.h"
 
 namespace vmm {
@@ -19,11 +20,13 @@ namespace vmm {
 class BackendApiControl : public api::VmControl {
  public:
   // `storage` outlives this object; `stop` is called once, on the first Shutdown.
+  // With `media_dir`, media come from that directory only (MediaDirectory); it must outlive this.
   BackendApiControl(const Storage& storage, std::string description, absl::Time launch_time,
-                    absl::AnyInvocable<void()> stop);
+                    absl::AnyInvocable<void()> stop, const MediaDirectory* media_dir = nullptr);
 
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
+  bool MediaPathsConfined() const override { return media_dir_ != nullptr; }
   api::VmStatus Status() const override;
   absl::Status Pause() override;
   absl::Status Resume() override;
@@ -33,6 +36,7 @@ class BackendApiControl : public api::VmControl {
   const Storage& storage_;
   const std::string description_;
   const absl::Time launch_time_;
+  const MediaDirectory* const media_dir_;
   absl::Mutex mutex_;
   absl::AnyInvocable<void()> stop_ ABSL_GUARDED_BY(mutex_);
   std::atomic<bool> stopping_{false};

@@ -29,6 +29,7 @@
 #include "devices/virtio/vhost_user/server.h"
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
+#include "vmm/media_directory.h"
 #include "vmm/storage.h"
 #include "vmm/thread_stacks.h"
 
@@ -41,6 +42,8 @@ ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of the rings and block completions before an iothread sleeps (0: off).");
 ABSL_FLAG(std::string, api_socket, "", "Serve the gRPC control API (media, stats) on this unix socket.");
 ABSL_FLAG(std::string, api_tcp, "", "Serve the control API on HOST:PORT (loopback only).");
+ABSL_FLAG(std::string, media_dir, "",
+          "The control API takes CD/DVD media from this directory only (docs/api.md).");
 // --disk and --cdrom may repeat; they are taken out of argv before absl parses it.
 ABSL_FLAG(std::string, disk, "",
           "A disk: PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate]"
@@ -124,21 +127,37 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> names;
   for (const vmm::AttachedDrive& drive : (*storage)->drives()) names.push_back(drive.name);
+  std::unique_ptr<vmm::MediaDirectory> media_dir;
+  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
+    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
+    if (!opened.ok()) {
+      unlink(socket_path.c_str());
+      return Fail(std::string(opened.status().message()));
+    }
+    media_dir = *std::move(opened);
+  }
   vmm::BackendApiControl control(
       **storage,
       absl::StrFormat("vhost-user-scsi on %s: %s", socket_path, absl::StrJoin(names, ", ")),
-      launch_time, [&server] { server.Stop(); });
+      launch_time, [&server] { server.Stop(); }, media_dir.get());
   std::unique_ptr<api::ApiServer> api_server;
   api::ApiServerOptions api_options;
   api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
   api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     auto started = api::ApiServer::Start(api_options, control);
-    if (!started.ok()) return Fail(absl::StrCat("control API: ", started.status().message()));
+    if (!started.ok()) {
+      unlink(socket_path.c_str());  // the vhost-user socket made above: nothing will serve it
+      return Fail(absl::StrCat("control API: ", started.status().message()));
+    }
     api_server = *std::move(started);
     if (!api_server->unix_socket_path().empty()) {
       absl::FPrintF(stderr, "vhost-user-scsi: control API on unix:%s\n",
                     api_server->unix_socket_path());
+    }
+    if (api_server->tcp_port() != 0) {
+      absl::FPrintF(stderr, "vhost-user-scsi: control API on %s (port %d)\n",
+                    api_options.tcp_address, api_server->tcp_port());
     }
   }
 
