@@ -1008,7 +1008,7 @@ TEST_F(ApiServerTest, ConfinedMediaRevealNothingOutside) {
   }
   StartServer();
   pb::DriveStatus status;
-  for (const std::string path : {std::string("/etc/shadow"), std::string("/no/such/file"),
+  for (const std::string& path : {std::string("/etc/shadow"), std::string("/no/such/file"),
                                  std::string("/dev/watchdog")}) {
     grpc::Status inserted = Insert("cd1", path, &status);
     EXPECT_EQ(inserted.error_code(), StatusCode::PERMISSION_DENIED)

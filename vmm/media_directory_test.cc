@@ -31,14 +31,14 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
   ASSERT_TRUE(dir.ok()) << dir.status();
   EXPECT_EQ((*dir)->path(), root_ + "/media");
   // Relative, and absolute under the directory.
-  for (const std::string path : {std::string("disc.iso"), root_ + "/media/disc.iso"}) {
+  for (const std::string& path : {std::string("disc.iso"), root_ + "/media/disc.iso"}) {
     auto medium = (*dir)->OpenMedium(path);
     ASSERT_TRUE(medium.ok()) << path << ": " << medium.status();
     EXPECT_EQ((*medium)->info().size_bytes, 2048u);
     EXPECT_TRUE((*medium)->info().read_only);
   }
   // Out of it, existing or not, by any route: the same answer.
-  for (const std::string path :
+  for (const std::string& path :
        {root_ + "/secret", std::string("../secret"), std::string("../missing"), std::string("link"),
         std::string("/etc/shadow"), root_ + "/media", root_ + "/mediax/disc.iso",
         std::string("/proc/self/root/etc/passwd")}) {

@@ -776,7 +776,7 @@ TEST(RawFileBackendTest, OpenBeneathStaysInItsDirectory) {
   auto ok = RawFileBackend::OpenBeneath(dir_fd.get(), "disc.iso", "disc.iso", read_only);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)->info().size_bytes, 4096u);
-  for (const std::string path : {std::string("../outside.img"), std::string("../no-such-file"),
+  for (const std::string& path : {std::string("../outside.img"), std::string("../no-such-file"),
                                  outside, std::string("/etc/passwd"), std::string("escape"),
                                  std::string("/proc/self/fd/0")}) {
     auto refused = RawFileBackend::OpenBeneath(dir_fd.get(), path, path, read_only);
