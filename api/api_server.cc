@@ -282,8 +282,6 @@ class ApiCore {
   bool AddWatcher(WatchQueue* queue, grpc::Status* refusal);
   void RemoveWatcher(WatchQueue* queue);
   void BeginStop();
-  // Cancels the Watch streams still open (after BeginStop's grace: their clients do not read).
-  void CancelWatchers();
   size_t watcher_count();
 
   grpc::Service* media_service() { return media_service_.get(); }
@@ -743,11 +741,6 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   return server;
 }
 
-void ApiCore::CancelWatchers() {
-  absl::MutexLock lock(&watchers_mutex_);
-  for (WatchQueue* queue : watchers_) queue->Cancel();
-}
-
 size_t ApiCore::watcher_count() {
   absl::MutexLock lock(&watchers_mutex_);
   return watchers_.size();
@@ -767,7 +760,6 @@ void ApiServer::Stop() {
   // closes a connection as soon as its last stream is done, and a client that writes to it then
   // (a window update, a ping) fails its streams with UNAVAILABLE before reading their status.
   core_->WaitForCalls(core_->options().stop_grace);
-  core_->CancelWatchers();
   absl::SleepFor(kReplySettle);
   // A Watch whose client stopped reading stays blocked in Write() for as long as that client
   // lives: its bytes wait for room in the socket, and neither cancelling the call nor the
