@@ -15,8 +15,9 @@ namespace vmm {
 inline constexpr char kControlApiPluginName[] = "libmicrovm_api.so";
 
 // Loads the plugin from the directory of `executable` (the real path of /proc/self/exe when
-// empty) and starts the control-API server over `control`, which must outlive the result. The
-// plugin stays loaded until the returned server is destroyed. Errors say which file failed and why.
+// empty) and starts the control-API server over `control`, which must outlive the result. Once
+// loaded, the plugin stays mapped for the life of the process (RTLD_NODELETE: a server that
+// abandoned stuck calls leaves threads in its code). Errors say which file failed and why.
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
     const api::ApiServerOptions& options, api::VmControl& control, std::string executable = "");
 
