@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(Gue
   const uintptr_t skew = (start.value() - base) & (kHugePageSize - 1);
   uint8_t* host = static_cast<uint8_t*>(mapped) + skew;
   if (skew != 0) munmap(mapped, skew);
-  if (kHugePageSize - skew != 0) munmap(host + size, kHugePageSize - skew);
+  munmap(host + size, kHugePageSize - skew);  // never empty: skew < kHugePageSize
   // EINVAL: a kernel without transparent huge pages; the region works the same with small pages.
   madvise(host, size, MADV_HUGEPAGE);
   // Except the first 4 MiB of the guest's address space: the real-mode area, the VMM's boot

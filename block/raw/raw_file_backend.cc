@@ -109,8 +109,7 @@ struct Op {
   size_t first = 0;
   // Set when the caller's buffers cannot go to the kernel as they are (O_DIRECT alignment, or more
   // than IOV_MAX of them): the data goes through `bounce`, and `caller` receives it after a read.
-  AlignedBuffer bounce;
-  uint64_t remaining_bounce = 0;  // the bounce buffer's size, counted against the budget
+  AlignedBuffer bounce;  // its size() counts against the queue's bounce budget
   std::span<const iovec> caller;
   int retries = 0;
 };
@@ -275,8 +274,7 @@ void RawFileQueue::ReleaseOp(uint32_t index) {
   Op& op = *ops_[index];
   op.busy = false;
   op.iovecs.clear();  // keeps its capacity for the next request
-  if (op.bounce) bounce_bytes_ -= op.remaining_bounce;
-  op.remaining_bounce = 0;
+  bounce_bytes_ -= op.bounce.size();  // 0 without a bounce buffer
   op.bounce.Reset();
   op.caller = {};
   free_.push_back(index);
@@ -324,7 +322,6 @@ bool RawFileQueue::StartBounced(uint32_t index) {
     ready_.push_back({cookie, ENOMEM});
     return true;
   }
-  op.remaining_bounce = length;
   bounce_bytes_ += length;
   if (op.type == RequestType::kWrite) {
     char* to = op.bounce.data();
