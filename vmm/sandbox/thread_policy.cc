@@ -1,0 +1,178 @@
+#include "vmm/sandbox/thread_policy.h"
+
+#include <linux/sched.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+
+namespace vmm::sandbox {
+namespace {
+
+// The ioctl "type" byte of every KVM ioctl (linux/kvm.h: KVMIO 0xAE), in bits 8..15 of the request.
+constexpr uint32_t kKvmIoctlType = 0xae;
+const ArgCondition kKvmIoctl{.index = 1, .mask = 0xff00, .value = kKvmIoctlType << 8};
+
+// What any thread does once running: memory (malloc arenas, thread stacks), synchronization and
+// time (absl::Mutex, condition variables, sleeps), signals (the vCPU kick, abort()), thread exit,
+// and I/O on file descriptors it already holds.
+void AddRunningThreadBasics(SyscallAllowlist& list) {
+  list.AllowAll({
+      __NR_futex, __NR_read, __NR_write, __NR_readv, __NR_writev, __NR_pread64, __NR_pwrite64,
+      __NR_preadv, __NR_pwritev, __NR_preadv2, __NR_pwritev2, __NR_close, __NR_lseek, __NR_fstat,
+      __NR_newfstatat, __NR_fcntl, __NR_epoll_wait, __NR_epoll_pwait, __NR_epoll_ctl, __NR_poll,
+      __NR_ppoll, __NR_eventfd2, __NR_sched_yield, __NR_nanosleep, __NR_clock_nanosleep,
+      __NR_clock_gettime, __NR_clock_getres, __NR_gettimeofday, __NR_getpid, __NR_gettid,
+      __NR_getrandom, __NR_mmap, __NR_munmap, __NR_mprotect, __NR_mremap, __NR_madvise, __NR_brk,
+      __NR_rt_sigprocmask, __NR_rt_sigreturn, __NR_sigaltstack, __NR_tgkill, __NR_exit,
+      __NR_exit_group, __NR_restart_syscall, __NR_rseq, __NR_set_robust_list, __NR_membarrier,
+      __NR_sched_getaffinity, __NR_getcpu,
+  });
+  // Thread names: set at start, read by the violation report.
+  list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NAME}});
+  list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_GET_NAME}});
+}
+
+// glibc's setuid family runs the call on every thread of the process (its SIGSETXID broadcast).
+void AddIdChanges(SyscallAllowlist& list) {
+  list.AllowAll({__NR_setresuid, __NR_setresgid, __NR_setgroups, __NR_setuid, __NR_setgid});
+}
+
+// Refused, not fatal: glibc may look up locale, time-zone or CPU-count files on a rare path (an
+// error message), and a failed open is what that code handles. The call itself never happens.
+void RefuseFilesAndSockets(SyscallAllowlist& list) {
+  list.Refuse(__NR_openat, EACCES)
+      .Refuse(__NR_open, EACCES)
+      .Refuse(__NR_openat2, EACCES)
+      .Refuse(__NR_socket, EACCES);
+}
+
+SyscallAllowlist VcpuAllowlist(const SandboxOptions& /*options*/) {
+  SyscallAllowlist list;
+  // KVM_RUN first: the hot path. KVM ioctls only (KVM_RUN, registers, KVM_IRQ_LINE, KVM_SIGNAL_MSI,
+  // KVM_IOEVENTFD and KVM_IRQFD when the guest activates a virtio device).
+  list.AllowIf(__NR_ioctl, {kKvmIoctl});
+  AddRunningThreadBasics(list);
+  RefuseFilesAndSockets(list);
+  return list;
+}
+
+SyscallAllowlist IoAllowlist(const SandboxOptions& options) {
+  SyscallAllowlist list;
+  list.AllowAll({__NR_io_uring_enter, __NR_epoll_wait, __NR_read, __NR_write, __NR_futex});
+  // Queues are created on their iothread when the guest activates the device.
+  list.AllowAll({__NR_io_uring_setup, __NR_io_uring_register, __NR_fsync, __NR_fdatasync,
+                 __NR_fallocate, __NR_epoll_create1});
+  // Legacy interrupt lines (IDE) are KVM_IRQ_LINE ioctls on the VM fd.
+  list.AllowIf(__NR_ioctl, {kKvmIoctl});
+  AddRunningThreadBasics(list);
+  if (options.jail) AddIdChanges(list);
+  RefuseFilesAndSockets(list);
+  return list;
+}
+
+// Everything the process does, set-up included, minus what a VMM never needs: exec, fork,
+// ptrace, mounts, namespaces, modules, kexec, BPF, keyrings, perf, userfaultfd. The listed calls
+// a compromised thread would reach for first are absent from this list, so they trap.
+SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
+  SyscallAllowlist list;
+  AddRunningThreadBasics(list);
+  list.AllowAll({
+      // Files: kernel, initrd, disks, media inserted through the API, the API socket's path.
+      __NR_open, __NR_openat, __NR_openat2, __NR_stat, __NR_lstat, __NR_statx, __NR_access,
+      __NR_faccessat, __NR_faccessat2, __NR_readlink, __NR_readlinkat, __NR_getdents64,
+      __NR_getcwd, __NR_mkdir, __NR_mkdirat, __NR_rmdir, __NR_unlink, __NR_unlinkat, __NR_rename,
+      __NR_renameat, __NR_renameat2, __NR_chmod, __NR_fchmod, __NR_fchmodat, __NR_umask,
+      __NR_statfs, __NR_fstatfs, __NR_flock, __NR_ftruncate, __NR_fallocate, __NR_fsync,
+      __NR_fdatasync, __NR_fadvise64, __NR_dup, __NR_dup2, __NR_dup3, __NR_pipe2,
+      __NR_memfd_create,
+      // Devices: KVM set-up, block device sizes, host CD-ROM drives, terminals.
+      __NR_ioctl,
+      // Event loops: the API, signals, timers, io_uring.
+      __NR_epoll_create1, __NR_signalfd4, __NR_timerfd_create, __NR_timerfd_settime,
+      __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,
+      // The control API and the vhost-user socket: serving, never connecting out.
+      __NR_bind, __NR_listen, __NR_accept, __NR_accept4, __NR_getsockname, __NR_getpeername,
+      __NR_setsockopt, __NR_getsockopt, __NR_shutdown, __NR_sendmsg, __NR_recvmsg, __NR_sendto,
+      __NR_recvfrom, __NR_socketpair,
+      // Threads, priorities and limits.
+      __NR_set_tid_address, __NR_sched_getparam, __NR_sched_getscheduler, __NR_sched_setaffinity,
+      __NR_getpriority, __NR_setpriority, __NR_getrusage, __NR_sysinfo, __NR_uname, __NR_prlimit64,
+      __NR_getuid, __NR_geteuid, __NR_getgid, __NR_getegid, __NR_getppid, __NR_rt_sigaction,
+      __NR_rt_sigtimedwait, __NR_arch_prctl,
+      // Narrowing further: a thread stacks its own role's filter.
+      __NR_prctl, __NR_seccomp,
+  });
+  for (int domain : {AF_UNIX, AF_INET, AF_INET6}) {
+    list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
+  }
+  list.Refuse(__NR_socket, EAFNOSUPPORT);
+  // Nothing in a VMM connects out (a resolver looking for nscd gets an error and goes on).
+  list.Refuse(__NR_connect, EACCES);
+  // Threads only: a clone without CLONE_THREAD would be a new process.
+  list.AllowIf(__NR_clone, {{.index = 0, .mask = CLONE_THREAD, .value = CLONE_THREAD}});
+  // glibc tries clone3 first and falls back to clone on ENOSYS; clone3's flags are in memory a
+  // filter cannot read.
+  list.Refuse(__NR_clone3, ENOSYS);
+  if (options.jail) {
+    AddIdChanges(list);
+    list.AllowAll({__NR_chroot, __NR_chdir, __NR_capget, __NR_capset});
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  // Test builds only: LeakSanitizer stops the world at exit from a traced helper task.
+  list.AllowAll({__NR_clone, __NR_ptrace, __NR_wait4, __NR_kill});
+#endif
+  return list;
+}
+
+}  // namespace
+
+SyscallAllowlist AllowlistFor(ThreadRole role, const SandboxOptions& options) {
+  switch (role) {
+    case ThreadRole::kVcpu:
+      return VcpuAllowlist(options);
+    case ThreadRole::kIo:
+      return IoAllowlist(options);
+    case ThreadRole::kControl:
+      break;
+  }
+  return ControlAllowlist(options);
+}
+
+absl::Status ConfineThisThread(ThreadRole role, const SandboxOptions& options) {
+  auto program = CompileFilter(AllowlistFor(role, options), options.action);
+  if (!program.ok()) return program.status();
+  return InstallFilter(*program);
+}
+
+absl::StatusOr<SeccompSetting> ParseSeccompSetting(const std::string& text) {
+  if (text == "trap") return SeccompSetting{true, ViolationAction::kTrap};
+  if (text == "log") return SeccompSetting{true, ViolationAction::kLog};
+  if (text == "off") return SeccompSetting{false, ViolationAction::kTrap};
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--seccomp=%s: expected trap, log or off", text));
+}
+
+absl::StatusOr<ProcessSandbox> ProcessSandbox::Enable(const SeccompSetting& setting,
+                                                      const SandboxOptions& options) {
+  SandboxOptions effective = options;
+  effective.action = setting.action;
+  if (!setting.enabled) return ProcessSandbox(false, effective);
+  if (absl::Status status = InstallViolationReporter(); !status.ok()) return status;
+  if (absl::Status status = ConfineThisThread(ThreadRole::kControl, effective); !status.ok()) {
+    return status;
+  }
+  return ProcessSandbox(true, effective);
+}
+
+std::function<absl::Status()> ProcessSandbox::ThreadStart(ThreadRole role) const {
+  if (!enabled_) return {};
+  const SandboxOptions options = options_;
+  return [role, options] { return ConfineThisThread(role, options); };
+}
+
+}  // namespace vmm::sandbox
