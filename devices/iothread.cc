@@ -63,14 +63,23 @@ absl::Status IoThread::Start() {
     return absl::InternalError(absl::StrFormat("%s: epoll_ctl: %s", name_, strerror(errno)));
   }
   absl::Notification started;
-  thread_ = std::thread([this, &started] {
+  absl::Status start_status;
+  thread_ = std::thread([this, &started, &start_status] {
     thread_id_.store(std::this_thread::get_id());
     // Thread names are at most 15 characters.
     pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
+    if (options_.on_start) start_status = options_.on_start();
+    const bool run = start_status.ok();
     started.Notify();
-    Loop();
+    if (run) Loop();
   });
   started.WaitForNotification();
+  if (!start_status.ok()) {
+    thread_.join();
+    thread_id_.store(std::thread::id());
+    return absl::InternalError(
+        absl::StrFormat("%s: starting the thread: %s", name_, start_status.message()));
+  }
   return absl::OkStatus();
 }
 

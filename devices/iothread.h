@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
@@ -23,6 +24,9 @@ struct IoThreadOptions {
   // pollers for up to this long; the window grows while polling finds work in time and shrinks when
   // waits are longer than the window. 0 disables polling.
   int64_t poll_max_ns = 0;
+  // Runs first on the new thread, before its loop; an error fails Start(). The VMM confines the
+  // thread here (its seccomp filter: vmm/sandbox); devices only pass it on.
+  std::function<absl::Status()> on_start;
 };
 
 // QEMU's adaptive polling rule: the next polling window after a wait of `blocked_ns` with window
@@ -39,6 +43,7 @@ class IoThread {
   IoThread(const IoThread&) = delete;
   IoThread& operator=(const IoThread&) = delete;
 
+  // Starts the thread; fails when IoThreadOptions::on_start fails on it (the thread has ended).
   absl::Status Start();
   // Ends the loop and joins the thread. Handlers still registered are dropped (not called).
   void Stop();

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -83,6 +85,28 @@ TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
   EXPECT_GE(calls.load(), before + 3);
   thread.RunSync([&] { thread.RemoveFd(event.get()); });
   thread.Stop();
+}
+
+TEST(IoThreadTest, StartHookRunsFirstOnTheLoopThreadAndItsErrorFailsStart) {
+  IoThreadOptions options;
+  std::thread::id hook_thread;
+  options.on_start = [&hook_thread] {
+    hook_thread = std::this_thread::get_id();
+    return absl::OkStatus();
+  };
+  IoThread thread("test-io", options);
+  ASSERT_TRUE(thread.Start().ok());
+  std::thread::id loop_thread;
+  thread.RunSync([&] { loop_thread = std::this_thread::get_id(); });
+  EXPECT_EQ(hook_thread, loop_thread);
+
+  IoThreadOptions failing;
+  failing.on_start = [] { return absl::PermissionDeniedError("no filter"); };
+  IoThread refused("test-io", failing);
+  const absl::Status status = refused.Start();
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("no filter"), std::string::npos);
+  refused.Stop();  // nothing to join: idempotent
 }
 
 TEST(IoThreadTest, PostAndRunSync) {

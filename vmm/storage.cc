@@ -162,6 +162,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   options.num_request_queues = config.scsi_queues;
   options.num_iothreads = config.iothreads;
   options.poll_max_ns = config.poll_max_ns;
+  options.iothread_start = config.iothread_start;
   auto device = devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}});
   if (!device.ok()) return device.status();
   storage->scsi_device_ = *std::move(device);

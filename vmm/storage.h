@@ -2,6 +2,7 @@
 #define VMM_STORAGE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@ struct StorageConfig {
   uint32_t scsi_queues = 1;
   uint32_t iothreads = 1;
   int64_t poll_max_ns = 0;
+  // Runs first on every iothread the storage devices start (vmm/sandbox confines it there).
+  std::function<absl::Status()> iothread_start;
 };
 
 // One drive as the VMM wired it: the block layer's Drive, its media (CD-ROMs), and where the guest

@@ -35,8 +35,12 @@ std::string DescribeInternalError(const kvm_run& run) {
 }  // namespace
 
 VcpuRunner::VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus,
-                       ExitLatch& exit_latch)
-    : vcpu_(std::move(vcpu)), pio_bus_(pio_bus), mmio_bus_(mmio_bus), exit_latch_(exit_latch) {}
+                       ExitLatch& exit_latch, std::function<absl::Status()> on_start)
+    : vcpu_(std::move(vcpu)),
+      pio_bus_(pio_bus),
+      mmio_bus_(mmio_bus),
+      exit_latch_(exit_latch),
+      on_start_(std::move(on_start)) {}
 
 VcpuRunner::~VcpuRunner() { Stop(); }
 
@@ -125,6 +129,16 @@ bool VcpuRunner::ParkWhilePaused() {
 }
 
 void VcpuRunner::Loop() {
+  // Named for ps, /proc and the seccomp report (at most 15 characters).
+  pthread_setname_np(pthread_self(), absl::StrFormat("vcpu%u", vcpu_.id()).c_str());
+  if (on_start_) {
+    if (absl::Status status = on_start_(); !status.ok()) {
+      exit_latch_.Trigger({VmExit::Kind::kFatal, 1,
+                           absl::StrFormat("vCPU %u: confining its thread: %s", vcpu_.id(),
+                                           status.message())});
+      return;
+    }
+  }
   while (!stop_requested_.load(std::memory_order_relaxed)) {
     // Paused: out of KVM_RUN (the kick made it return), parked until Resume() or Stop().
     if (pause_requested_.load(std::memory_order_acquire)) {

@@ -4,10 +4,12 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "vmm/bus.h"
 #include "vmm/kvm.h"
@@ -22,7 +24,10 @@ namespace vmm {
 // else (devices, iothreads) is affected.
 class VcpuRunner {
  public:
-  VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus, ExitLatch& exit_latch);
+  // `on_start` runs first on the vCPU thread (the VMM confines the thread there: vmm/sandbox); its
+  // error stops the VM as a fatal one before the vCPU ever runs.
+  VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus, ExitLatch& exit_latch,
+             std::function<absl::Status()> on_start = {});
   ~VcpuRunner();  // Stops and joins.
   VcpuRunner(const VcpuRunner&) = delete;
   VcpuRunner& operator=(const VcpuRunner&) = delete;
@@ -88,6 +93,7 @@ class VcpuRunner {
     kvm_regs regs{};
   };
   PreviousExit previous_exit_;
+  std::function<absl::Status()> on_start_;
   std::thread thread_;
 };
 

@@ -201,6 +201,11 @@ absl::Status Vm::SetUpLegacyDevices() {
                                         {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
   if (!config_.test_media_path.empty()) {
+    // Opened now, not when the guest asks: the vCPU thread that handles the port may not open
+    // files (its seccomp filter, docs/security.md). Each insert hands out the same open file.
+    auto medium = Storage::OpenMedium(config_.test_media_path);
+    if (!medium.ok()) return medium.status();
+    test_medium_ = *std::move(medium);
     status = pio_bus_.Register(
         kTestControlPort, 1,
         std::make_shared<legacy::WriteOnlyPort>([this](uint8_t command) { OnTestControl(command); }));
@@ -230,6 +235,7 @@ absl::Status Vm::SetUpPci() {
   if (!storage_->ide_drives().empty()) {
     devices::ide::IdeControllerOptions options;
     options.drives = storage_->ide_drives();
+    options.iothread_start = config_.storage.iothread_start;
     auto ide = devices::ide::IdeController::Create(
         std::move(options), pio_bus_, std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
         std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_);
@@ -341,7 +347,8 @@ absl::Status Vm::CreateVcpus() {
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrFormat("vCPU %u: %s", id, status.message()));
     }
-    vcpus_.push_back(std::make_unique<VcpuRunner>(*std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_));
+    vcpus_.push_back(std::make_unique<VcpuRunner>(*std::move(vcpu), pio_bus_, mmio_bus_,
+                                                  exit_latch_, config_.vcpu_thread_start));
   }
   return absl::OkStatus();
 }
@@ -380,9 +387,7 @@ void Vm::OnTestControl(uint8_t command) {
       status = drive->media->Eject(/*force=*/true);
       break;
     case 0x20: {
-      auto medium = Storage::OpenMedium(config_.test_media_path);
-      status = medium.ok() ? drive->media->Insert(*std::move(medium), config_.test_media_path)
-                           : medium.status();
+      status = drive->media->Insert(test_medium_, config_.test_media_path);
       break;
     }
     default:

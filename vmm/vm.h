@@ -2,6 +2,7 @@
 #define VMM_VM_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +59,9 @@ struct VmConfig {
   absl::Time launch_time = absl::Now();
   // Text whose first appearance in the serial output the start-up report times; empty: none.
   std::string boot_marker;
+  // Runs first on each vCPU thread (vmm/sandbox confines it there); empty: nothing. The
+  // iothreads' counterpart is StorageConfig::iothread_start.
+  std::function<absl::Status()> vcpu_thread_start;
 };
 
 // What the VMM measured about one run.
@@ -133,6 +137,7 @@ class Vm {
   std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;
   std::unique_ptr<Storage> storage_;
+  std::shared_ptr<block::BlockBackend> test_medium_;  // --test-media, opened at start
   std::vector<std::unique_ptr<VcpuRunner>> vcpus_;
   x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
   uint64_t entry_address_ = 0;

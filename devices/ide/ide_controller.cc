@@ -81,7 +81,9 @@ absl::StatusOr<std::shared_ptr<IdeController>> IdeController::Create(
   }
   std::unique_ptr<IoThread> own;
   if (options.iothread == nullptr) {
-    own = std::make_unique<IoThread>("ide-io");
+    IoThreadOptions thread_options;
+    thread_options.on_start = options.iothread_start;
+    own = std::make_unique<IoThread>("ide-io", thread_options);
     absl::Status status = own->Start();
     if (!status.ok()) return status;
   }

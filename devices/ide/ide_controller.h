@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,8 +45,10 @@ struct IdeDriveConfig {
 struct IdeControllerOptions {
   // At most one per channel/unit position, four in all.
   std::vector<IdeDriveConfig> drives;
-  // The iothread for DMA and block I/O; null: the controller starts and owns one ("ide-io").
+  // The iothread for DMA and block I/O; null: the controller starts and owns one ("ide-io"),
+  // which runs `iothread_start` first (IoThreadOptions::on_start).
   IoThread* iothread = nullptr;
+  std::function<absl::Status()> iothread_start;
 };
 
 // The IDE function of an Intel PIIX3 (82371SB function 1, PCI 8086:7010, class 01 01 80:

@@ -471,6 +471,7 @@ absl::StatusOr<std::unique_ptr<VirtioScsi>> VirtioScsi::Create(
   for (uint32_t i = 0; i < device->options_.num_iothreads; ++i) {
     IoThreadOptions thread_options;
     thread_options.poll_max_ns = device->options_.poll_max_ns;
+    thread_options.on_start = device->options_.iothread_start;
     auto thread = std::make_unique<IoThread>(absl::StrFormat("scsi-io%u", i), thread_options);
     absl::Status status = thread->Start();
     if (!status.ok()) return status;

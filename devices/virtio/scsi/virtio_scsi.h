@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -27,6 +28,8 @@ struct VirtioScsiOptions {
   // Adaptive polling of each request queue's avail ring before an iothread sleeps (0: off).
   int64_t poll_max_ns = 0;
   uint16_t queue_size = 256;
+  // Runs first on each iothread (IoThreadOptions::on_start).
+  std::function<absl::Status()> iothread_start;
 };
 
 // A virtio-scsi host adapter (virtio 1.2 §5.6) in front of SCSI targets. Each request queue is
