@@ -28,6 +28,7 @@
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
 #include "vmm/media_directory.h"
+#include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/thread_stacks.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
@@ -105,6 +106,9 @@ int main(int argc, char** argv) {
       "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
   auto drives = vmm::ParseFlagsAndDrives(argc, argv);
   if (!drives.ok()) return Fail(std::string(drives.status().message()));
+  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
+  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  if (!sandbox.ok()) return Fail(std::string(sandbox.status().message()));
 
   vmm::VmConfig config;
   config.launch_time = launch_time;
@@ -120,6 +124,8 @@ int main(int argc, char** argv) {
   config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   config.test_media_path = absl::GetFlag(FLAGS_test_media);
   config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
+  config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
+  config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
   if (config.kernel_path.empty()) return Fail("--kernel is required");
   if (!vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
     return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
@@ -203,6 +209,14 @@ int main(int argc, char** argv) {
     }
   }
 
+  // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
+  // before the guest runs a single instruction.
+  if (sandbox->jail.has_value()) {
+    if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
+      if (api_server != nullptr) api_server->Stop();
+      return Fail(absl::StrCat("--jail: ", jailed.message()));
+    }
+  }
   const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
   // No API call may reach the VM once it is stopping (Watch streams end here).
   if (api_server != nullptr) api_server->Stop();

@@ -31,6 +31,7 @@
 #include "vmm/command_line.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage.h"
+#include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/thread_stacks.h"
 
 ABSL_FLAG(std::string, socket, "", "The vhost-user socket to listen on (QEMU: -chardev socket,path=...).");
@@ -89,6 +90,9 @@ int main(int argc, char** argv) {
       "--disk=IMAGE [--cdrom=ISO] [--scsi-queues=N --iothreads=M] [--api-socket=PATH]");
   auto drives = vmm::ParseFlagsAndDrives(argc, argv);
   if (!drives.ok()) return Fail(std::string(drives.status().message()));
+  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
+  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  if (!sandbox.ok()) return Fail(std::string(sandbox.status().message()));
 
   // A front end that goes away mid-write must cost an error, not the process.
   signal(SIGPIPE, SIG_IGN);
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
   }
   config.iothreads = absl::GetFlag(FLAGS_iothreads);
   config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
+  config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
   // SIGINT/SIGTERM end the server through a signalfd: block them before any thread starts.
   sigset_t stop_signals;
@@ -176,6 +181,17 @@ int main(int argc, char** argv) {
     server.Stop();
   });
 
+  // Everything is open (disks, the sockets): into the jail before a front end connects.
+  if (sandbox->jail.has_value()) {
+    if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
+      server.Stop();
+      eventfd_write(watcher_stop.get(), 1);
+      signal_watcher.join();
+      if (api_server != nullptr) api_server->Stop();
+      unlink(socket_path.c_str());
+      return Fail(absl::StrCat("--jail: ", jailed.message()));
+    }
+  }
   absl::FPrintF(stderr, "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
                 socket_path, absl::StrJoin(names, ", "), config.scsi_queues, config.iothreads);
   const absl::Status served = server.Run();

@@ -10,7 +10,7 @@
 
 NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media ide-fio ide-fs
-                  pause-resume sigterm api-shutdown poweroff"
+                  pause-resume sigterm api-shutdown poweroff jail"
 # Only for tools/nested (run, repeat): not part of nested_test.sh.
 NESTED_EXTRA_SCENARIOS="ide-fio-psync"
 
@@ -360,6 +360,45 @@ nsc_api_shutdown_check() {
   grep -q 'vm shutdown --grace-ms 1000: state: STOPPING' "$NESTED_RUNS/$1.events" ||
     linux_fail "$1" "vmmctl vm shutdown did not answer 'state: STOPPING'"
   grep -q 'stopped by the API' "$NESTED_RUNS/$1.qemu.log" || linux_fail "$1" "the VMM did not say the API stopped it"
+}
+
+# The sandbox (docs/security.md): the VMM jailed (chroot, uid 65534) serves fio to its guest; each
+# thread's /proc status, read from L1 while fio runs, shows the user, NO_NEW_PRIVS and the seccomp
+# filters stacked on it: 1 (the process's) on the main thread, 2 on vCPU and iothreads.
+nsc_jail_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+jail_markers() {
+  case "$1" in
+    JAILED) (
+      sleep 1
+      pid=$(l2_pid)
+      for task in /proc/"$pid"/task/*; do
+        l2_action "thread $(cat "$task/comm") $(awk '/^Uid:/ {u = $2} /^NoNewPrivs:/ {n = $2}
+          /^Seccomp_filters:/ {f = $2} END {print "uid=" u, "no_new_privs=" n, "filters=" f}' "$task/status")"
+      done
+      l2_action "root $(readlink /proc/"$pid"/root)"
+    ) & ;;
+  esac
+}
+mkdir -p /tmp/jail-root
+EOF
+  nested_add "L2_MARKERS=jail_markers l2_run $1 'scenario=fio qd=4 size=4M runtime=900 marker=JAILED' --disk=$(nested_image "$1.img" 32M),cache=none --jail=/tmp/jail-root --jail-user=65534:65534"
+}
+nsc_jail_check() {
+  nested_check_pass "$1" fio || return
+  linux_expect "$1" fio_verify ok
+  local events=$NESTED_RUNS/$1.events
+  grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
+  grep -q 'root /tmp/jail-root$' "$events" || linux_fail "$1" "the VMM's root is not the jail"
+  grep -q 'thread microvm uid=65534 no_new_privs=1 filters=1$' "$events" ||
+    linux_fail "$1" "the main thread is not uid 65534 with NO_NEW_PRIVS and the process filter"
+  grep -q 'thread vcpu0 uid=65534 no_new_privs=1 filters=2$' "$events" ||
+    linux_fail "$1" "vCPU 0 does not have its own seccomp filter"
+  grep -q 'thread scsi-io0 uid=65534 no_new_privs=1 filters=2$' "$events" ||
+    linux_fail "$1" "the iothread does not have its own seccomp filter"
+  if grep '^L2-ACTION [^ ]* thread' "$events" | grep -qv 'uid=65534'; then
+    linux_fail "$1" "a thread of the jailed VMM is not uid 65534"
+  fi
 }
 
 # The guest's own power-off (poweroff -f): needs a power-off path Linux knows (ACPI PM1a_CNT
