@@ -52,7 +52,59 @@ class LinuxCdromDevice : public CdromDevice {
   const ScopedFd fd_;
 };
 
+// Errors of a read that say the disc may be gone (sr fails reads of a removed or changed disc with
+// EIO; a vanished device gives ENXIO/ENODEV).
+bool LooksLikeMediumLoss(int error) {
+  return error == ENOMEDIUM || error == EIO || error == ENXIO || error == ENODEV;
+}
+
+// A published disc's backend: the same I/O, plus a call to `on_loss` when a request fails as if
+// the disc went away. Only failures cost anything; successful reads pass straight through.
+class MediumWatchingBackend : public BlockBackend {
+ public:
+  MediumWatchingBackend(std::shared_ptr<BlockBackend> inner, std::function<void()> on_loss)
+      : inner_(std::move(inner)), on_loss_(std::move(on_loss)) {}
+
+  const BackendInfo& info() const override { return inner_->info(); }
+  absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override {
+    return inner_->CreateQueue(
+        [handler = std::move(handler), on_loss = on_loss_](uint64_t cookie,
+                                                           Completion completion) mutable {
+          if (LooksLikeMediumLoss(completion.error)) on_loss();
+          handler(cookie, completion);
+        });
+  }
+
+ private:
+  const std::shared_ptr<BlockBackend> inner_;
+  const std::function<void()> on_loss_;
+};
+
 }  // namespace
+
+// Lets the backends published by a HostCdrom reach it while it exists (they may outlive it: a
+// request in flight holds its media snapshot).
+class HostCdrom::MediumLossSignal {
+ public:
+  explicit MediumLossSignal(HostCdrom* owner) : owner_(owner) {}
+  void Notify() {
+    absl::MutexLock lock(&mutex_);
+    if (owner_ == nullptr) return;
+    {
+      absl::MutexLock state_lock(&owner_->state_mutex_);
+      ++owner_->stats_.medium_errors;
+    }
+    owner_->RequestRefresh();
+  }
+  void Detach() {
+    absl::MutexLock lock(&mutex_);
+    owner_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  HostCdrom* owner_ ABSL_GUARDED_BY(mutex_);
+};
 
 const char* HostDriveStatusName(HostDriveStatus status) {
   switch (status) {
@@ -162,7 +214,10 @@ absl::Status LinuxCdromDevice::CloseTray() {
 // ---- HostCdrom ----------------------------------------------------------------------------------
 
 HostCdrom::HostCdrom(std::unique_ptr<CdromDevice> device, RemovableMedia* media, Options options)
-    : device_(std::move(device)), media_(media), options_(std::move(options)) {}
+    : device_(std::move(device)),
+      media_(media),
+      options_(std::move(options)),
+      medium_loss_signal_(std::make_shared<MediumLossSignal>(this)) {}
 
 absl::StatusOr<std::unique_ptr<HostCdrom>> HostCdrom::Create(std::unique_ptr<CdromDevice> device,
                                                              RemovableMedia* media,
@@ -175,6 +230,7 @@ absl::StatusOr<std::unique_ptr<HostCdrom>> HostCdrom::Create(std::unique_ptr<Cdr
   }
   std::unique_ptr<HostCdrom> cdrom(new HostCdrom(std::move(device), media, std::move(options)));
   cdrom->worker_ = std::thread([raw = cdrom.get()] { raw->WorkerLoop(); });
+  media->FollowHostDrive(cdrom->device_->path());
   media->AddListener(cdrom.get());
   return cdrom;
 }
@@ -183,6 +239,7 @@ HostCdrom::~HostCdrom() {
   // No new commands once unregistered; the worker finishes those queued (a guest's unlock should
   // still reach the drive) and exits.
   media_->RemoveListener(this);
+  medium_loss_signal_->Detach();
   {
     absl::MutexLock lock(&queue_mutex_);
     stopping_ = true;
@@ -204,6 +261,7 @@ absl::Status HostCdrom::RefreshLocked(bool media_changed) {
   {
     absl::MutexLock state_lock(&state_mutex_);
     ++stats_.refreshes;
+    ++stats_.probes;
     if (status.ok()) last_status_ = *status;
   }
   if (!status.ok()) return status.status();
@@ -226,6 +284,7 @@ absl::Status HostCdrom::RefreshLocked(bool media_changed) {
         absl::MutexLock device_lock(&device_mutex_);
         capacity = device_->CapacityBytes();
       }
+      CountProbe();
       if (capacity.ok() && *capacity > 0) return PublishDisc(media_changed);
       return PublishEmpty(/*tray_open=*/false);
     }
@@ -233,13 +292,32 @@ absl::Status HostCdrom::RefreshLocked(bool media_changed) {
   return absl::OkStatus();
 }
 
+void HostCdrom::CountProbe() {
+  absl::MutexLock state_lock(&state_mutex_);
+  ++stats_.probes;
+}
+
+// Marks the changes HostCdrom publishes as its own for the duration of a scope (OnMediaEvent).
+class HostCdrom::OwnPublications {
+ public:
+  explicit OwnPublications(std::atomic<std::thread::id>& thread) : thread_(thread) {
+    thread_.store(std::this_thread::get_id());
+  }
+  ~OwnPublications() { thread_.store(std::thread::id()); }
+
+ private:
+  std::atomic<std::thread::id>& thread_;
+};
+
 absl::Status HostCdrom::PublishDisc(bool replace) {
+  OwnPublications own(publishing_thread_);
   std::shared_ptr<const MediaState> current = media_->Current();
   absl::StatusOr<uint64_t> capacity;
   {
     absl::MutexLock device_lock(&device_mutex_);
     capacity = device_->CapacityBytes();
   }
+  CountProbe();
   const bool same_disc = !replace && current->present && current->backend != nullptr &&
                          current->source == device_->path() && capacity.ok() &&
                          *capacity == current->size_bytes();
@@ -271,7 +349,8 @@ absl::Status HostCdrom::PublishDisc(bool replace) {
     absl::Status ejected = media_->Eject(/*force=*/true);
     if (!ejected.ok()) return ejected;
   }
-  absl::Status inserted = media_->Insert(*std::move(backend), device_->path());
+  absl::Status inserted =
+      media_->InsertFromHostDrive(WatchForMediumLoss(*std::move(backend)), device_->path());
   if (inserted.ok()) {
     absl::MutexLock state_lock(&state_mutex_);
     ++stats_.changes_published;
@@ -280,6 +359,7 @@ absl::Status HostCdrom::PublishDisc(bool replace) {
 }
 
 absl::Status HostCdrom::PublishEmpty(bool tray_open) {
+  OwnPublications own(publishing_thread_);
   std::shared_ptr<const MediaState> current = media_->Current();
   bool changed = false;
   if (current->present) {
@@ -336,9 +416,28 @@ std::unique_ptr<HostCdrom::UeventWatch> HostCdrom::WatchUevents(UeventMonitor* m
   return std::make_unique<UeventWatch>(monitor, id);
 }
 
+std::shared_ptr<BlockBackend> HostCdrom::WatchForMediumLoss(std::shared_ptr<BlockBackend> backend) {
+  return std::make_shared<MediumWatchingBackend>(
+      std::move(backend), [signal = medium_loss_signal_] { signal->Notify(); });
+}
+
+void HostCdrom::RequestRefresh() {
+  absl::MutexLock lock(&queue_mutex_);
+  if (stopping_) return;
+  pending_.refresh = true;
+  ++commands_queued_;
+}
+
 void HostCdrom::OnMediaEvent(const MediaEvent& event) {
-  // Our own publications (by_guest == false) describe the host; sending them back would loop.
-  if (!event.by_guest) return;
+  if (!event.by_guest) {
+    // Our own publications describe the host; sending them back would loop.
+    if (publishing_thread_.load() == std::this_thread::get_id()) return;
+    // Someone else (the API's eject or tray command) moved the tray: the drive follows, and the
+    // worker's probe afterwards shows where it really went. Nobody but the guest locks.
+    if (event.type == MediaEventType::kTrayOpened) Enqueue(HostCommand::kEject);
+    if (event.type == MediaEventType::kTrayClosed) Enqueue(HostCommand::kCloseTray);
+    return;
+  }
   switch (event.type) {
     case MediaEventType::kLockChanged:
       Enqueue(event.state != nullptr && event.state->locked ? HostCommand::kLock
@@ -401,6 +500,12 @@ void HostCdrom::WorkerLoop() {
     if (taken.lock && !*taken.lock) commands.push_back(HostCommand::kUnlock);
     if (taken.tray) commands.push_back(*taken.tray);
     if (taken.lock && *taken.lock) commands.push_back(HostCommand::kLock);
+    // A tray command probes the drive after it anyway; a refresh asked for alone probes once.
+    if (taken.refresh && !taken.tray) {
+      absl::MutexLock lock(&refresh_mutex_);
+      absl::Status refreshed = RefreshLocked(/*media_changed=*/false);
+      if (!refreshed.ok()) ReportError(refreshed);
+    }
     for (const HostCommand command : commands) {
       absl::Status status = RunHostCommand(command);
       {

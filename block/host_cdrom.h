@@ -1,6 +1,7 @@
 #ifndef BLOCK_HOST_CDROM_H_
 #define BLOCK_HOST_CDROM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -104,13 +105,16 @@ class HostCdrom : public MediaListener {
 
   struct Stats {
     uint64_t refreshes = 0;       // probe rounds (Refresh() and notification-driven)
+    uint64_t probes = 0;          // commands that asked the drive (status, capacity)
+    uint64_t medium_errors = 0;   // guest reads that failed as if the disc went away
     uint64_t changes_published = 0;
     uint64_t host_commands = 0;   // lock/eject/close forwarded to the drive
     uint64_t host_command_errors = 0;
   };
 
-  // Registers as a listener of `media`, which must outlive the HostCdrom. Does not probe: call
-  // Refresh() once to pick up the drive's current state.
+  // Registers as a listener of `media`, which must outlive the HostCdrom, and makes it follow the
+  // drive (RemovableMedia::FollowHostDrive: the API cannot insert an image into it). Does not
+  // probe: call Refresh() once to pick up the drive's current state.
   static absl::StatusOr<std::unique_ptr<HostCdrom>> Create(std::unique_ptr<CdromDevice> device,
                                                            RemovableMedia* media, Options options);
   ~HostCdrom() override;  // unregisters, finishes queued host commands, joins the worker
@@ -162,9 +166,15 @@ class HostCdrom : public MediaListener {
   Stats stats() const;
   const CdromDevice& device() const { return *device_; }
 
-  // MediaListener: forwards the guest's lock and tray changes to the drive (non-blocking; the
-  // latest state of each kind wins).
+  // MediaListener: forwards the guest's lock and tray changes, and tray changes someone else made
+  // (the API's eject and tray commands), to the drive (non-blocking; the latest state of each kind
+  // wins). Changes HostCdrom itself publishes are not sent back.
   void OnMediaEvent(const MediaEvent& event) override;
+
+  // Asks the worker to probe the drive soon (coalesced with any probe already asked for). The
+  // backends this class publishes call it when a guest read fails in a way that says the disc went
+  // away (ENOMEDIUM, EIO, ENXIO, ENODEV): the only probes besides start, uevents and tray commands.
+  void RequestRefresh();
 
  private:
   enum class HostCommand { kLock, kUnlock, kEject, kCloseTray };
@@ -179,7 +189,11 @@ class HostCdrom : public MediaListener {
   absl::Status PublishEmpty(bool tray_open) ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mutex_);
 
   void ReportError(const absl::Status& status);
+  void CountProbe();
+  class OwnPublications;
   void Enqueue(HostCommand command);
+  // Wraps a backend from the factory so that its failed reads call RequestRefresh().
+  std::shared_ptr<BlockBackend> WatchForMediumLoss(std::shared_ptr<BlockBackend> backend);
   void WorkerLoop();
   absl::Status RunHostCommand(HostCommand command);
 
@@ -202,13 +216,21 @@ class HostCdrom : public MediaListener {
   struct PendingCommands {
     std::optional<bool> lock;           // kLock (true) / kUnlock (false)
     std::optional<HostCommand> tray;    // kEject / kCloseTray
-    bool empty() const { return !lock && !tray; }
+    bool refresh = false;               // RequestRefresh()
+    bool empty() const { return !lock && !tray && !refresh; }
   };
   absl::Mutex queue_mutex_;
   PendingCommands pending_ ABSL_GUARDED_BY(queue_mutex_);
   uint64_t commands_queued_ ABSL_GUARDED_BY(queue_mutex_) = 0;
   uint64_t commands_done_ ABSL_GUARDED_BY(queue_mutex_) = 0;
   bool stopping_ ABSL_GUARDED_BY(queue_mutex_) = false;
+  // The thread publishing HostCdrom's own changes (set around them, under refresh_mutex_), so
+  // OnMediaEvent can tell them from the API's.
+  std::atomic<std::thread::id> publishing_thread_{};
+  // Shared with the backends this class published (they may outlive it): their way to call
+  // RequestRefresh() while this object exists.
+  class MediumLossSignal;
+  std::shared_ptr<MediumLossSignal> medium_loss_signal_;
   std::thread worker_;
 };
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "block/fault_injection.h"
 #include "block/media.h"
 #include "block/memory_backend.h"
 #include "block/uevent_monitor.h"
@@ -161,8 +162,13 @@ class HostCdromTest : public ::testing::Test {
       if (!factory_error_.ok()) return factory_error_;
       // The raw backend would read the disc; a MemoryBackend of the disc's size stands in.
       const uint64_t size = device_->CapacityForFactory();
-      return std::make_shared<MemoryBackend>(
+      auto disc = std::make_shared<MemoryBackend>(
           MemoryBackendOptions{.size_bytes = size, .logical_block_size = 2048, .read_only = true});
+      if (read_error_ == 0) return disc;
+      // A drive whose disc went away under the open backend: every read fails.
+      auto failing = std::make_shared<FaultInjectingBackend>(disc);
+      failing->AddRule(FaultRule::FailEvery(1, read_error_));
+      return failing;
     };
     options.on_error = [this](const absl::Status& status) {
       absl::MutexLock lock(&errors_mutex_);
@@ -192,6 +198,7 @@ class HostCdromTest : public ::testing::Test {
   std::unique_ptr<HostCdrom> cdrom_;
   std::vector<std::string> opened_paths_;
   absl::Status factory_error_;
+  int read_error_ = 0;  // > 0: the discs the factory opens fail every read with this errno
   absl::Mutex errors_mutex_;
   std::vector<absl::Status> errors_ ABSL_GUARDED_BY(errors_mutex_);
   int eject_requests_ = 0;
@@ -211,6 +218,9 @@ TEST_F(HostCdromTest, RefreshPublishesADiscWithOneProbeRound) {
   EXPECT_EQ(cdrom_->last_host_status(), HostDriveStatus::kDiscOk);
   EXPECT_EQ(cdrom_->stats().refreshes, 1u);
   EXPECT_EQ(cdrom_->stats().changes_published, 1u);
+  // The statistics count every command that asked the drive: its status, then the disc's size.
+  EXPECT_EQ(cdrom_->stats().probes, 2u);
+  EXPECT_EQ(device_->counts().probes(), 2);
   // Our own publications are not sent back to the drive.
   cdrom_->WaitForHostCommands();
   EXPECT_TRUE(device_->commands().empty());
@@ -243,6 +253,68 @@ TEST_F(HostCdromTest, IoNeverProbesTheDrive) {
   EXPECT_EQ(completed, 1000);
   EXPECT_EQ(device_->counts().drive_status, after_refresh.drive_status);
   EXPECT_EQ(device_->counts().capacity, after_refresh.capacity);
+}
+
+TEST_F(HostCdromTest, AnImageCannotBeInsertedIntoAPassthroughDrive) {
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  ASSERT_TRUE(media_.Eject(/*force=*/false).ok());
+  cdrom_->WaitForHostCommands();
+  auto image = std::make_shared<MemoryBackend>(
+      MemoryBackendOptions{.size_bytes = 2048 * 16, .logical_block_size = 2048, .read_only = true});
+  const absl::Status inserted = media_.Insert(image, "/tmp/other.iso");
+  EXPECT_EQ(inserted.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(inserted.message(), HasSubstr("/dev/sr0"));
+  EXPECT_NE(State()->source, "/tmp/other.iso");
+}
+
+TEST_F(HostCdromTest, EjectAndTrayCloseFromTheApiMoveTheHostTray) {
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  recorder_.Take();
+  // The API's eject: a change not made by the guest nor by HostCdrom.
+  ASSERT_TRUE(media_.Eject(/*force=*/false).ok());
+  cdrom_->WaitForHostCommands();
+  EXPECT_THAT(device_->commands(), ElementsAre("eject"));
+  EXPECT_FALSE(State()->present);
+  EXPECT_TRUE(State()->tray_open);
+  // The API closes the tray: the drive pulls the disc back in and the probe after it publishes it.
+  ASSERT_TRUE(media_.SetTrayOpen(false, /*force=*/false).ok());
+  cdrom_->WaitForHostCommands();
+  EXPECT_THAT(device_->commands(), ElementsAre("eject", "close"));
+  EXPECT_TRUE(State()->ready());
+  EXPECT_EQ(State()->size_bytes(), kDiscA);
+}
+
+TEST_F(HostCdromTest, AReadFailingAsIfTheDiscWentAwayProbesTheDriveOnce) {
+  read_error_ = EIO;
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  const int status_probes_before = device_->counts().drive_status;
+  device_->SetStatus(HostDriveStatus::kNoDisc);  // taken out on the host, no uevent seen
+
+  int failed = 0;
+  auto queue = State()->backend->CreateQueue([&](uint64_t, Completion c) {
+    EXPECT_EQ(c.error, EIO);
+    ++failed;
+  });
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  std::vector<uint8_t> buffer(2048);
+  iovec iov = {buffer.data(), buffer.size()};
+  Request read;
+  read.buffers = std::span<const iovec>(&iov, 1);
+  (*queue)->Enqueue(read, 1);
+  (*queue)->Submit();
+  while (failed == 0) {
+    pollfd ready = {(*queue)->completion_fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&ready, 1, 5000), 1);
+    (*queue)->ProcessCompletions();
+  }
+  cdrom_->WaitForHostCommands();
+  EXPECT_EQ(cdrom_->stats().medium_errors, 1u);
+  EXPECT_EQ(device_->counts().drive_status, status_probes_before + 1);
+  EXPECT_FALSE(State()->present);  // the probe found the drive empty
+  EXPECT_TRUE(device_->commands().empty());
 }
 
 TEST_F(HostCdromTest, UnchangedDriveChangesNothing) {

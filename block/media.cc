@@ -50,8 +50,29 @@ std::shared_ptr<const MediaState> RemovableMedia::Current() const {
 // medium that is both new and reachable before the tray has closed.
 
 absl::Status RemovableMedia::Insert(std::shared_ptr<BlockBackend> backend, std::string source) {
-  if (backend == nullptr) return absl::InvalidArgumentError("no backend to insert");
   absl::MutexLock lock(&change_mutex_);
+  if (!host_drive_.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this drive passes through the host drive ", host_drive_,
+        ": change the disc in that drive (eject and tray commands reach it)"));
+  }
+  return InsertLocked(std::move(backend), std::move(source));
+}
+
+void RemovableMedia::FollowHostDrive(std::string drive_path) {
+  absl::MutexLock lock(&change_mutex_);
+  host_drive_ = std::move(drive_path);
+}
+
+absl::Status RemovableMedia::InsertFromHostDrive(std::shared_ptr<BlockBackend> backend,
+                                                 std::string source) {
+  absl::MutexLock lock(&change_mutex_);
+  return InsertLocked(std::move(backend), std::move(source));
+}
+
+absl::Status RemovableMedia::InsertLocked(std::shared_ptr<BlockBackend> backend,
+                                          std::string source) {
+  if (backend == nullptr) return absl::InvalidArgumentError("no backend to insert");
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->present) {
     return absl::FailedPreconditionError(

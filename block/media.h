@@ -73,9 +73,17 @@ class RemovableMedia {
   // The current snapshot: one atomic load, no host access.
   std::shared_ptr<const MediaState> Current() const;
 
-  // Inserts a medium and closes the tray. FailedPrecondition if a medium is present. Publishes one
-  // step at a time: kTrayOpened (if it was closed), kInserted, kTrayClosed.
+  // Inserts a medium and closes the tray. FailedPrecondition if a medium is present, or if the
+  // drive follows a host drive (FollowHostDrive). Publishes one step at a time: kTrayOpened (if it
+  // was closed), kInserted, kTrayClosed.
   absl::Status Insert(std::shared_ptr<BlockBackend> backend, std::string source);
+
+  // A passthrough drive (block/host_cdrom.h): its medium is whatever the host drive `drive_path`
+  // holds, so Insert() is refused from now on, with a status naming the drive; the HostCdrom that
+  // follows the drive inserts with InsertFromHostDrive(). Eject and tray moves stay allowed (the
+  // HostCdrom forwards them to the drive).
+  void FollowHostDrive(std::string drive_path);
+  absl::Status InsertFromHostDrive(std::shared_ptr<BlockBackend> backend, std::string source);
   // Removes the medium (if any) and leaves the tray open. FailedPrecondition if the guest locked the
   // drive and `force` is false. Publishes kTrayOpened (if it was closed), then kRemoved (if a medium
   // was present).
@@ -101,7 +109,11 @@ class RemovableMedia {
   void Notify(const MediaEvent& event);
 
   std::atomic<std::shared_ptr<const MediaState>> current_;
+  absl::Status InsertLocked(std::shared_ptr<BlockBackend> backend, std::string source)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mutex_);
+
   absl::Mutex change_mutex_;  // serializes changes; never taken by the I/O path
+  std::string host_drive_ ABSL_GUARDED_BY(change_mutex_);  // FollowHostDrive; empty: none
   absl::Mutex listeners_mutex_;
   std::vector<MediaListener*> listeners_ ABSL_GUARDED_BY(listeners_mutex_);
 };
