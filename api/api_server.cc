@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/server_interceptor.h>
 #include <limits.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -15,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -22,10 +24,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "api/api_token.h"
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
@@ -48,6 +52,58 @@ grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
+
+// The one authentication check (docs/api.md, "Authentication"): the call's "authorization"
+// metadata against `token`; OK when no token is configured. UNAUTHENTICATED otherwise.
+grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                          const std::string& token) {
+  if (token.empty()) return grpc::Status::OK;
+  std::vector<absl::string_view> values;
+  const auto [begin, end] = metadata.equal_range(kAuthorizationMetadataKey);
+  for (auto it = begin; it != end; ++it) values.emplace_back(it->second.data(), it->second.size());
+  return ToGrpc(CheckAuthorization(values, token));
+}
+
+// Services that are not ours (server reflection) are guarded here: each vmm.v1 handler checks
+// its caller itself (ApiCore::Admit), which answers UNAUTHENTICATED; a server interceptor cannot
+// answer a call, only cancel it, so an unauthenticated reflection call is cancelled (the client
+// sees CANCELLED) before its handler reads a request or writes a reply.
+class ForeignServiceGuard final : public grpc::experimental::Interceptor {
+ public:
+  ForeignServiceGuard(grpc::experimental::ServerRpcInfo* info, const std::string& token)
+      : info_(info), token_(token) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_INITIAL_METADATA)) {
+      const auto* metadata = methods->GetRecvInitialMetadata();
+      if (metadata == nullptr || !Authenticate(*metadata, token_).ok()) {
+        // Before Proceed(): the handler starts only after it.
+        info_->server_context()->TryCancel();
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::string& token_;  // the ApiCore's options, which outlive the server
+};
+
+class ForeignServiceGuardFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit ForeignServiceGuardFactory(const std::string& token) : token_(token) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    if (absl::StartsWith(info->method(), "/vmm.v1.")) return nullptr;
+    // gRPC takes ownership of the interceptor (deleted with the call).
+    return std::make_unique<ForeignServiceGuard>(info, token_).release();
+  }
+
+ private:
+  const std::string& token_;
+};
 
 // A client-supplied string for an error message: cut to `max` bytes, control characters escaped
 // (the rest, UTF-8 included, as is, so a path reads as the user typed it).
@@ -257,6 +313,12 @@ class ApiCore {
 
   void FillVmInfo(pb::VmInfo* out) const;
 
+  // Whether the caller may make this call (the token, when one is configured): the first thing
+  // every handler does. UNAUTHENTICATED refusals are returned as they are.
+  grpc::Status Admit(const grpc::ServerContext& context) const {
+    return Authenticate(context.client_metadata(), options_.auth_token);
+  }
+
   // Every handler holds one while it runs, so that Stop() can let calls finish (and their replies
   // reach the clients) before the server shuts its connections.
   class CallScope {
@@ -309,27 +371,30 @@ class MediaServiceImpl final : public pb::MediaService::Service {
  public:
   explicit MediaServiceImpl(ApiCore& core) : core_(core) {}
 
-  grpc::Status ListDrives(grpc::ServerContext*, const pb::ListDrivesRequest*,
+  grpc::Status ListDrives(grpc::ServerContext* context, const pb::ListDrivesRequest*,
                           pb::ListDrivesResponse* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     for (const DriveEntry& drive : core_.drives()) {
       FillDriveStatus(drive, nullptr, response->add_drives());
     }
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStatus(grpc::ServerContext*, const pb::GetStatusRequest* request,
+  grpc::Status GetStatus(grpc::ServerContext* context, const pb::GetStatusRequest* request,
                          pb::DriveStatus* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     auto drive = core_.FindDrive(request->drive());
     if (!drive.ok()) return ToGrpc(drive.status());
     FillDriveStatus(**drive, nullptr, response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Insert(grpc::ServerContext*, const pb::InsertRequest* request,
+  grpc::Status Insert(grpc::ServerContext* context, const pb::InsertRequest* request,
                       pb::DriveStatus* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     const DriveEntry& drive = **found;
@@ -368,9 +433,10 @@ class MediaServiceImpl final : public pb::MediaService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Eject(grpc::ServerContext*, const pb::EjectRequest* request,
+  grpc::Status Eject(grpc::ServerContext* context, const pb::EjectRequest* request,
                      pb::DriveStatus* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     absl::Status status = (*found)->media->Eject(request->force());
@@ -379,9 +445,10 @@ class MediaServiceImpl final : public pb::MediaService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status SetTray(grpc::ServerContext*, const pb::SetTrayRequest* request,
+  grpc::Status SetTray(grpc::ServerContext* context, const pb::SetTrayRequest* request,
                        pb::DriveStatus* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     absl::Status status = (*found)->media->SetTrayOpen(request->open(), request->force());
@@ -393,6 +460,7 @@ class MediaServiceImpl final : public pb::MediaService::Service {
   grpc::Status Watch(grpc::ServerContext* context, const pb::WatchRequest* request,
                      grpc::ServerWriter<pb::MediaEvent>* writer) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     std::vector<const DriveEntry*> drives;
     if (request->drive().empty()) {
       for (const DriveEntry& drive : core_.drives()) {
@@ -511,34 +579,38 @@ class VmServiceImpl final : public pb::VmService::Service {
  public:
   explicit VmServiceImpl(ApiCore& core) : core_(core) {}
 
-  grpc::Status GetInfo(grpc::ServerContext*, const pb::GetInfoRequest*,
+  grpc::Status GetInfo(grpc::ServerContext* context, const pb::GetInfoRequest*,
                        pb::VmInfo* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Pause(grpc::ServerContext*, const pb::PauseRequest*,
+  grpc::Status Pause(grpc::ServerContext* context, const pb::PauseRequest*,
                      pb::VmInfo* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     absl::Status status = core_.control().Pause();
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Resume(grpc::ServerContext*, const pb::ResumeRequest*,
+  grpc::Status Resume(grpc::ServerContext* context, const pb::ResumeRequest*,
                       pb::VmInfo* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     absl::Status status = core_.control().Resume();
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Shutdown(grpc::ServerContext*, const pb::ShutdownRequest* request,
+  grpc::Status Shutdown(grpc::ServerContext* context, const pb::ShutdownRequest* request,
                         pb::VmInfo* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     const absl::Duration grace = request->grace_period_ms() == 0
                                      ? kDefaultGracePeriod
                                      : absl::Milliseconds(request->grace_period_ms());
@@ -548,9 +620,10 @@ class VmServiceImpl final : public pb::VmService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStats(grpc::ServerContext*, const pb::GetStatsRequest* request,
+  grpc::Status GetStats(grpc::ServerContext* context, const pb::GetStatsRequest* request,
                         pb::GetStatsResponse* response) override {
     const ApiCore::CallScope call(core_);
+    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
     if (!request->drive().empty()) {
       auto drive = core_.FindDrive(request->drive());
       if (!drive.ok()) return ToGrpc(drive.status());
@@ -659,15 +732,32 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
     return absl::InvalidArgumentError("the API server needs a unix socket path or a TCP address");
   }
+  if (!options.auth_token.empty()) {
+    if (absl::Status valid = CheckApiToken(options.auth_token, "the API token"); !valid.ok()) {
+      return valid;
+    }
+  }
   std::string tcp_address;
   if (!options.tcp_address.empty()) {
+    if (options.auth_token.empty() && !options.tcp_insecure) {
+      // F1 of the hardening issue: any local user could insert media and shut the VM down.
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--api-tcp %s without authentication: every local user could control the VM. Give "
+          "--api-token-file=FILE (a secret only the VMM's user can read; clients send it, e.g. "
+          "vmmctl --api-token-file=FILE), or accept the risk with --api-tcp-insecure",
+          options.tcp_address));
+    }
     auto parsed = ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any);
     if (!parsed.ok()) return parsed.status();
     tcp_address = *parsed;
   }
+  // The unix socket is bound in a private directory and moved into place once it is mode 0600
+  // (StagedUnixSocket): no process-wide umask while the VMM's other threads run.
+  std::optional<StagedUnixSocket> staged_socket;
   if (!options.unix_socket_path.empty()) {
-    absl::Status prepared = PrepareUnixSocketPath(options.unix_socket_path);
-    if (!prepared.ok()) return prepared;
+    auto staged = StagedUnixSocket::Create(options.unix_socket_path);
+    if (!staged.ok()) return staged.status();
+    staged_socket.emplace(*std::move(staged));
   }
   static std::once_flag reflection_once;
   std::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
@@ -689,8 +779,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
       }
     }
     grpc::ServerBuilder builder;
-    if (!options.unix_socket_path.empty()) {
-      builder.AddListeningPort("unix:" + options.unix_socket_path,
+    if (staged_socket.has_value()) {
+      builder.AddListeningPort("unix:" + staged_socket->bind_path(),
                                grpc::InsecureServerCredentials());
       where.push_back("unix:" + options.unix_socket_path);
     }
@@ -703,12 +793,13 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.RegisterService(server->core_->media_service());
     builder.RegisterService(server->core_->vm_service());
-    // The socket is created by bind() inside BuildAndStart: with this umask it is never
-    // accessible to anyone but the owner, not even briefly (umask is per process; nothing else
-    // creates files while the VMM starts up).
-    const mode_t old_umask = umask(0177);
+    if (!server->core_->options().auth_token.empty()) {
+      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
+      guards.push_back(
+          std::make_unique<ForeignServiceGuardFactory>(server->core_->options().auth_token));
+      builder.experimental().SetInterceptorCreators(std::move(guards));
+    }
     server->server_ = builder.BuildAndStart();
-    umask(old_umask);
   });
   starter.join();
   if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
@@ -718,25 +809,15 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
         "cannot start the API server on %s (address in use, or no permission?)",
         absl::StrJoin(where, " and ")));
   }
-  if (!options.unix_socket_path.empty()) {
-    const std::string& path = options.unix_socket_path;
-    server->unix_socket_path_ = path;
+  if (staged_socket.has_value()) {
     struct stat st {};
-    if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
-      server->Stop();
-      return absl::InternalError(
-          absl::StrFormat("API socket %s: not found after the server started", path));
+    if (absl::Status published = staged_socket->Publish(&st); !published.ok()) {
+      server->Stop();  // the staged socket goes with its private directory
+      return published;
     }
+    server->unix_socket_path_ = options.unix_socket_path;
     server->socket_device_ = st.st_dev;
     server->socket_inode_ = st.st_ino;
-    // Belt and braces: the umask already gave it 0600.
-    if (chmod(path.c_str(), 0600) != 0 || lstat(path.c_str(), &st) != 0 ||
-        (st.st_mode & 07777) != 0600) {
-      const int error = errno;
-      server->Stop();  // removes the socket
-      return absl::InternalError(absl::StrFormat("API socket %s: cannot make it mode 0600 (%s)",
-                                                 path, strerror(error)));
-    }
   }
   return server;
 }

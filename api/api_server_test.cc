@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -303,9 +304,9 @@ TEST_F(ApiServerTest, NeedsSomewhereToListen) {
 }
 
 TEST_F(ApiServerTest, TcpOnLoopbackOnly) {
-  auto refused = ApiServer::Start({.tcp_address = "0.0.0.0:0"}, vm_);
+  auto refused = ApiServer::Start({.tcp_address = "0.0.0.0:0", .tcp_insecure = true}, vm_);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  auto server = ApiServer::Start({.tcp_address = "127.0.0.1:0"}, vm_);
+  auto server = ApiServer::Start({.tcp_address = "127.0.0.1:0", .tcp_insecure = true}, vm_);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->tcp_port(), 0);
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->tcp_port()),
@@ -317,55 +318,65 @@ TEST_F(ApiServerTest, TcpOnLoopbackOnly) {
   EXPECT_TRUE(stub->GetInfo(&context, pb::GetInfoRequest(), &info).ok());
   EXPECT_EQ(info.pid(), 4242u);
   // The port is this server's alone (no SO_REUSEPORT sharing with a second VMM).
-  auto second =
-      ApiServer::Start({.tcp_address = absl::StrCat("127.0.0.1:", (*server)->tcp_port())}, vm_);
+  auto second = ApiServer::Start(
+      {.tcp_address = absl::StrCat("127.0.0.1:", (*server)->tcp_port()), .tcp_insecure = true},
+      vm_);
   EXPECT_FALSE(second.ok());
   EXPECT_NE(second.status().message().find(absl::StrCat((*server)->tcp_port())), std::string::npos)
       << second.status();
 }
 
-// Server reflection (what grpcurl uses) lists both services. The reflection messages come from
-// the generated pool (libgrpc++_reflection registers them); the call is a raw bidi stream.
-TEST_F(ApiServerTest, ReflectionListsTheServices) {
-  StartServer();
+// Asks server reflection (what grpcurl uses) to list the services: their names in `text`. The
+// reflection messages come from the generated pool (libgrpc++_reflection registers them); the
+// call is a raw bidi stream.
+grpc::Status ListServicesByReflection(grpc::Channel* channel, grpc::ClientContext& context,
+                                      std::string* text) {
   const google::protobuf::DescriptorPool* pool = google::protobuf::DescriptorPool::generated_pool();
   const auto* request_type =
       pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
   const auto* response_type =
       pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
-  ASSERT_NE(request_type, nullptr);
-  ASSERT_NE(response_type, nullptr);
+  if (request_type == nullptr || response_type == nullptr) {
+    return grpc::Status(StatusCode::INTERNAL, "no reflection messages in the pool");
+  }
   google::protobuf::DynamicMessageFactory factory(pool);
   std::unique_ptr<google::protobuf::Message> request(factory.GetPrototype(request_type)->New());
   request->GetReflection()->SetString(request.get(), request_type->FindFieldByName("list_services"),
                                       "");
   std::string bytes;
-  ASSERT_TRUE(request->SerializeToString(&bytes));
+  request->SerializeToString(&bytes);
 
-  grpc::ClientContext context;
-  Deadline(context);
   grpc::internal::RpcMethod method("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                                    grpc::internal::RpcMethod::BIDI_STREAMING);
   std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
       grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
-          channel_.get(), method, &context));
+          channel, method, &context));
   grpc::Slice slice(bytes);
-  ASSERT_TRUE(stream->Write(grpc::ByteBuffer(&slice, 1)));
+  stream->Write(grpc::ByteBuffer(&slice, 1));
   stream->WritesDone();
   grpc::ByteBuffer reply;
-  ASSERT_TRUE(stream->Read(&reply));
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(reply.Dump(&slices).ok());
-  std::string reply_bytes;
-  for (const grpc::Slice& s : slices) reply_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  std::unique_ptr<google::protobuf::Message> response(factory.GetPrototype(response_type)->New());
-  ASSERT_TRUE(response->ParseFromString(reply_bytes));
-  const std::string text = response->DebugString();
+  while (stream->Read(&reply)) {
+    std::vector<grpc::Slice> slices;
+    if (!reply.Dump(&slices).ok()) continue;
+    std::string reply_bytes;
+    for (const grpc::Slice& s : slices) {
+      reply_bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    std::unique_ptr<google::protobuf::Message> response(factory.GetPrototype(response_type)->New());
+    if (response->ParseFromString(reply_bytes)) *text += response->DebugString();
+  }
+  return stream->Finish();
+}
+
+TEST_F(ApiServerTest, ReflectionListsTheServices) {
+  StartServer();
+  grpc::ClientContext context;
+  Deadline(context);
+  std::string text;
+  const grpc::Status status = ListServicesByReflection(channel_.get(), context, &text);
+  EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_NE(text.find("vmm.v1.MediaService"), std::string::npos) << text;
   EXPECT_NE(text.find("vmm.v1.VmService"), std::string::npos) << text;
-  while (stream->Read(&reply)) {
-  }
-  EXPECT_TRUE(stream->Finish().ok());
 }
 
 // ---- MediaService ----
@@ -1085,6 +1096,257 @@ TEST_F(ApiServerTest, StopIsBoundedWithAStalledWatcher) {
   struct stat st {};
   EXPECT_NE(lstat(socket_path_.c_str(), &st), 0);  // the socket is gone
   EndProcess(stalled);
+}
+
+// ---- Authentication (F1 of the hardening issue) ----
+
+constexpr char kToken[] = "Zm9vYmFyYmF6cXV4-s3cret";
+
+// A context that carries `authorization` metadata `value` (none if empty).
+void Authorize(grpc::ClientContext& context, const std::string& value) {
+  if (!value.empty()) context.AddMetadata("authorization", value);
+}
+
+grpc::Status GetInfoAs(pb::VmService::Stub& stub, const std::string& authorization,
+                       pb::VmInfo* info) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  Authorize(context, authorization);
+  return stub.GetInfo(&context, pb::GetInfoRequest(), info);
+}
+
+TEST_F(ApiServerTest, TcpWithoutATokenIsRefusedUnlessInsecure) {
+  auto refused = ApiServer::Start({.tcp_address = "127.0.0.1:0"}, vm_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--api-token-file"), std::string::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--api-tcp-insecure"), std::string::npos)
+      << refused.status();
+  // Nothing was left listening, and the unix socket of a refused start is not created either.
+  auto both = ApiServer::Start({.unix_socket_path = socket_path_, .tcp_address = "127.0.0.1:0"},
+                               vm_);
+  EXPECT_FALSE(both.ok());
+  struct stat st {};
+  EXPECT_NE(lstat(socket_path_.c_str(), &st), 0);
+  EXPECT_TRUE(ApiServer::Start({.tcp_address = "127.0.0.1:0", .tcp_insecure = true}, vm_).ok());
+  EXPECT_TRUE(
+      ApiServer::Start({.tcp_address = "127.0.0.1:0", .auth_token = kToken}, vm_).ok());
+}
+
+TEST_F(ApiServerTest, ATokenThatCannotTravelIsRefused) {
+  for (const std::string& token : {std::string("two words"), std::string("tab\there"),
+                                   std::string(5000, 'x')}) {
+    auto server = ApiServer::Start({.unix_socket_path = socket_path_, .auth_token = token}, vm_);
+    EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << token;
+  }
+}
+
+// The token is checked on every listener: TCP and the unix socket.
+TEST_F(ApiServerTest, CallsNeedTheToken) {
+  auto server = ApiServer::Start({.unix_socket_path = socket_path_,
+                                  .tcp_address = "127.0.0.1:0",
+                                  .auth_token = kToken},
+                                 vm_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (const std::string& target :
+       {absl::StrCat("127.0.0.1:", (*server)->tcp_port()), "unix:" + socket_path_}) {
+    auto stub = pb::VmService::NewStub(
+        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    pb::VmInfo info;
+    grpc::Status status = GetInfoAs(*stub, "", &info);
+    EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED) << target;
+    EXPECT_NE(status.error_message().find("authorization: Bearer"), std::string::npos)
+        << status.error_message();
+    status = GetInfoAs(*stub, "Bearer wrong", &info);
+    EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED) << target;
+    EXPECT_EQ(status.error_message(), "wrong API token");
+    status = GetInfoAs(*stub, absl::StrCat("Bearer ", kToken, "x"), &info);
+    EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED) << target;
+    status = GetInfoAs(*stub, absl::StrCat("Basic ", kToken), &info);
+    EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED) << target;
+    status = GetInfoAs(*stub, absl::StrCat("Bearer ", kToken), &info);
+    EXPECT_TRUE(status.ok()) << target << ": " << status.error_message();
+    EXPECT_EQ(info.pid(), 4242u);
+  }
+}
+
+// Every method of both services, called with no token as a raw stream (one empty request):
+// UNAUTHENTICATED, and nothing happened to the VM. A method added later without the check fails
+// here.
+TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
+  StartServer({.unix_socket_path = socket_path_, .auth_token = kToken});
+  const google::protobuf::FileDescriptor* file = pb::MediaEvent::descriptor()->file();
+  int methods = 0;
+  for (int i = 0; i < file->service_count(); ++i) {
+    const google::protobuf::ServiceDescriptor* service = file->service(i);
+    for (int j = 0; j < service->method_count(); ++j) {
+      const std::string name =
+          absl::StrCat("/", service->full_name(), "/", service->method(j)->name());
+      for (const std::string& authorization : {std::string(), std::string("Bearer nope")}) {
+        grpc::ClientContext context;
+        Deadline(context);
+        Authorize(context, authorization);
+        grpc::internal::RpcMethod method(name.c_str(),
+                                         grpc::internal::RpcMethod::BIDI_STREAMING);
+        std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+            grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+                channel_.get(), method, &context));
+        grpc::Slice empty;
+        stream->Write(grpc::ByteBuffer(&empty, 1));
+        stream->WritesDone();
+        grpc::ByteBuffer reply;
+        EXPECT_FALSE(stream->Read(&reply)) << name << ": answered without a token";
+        const grpc::Status status = stream->Finish();
+        EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED)
+            << name << ": " << status.error_message();
+      }
+      ++methods;
+    }
+  }
+  EXPECT_EQ(methods, 11);
+  absl::MutexLock lock(&vm_.mutex);
+  EXPECT_TRUE(vm_.shutdowns.empty());
+  EXPECT_EQ(vm_.pause_calls, 0);
+  EXPECT_TRUE(vm_.cd0_media->Current()->present);
+  EXPECT_EQ(vm_.opens.load(), 0);
+  EXPECT_EQ(server_->watcher_count(), 0u);
+}
+
+TEST_F(ApiServerTest, WatchNeedsTheToken) {
+  StartServer({.unix_socket_path = socket_path_, .auth_token = kToken});
+  {
+    grpc::ClientContext context;
+    Deadline(context);
+    Authorize(context, "Bearer nope");
+    auto reader = media_->Watch(&context, pb::WatchRequest());
+    pb::MediaEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    EXPECT_EQ(reader->Finish().error_code(), StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(server_->watcher_count(), 0u);
+  }
+  auto watch = std::make_unique<WatchStream>();
+  Authorize(watch->context, absl::StrCat("Bearer ", kToken));
+  watch->reader = media_->Watch(&watch->context, pb::WatchRequest());
+  watch->reader->WaitForInitialMetadata();
+  EXPECT_EQ(server_->watcher_count(), 1u);
+  ASSERT_TRUE(vm_.cd0_media->SetTrayOpen(true, false).ok());
+  pb::MediaEvent event;
+  ASSERT_TRUE(watch->reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::MediaEvent::TRAY_OPENED);
+  watch->context.TryCancel();
+  while (watch->reader->Read(&event)) {
+  }
+  watch->reader->Finish();
+}
+
+// Server reflection is guarded too: cancelled before it answers without the token (a server
+// interceptor cannot answer UNAUTHENTICATED), served with it.
+TEST_F(ApiServerTest, ReflectionNeedsTheToken) {
+  StartServer({.unix_socket_path = socket_path_, .auth_token = kToken});
+  for (const std::string& authorization : {std::string(), std::string("Bearer nope")}) {
+    grpc::ClientContext context;
+    Deadline(context);
+    Authorize(context, authorization);
+    std::string text;
+    const grpc::Status status = ListServicesByReflection(channel_.get(), context, &text);
+    EXPECT_EQ(status.error_code(), StatusCode::CANCELLED) << authorization;
+    EXPECT_EQ(text.find("vmm.v1"), std::string::npos) << text;
+  }
+  grpc::ClientContext context;
+  Deadline(context);
+  Authorize(context, absl::StrCat("Bearer ", kToken));
+  std::string text;
+  const grpc::Status status = ListServicesByReflection(channel_.get(), context, &text);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_NE(text.find("vmm.v1.VmService"), std::string::npos) << text;
+}
+
+// vmmctl, the real client, against the real server over TCP: --api-token-file (or
+// MICROVM_API_TOKEN_FILE) is what lets it in.
+TEST_F(ApiServerTest, VmmctlSendsTheTokenFromItsFile) {
+  auto server = ApiServer::Start({.tcp_address = "127.0.0.1:0", .auth_token = kToken}, vm_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->tcp_port());
+  const std::string token_file = dir_ + "/token";
+  std::ofstream(token_file) << kToken << "\n";
+  chmod(token_file.c_str(), 0600);
+  const std::string wrong_file = dir_ + "/wrong-token";
+  std::ofstream(wrong_file) << "not-the-token\n";
+  const std::string vmmctl =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/api/vmmctl");
+  // Runs vmmctl; its exit status.
+  auto run = [&](std::vector<std::string> args, const std::string& env_token_file) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int null = open("/dev/null", O_WRONLY);
+      dup2(null, 1);
+      dup2(null, 2);
+      if (env_token_file.empty()) {
+        unsetenv("MICROVM_API_TOKEN_FILE");
+      } else {
+        setenv("MICROVM_API_TOKEN_FILE", env_token_file.c_str(), 1);
+      }
+      std::vector<char*> argv{const_cast<char*>("vmmctl")};
+      for (std::string& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      execv(vmmctl.c_str(), argv.data());
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(run({"--api", address, "vm", "info"}, ""), 1);  // UNAUTHENTICATED
+  EXPECT_EQ(run({"--api", address, "--api-token-file", wrong_file, "vm", "info"}, ""), 1);
+  EXPECT_EQ(run({"--api", address, "--api-token-file", token_file, "vm", "info"}, ""), 0);
+  EXPECT_EQ(run({"--api", address, "vm", "info"}, token_file), 0);
+  EXPECT_EQ(run({"--api", address, "--api-token-file", dir_ + "/missing", "vm", "info"}, ""), 2);
+}
+
+// ---- The socket's mode without a process-wide umask ----
+
+// Reads the process's umask without changing it (/proc/self/status, Linux 4.7+); -1 if unknown.
+int CurrentUmask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) return static_cast<int>(std::strtol(line.c_str() + 6, nullptr, 8));
+  }
+  return -1;
+}
+
+// Whatever the umask, the socket is 0600 from the moment it appears at its path, and the umask
+// is never changed on the way (other threads create files meanwhile).
+TEST_F(ApiServerTest, SocketIsMode0600WithoutChangingTheUmask) {
+  const mode_t saved = umask(0);
+  if (CurrentUmask() != 0) {
+    umask(saved);
+    GTEST_SKIP() << "no Umask in /proc/self/status";
+  }
+  std::atomic<bool> done{false};
+  std::atomic<int> other_umask{-1};
+  std::thread observer([&] {
+    while (!done.load()) {
+      const int now = CurrentUmask();
+      if (now != 0) other_umask.store(now);
+    }
+  });
+  StartServer();
+  done.store(true);
+  observer.join();
+  EXPECT_EQ(umask(saved), 0u);
+  EXPECT_EQ(other_umask.load(), -1) << "the umask was " << std::oct << other_umask.load();
+  struct stat st {};
+  ASSERT_EQ(lstat(socket_path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  pb::DriveStatus status;
+  EXPECT_TRUE(Status("cd0", &status).ok());
+  // Only the socket and the test's files: no private directory left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_NE(entry.path().filename().string().rfind(".api.sock", 0), 0u) << entry.path();
+  }
 }
 
 }  // namespace

@@ -17,6 +17,14 @@ struct ApiServerOptions {
   // "HOST:PORT" to listen on over TCP (loopback only unless tcp_listen_any). Empty: none.
   std::string tcp_address;
   bool tcp_listen_any = false;
+  // The bearer token every call must carry, as the gRPC metadata "authorization: Bearer <token>"
+  // (api/api_token.h), on every listener, the unix socket included; calls without it, or with
+  // another, fail with UNAUTHENTICATED before they do anything. Empty: no authentication. The VMM
+  // reads it from --api-token-file.
+  std::string auth_token;
+  // Serve tcp_address without a token (--api-tcp-insecure): then any local user (any host, with
+  // tcp_listen_any) controls the VM. Without it, Start() refuses TCP without auth_token.
+  bool tcp_insecure = false;
   // Events a Watch stream may have queued for a client that does not keep up; beyond that the
   // stream ends with RESOURCE_EXHAUSTED (the devices never wait for a watcher).
   size_t watch_queue_limit = 1024;
@@ -46,9 +54,10 @@ class ControlServer {
 
 // The plugin's one entry point, looked up by this name (C linkage: no mangling to agree on).
 // Both sides are built together from this tree with the same compiler and the same shared
-// libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM.
+// libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM (2: the token
+// and tcp_insecure in ApiServerOptions).
 inline constexpr char kStartControlServerSymbol[] = "microvm_start_control_server";
-inline constexpr int kControlServerPluginVersion = 1;
+inline constexpr int kControlServerPluginVersion = 2;
 using StartControlServerFn = absl::Status (*)(int version, const ApiServerOptions& options,
                                               VmControl& control,
                                               std::unique_ptr<ControlServer>* server);

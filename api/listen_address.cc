@@ -1,7 +1,9 @@
 #include "api/listen_address.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -9,8 +11,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace api {
@@ -25,6 +29,20 @@ std::string Directory(const std::string& path) {
   if (slash == 0) return "/";
   return path.substr(0, slash);
 }
+
+// The last component of `path`.
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// `directory` + "/" + `name` (no doubled slash after "/").
+std::string Join(const std::string& directory, const std::string& name) {
+  return directory.back() == '/' ? directory + name : directory + "/" + name;
+}
+
+// The socket's name inside the private directory (short: the bind path must fit sockaddr_un).
+constexpr char kStagedName[] = "s";
 
 }  // namespace
 
@@ -89,6 +107,115 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
   return absl::OkStatus();
 }
 
+absl::StatusOr<StagedUnixSocket> StagedUnixSocket::Create(const std::string& path,
+                                                           const std::string& label) {
+  if (absl::Status prepared = PrepareUnixSocketPath(path, label); !prepared.ok()) return prepared;
+  StagedUnixSocket staged;
+  staged.path_ = path;
+  staged.label_ = label;
+  // Hidden, and named after the socket, should a crash ever leave it behind.
+  std::string name = Join(Directory(path), "." + BaseName(path) + ".XXXXXX");
+  if (mkdtemp(name.data()) == nullptr) {  // mode 0700
+    return absl::ErrnoToStatus(
+        errno, absl::StrFormat("%s %s: cannot create a private directory beside it", label, path));
+  }
+  staged.directory_ = name;
+  staged.staged_path_ = Join(name, kStagedName);
+  sockaddr_un address{};
+  if (staged.staged_path_.size() < sizeof(address.sun_path)) {
+    staged.bind_path_ = staged.staged_path_;
+    return staged;
+  }
+  // The socket's own path fits (PrepareUnixSocketPath checked) but not the private directory's:
+  // name the directory through a descriptor.
+  staged.directory_fd_ = open(name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (staged.directory_fd_ < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("%s %s: opening its private directory %s",
+                                                      label, path, name));
+  }
+  staged.bind_path_ = absl::StrFormat("/proc/self/fd/%d/%s", staged.directory_fd_, kStagedName);
+  return staged;
+}
+
+StagedUnixSocket::StagedUnixSocket(StagedUnixSocket&& other) noexcept { *this = std::move(other); }
+
+StagedUnixSocket& StagedUnixSocket::operator=(StagedUnixSocket&& other) noexcept {
+  if (this != &other) {
+    Clear();
+    path_ = std::move(other.path_);
+    label_ = std::move(other.label_);
+    directory_ = std::move(other.directory_);
+    staged_path_ = std::move(other.staged_path_);
+    bind_path_ = std::move(other.bind_path_);
+    directory_fd_ = other.directory_fd_;
+    other.directory_.clear();
+    other.directory_fd_ = -1;
+  }
+  return *this;
+}
+
+StagedUnixSocket::~StagedUnixSocket() { Clear(); }
+
+void StagedUnixSocket::Clear() {
+  if (!directory_.empty()) {
+    unlink(staged_path_.c_str());  // a socket that was bound but never published
+    rmdir(directory_.c_str());
+    directory_.clear();
+  }
+  if (directory_fd_ >= 0) {
+    close(directory_fd_);
+    directory_fd_ = -1;
+  }
+}
+
+absl::Status StagedUnixSocket::Publish(struct stat* published) {
+  if (directory_.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s %s: published already", label_, path_));
+  }
+  // Inside the private directory nobody else can reach or swap the socket: the path-based chmod
+  // and lstat act on the socket just bound.
+  struct stat st {};
+  if (lstat(staged_path_.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return absl::InternalError(
+        absl::StrFormat("%s %s: no socket was bound in %s", label_, path_, directory_));
+  }
+  if (chmod(staged_path_.c_str(), 0600) != 0) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrFormat("%s %s: cannot make it mode 0600", label_, path_));
+  }
+  if (lstat(staged_path_.c_str(), &st) != 0 || (st.st_mode & 07777) != 0600) {
+    return absl::InternalError(absl::StrFormat("%s %s: the socket is not mode 0600", label_, path_));
+  }
+  // Atomic, and never over something that appeared at the path since it was checked (another
+  // process's socket, a file an attacker put there).
+  int moved = renameat2(AT_FDCWD, staged_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE);
+  if (moved != 0 && errno == EINVAL) {
+    // A file system without RENAME_NOREPLACE: link(2) refuses an existing target just as well.
+    moved = link(staged_path_.c_str(), path_.c_str());
+    if (moved == 0) unlink(staged_path_.c_str());
+  }
+  if (moved != 0) {
+    const int error = errno;
+    if (error == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "%s %s: something appeared at the path while the server started; refusing to replace "
+          "it",
+          label_, path_));
+    }
+    return absl::ErrnoToStatus(error, absl::StrFormat("%s %s: moving the socket into place",
+                                                      label_, path_));
+  }
+  rmdir(directory_.c_str());
+  directory_.clear();
+  if (directory_fd_ >= 0) {
+    close(directory_fd_);
+    directory_fd_ = -1;
+  }
+  if (published != nullptr) *published = st;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any) {
   std::string host;
   std::string port_text;
@@ -134,8 +261,8 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
   }
   if (!loopback && !listen_any) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "API address %s is not a loopback address; the API has no authentication, so it listens "
-        "beyond this host only with --api-listen-any",
+        "API address %s is not a loopback address; the API's traffic (its token included) is not "
+        "encrypted, so it listens beyond this host only with --api-listen-any",
         text));
   }
   return grpc_address;

@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/api_token.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace vmmctl {
@@ -120,7 +121,8 @@ const std::vector<CommandSpec>& Commands() {
 
 // Options that take a value; every other known option is a switch.
 const std::set<std::string>& ValueOptions() {
-  static const auto* names = new std::set<std::string>{"api", "timeout", "connect-timeout", "grace-ms", "count", "format"};
+  static const auto* names = new std::set<std::string>{"api",      "api-token-file", "timeout", "connect-timeout",
+                                                       "grace-ms", "count",          "format"};
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
@@ -148,6 +150,11 @@ class Runner {
   }
   void Context(grpc::ClientContext& context, absl::Duration extra = absl::ZeroDuration()) {
     context.set_deadline(DeadlineAfter(cl_.timeout + extra));
+    Authorize(context);
+  }
+  // The token, when one was given, goes with every call (docs/api.md, "Authentication").
+  void Authorize(grpc::ClientContext& context) {
+    if (!token_.empty()) context.AddMetadata(api::kAuthorizationMetadataKey, api::BearerAuthorization(token_));
   }
   // Prints `message` as JSON, or `human` (already formatted) otherwise.
   int Print(const google::protobuf::Message& message, const std::string& human) {
@@ -177,6 +184,7 @@ class Runner {
   std::ostream& out_;
   std::ostream& err_;
   std::string what_;  // the command, for error messages
+  std::string token_;  // from --api-token-file; empty: none
   std::unique_ptr<vmm::v1::MediaService::Stub> media_;
   std::unique_ptr<vmm::v1::VmService::Stub> vm_;
 };
@@ -203,6 +211,11 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
   if (cl_.api.empty()) return UsageError("no API address: give --api unix:PATH or HOST:PORT (or set VMMCTL_API)");
   auto address = ParseApiAddress(cl_.api);
   if (!address.ok()) return UsageError(std::string(address.status().message()));
+  if (!cl_.token_file.empty()) {
+    auto token = api::ReadApiTokenFile(cl_.token_file, "--api-token-file", api::TokenFileCheck::kReadable);
+    if (!token.ok()) return UsageError(std::string(token.status().message()));
+    token_ = *std::move(token);
+  }
   auto channel = Connect(*address, cl_.connect_timeout);
   if (!channel.ok()) {
     err_ << "vmmctl: " << channel.status().message() << "\n";
@@ -326,6 +339,7 @@ int Runner::MediaWatch(const std::string& drive) {
   uint64_t limit = 0;
   if (Has("count")) (void)absl::SimpleAtoi(cl_.options.at("count"), &limit);
   grpc::ClientContext context;  // no deadline: a watch lasts until interrupted
+  Authorize(context);
   vmm::v1::WatchRequest request;
   request.set_drive(drive);
   {
@@ -520,6 +534,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
   if (const char* env = getenv("VMMCTL_API"); env != nullptr) cl.api = env;
+  if (const char* env = getenv("MICROVM_API_TOKEN_FILE"); env != nullptr) cl.token_file = env;
   bool options_done = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -556,6 +571,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     }
     if (name == "api") {
       cl.api = *value;
+    } else if (name == "api-token-file") {
+      cl.token_file = *value;
     } else if (name == "json") {
       cl.json = true;
     } else if (name == "help") {
@@ -575,7 +592,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 
 std::string UsageText() {
   std::string text =
-      "usage: vmmctl --api unix:PATH|HOST:PORT [--json] [--timeout SECONDS] COMMAND [ARGS]\n"
+      "usage: vmmctl --api unix:PATH|HOST:PORT [--api-token-file FILE] [--json] [--timeout SECONDS]\n"
+      "              COMMAND [ARGS]\n"
       "\n"
       "Talks to a microvm's control API (started with --api-socket PATH or --api-tcp HOST:PORT).\n"
       "\n"
@@ -585,6 +603,8 @@ std::string UsageText() {
                   "\n"
                   "options:\n"
                   "  --api ADDR             unix:PATH, a path, or HOST:PORT (default: $VMMCTL_API)\n"
+                  "  --api-token-file FILE  send the token in FILE with every call, for a VMM started with\n"
+                  "                         --api-token-file (default: $MICROVM_API_TOKEN_FILE)\n"
                   "  --json                 print the reply as protobuf JSON (media watch: one object per line)\n"
                   "  --timeout S            deadline of every call, seconds (default 10)\n"
                   "  --connect-timeout S    how long to wait for the connection (default 5)\n"

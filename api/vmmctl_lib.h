@@ -49,6 +49,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address
 // A parsed command line.
 struct CommandLine {
   std::string api;                   // --api (else $VMMCTL_API)
+  std::string token_file;            // --api-token-file (else $MICROVM_API_TOKEN_FILE)
   bool json = false;                 // --json
   absl::Duration timeout = absl::Seconds(10);         // --timeout SECONDS: deadline of every unary call
   absl::Duration connect_timeout = absl::Seconds(5);  // --connect-timeout SECONDS

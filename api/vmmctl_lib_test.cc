@@ -163,6 +163,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     {
       absl::MutexLock lock(&mutex_);
       ++watchers_;
+      authorizations_.push_back(Authorization(*context));
     }
     writer->SendInitialMetadata();  // subscribed (as the real server does)
     while (!context->IsCancelled()) {
@@ -184,8 +185,9 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     return grpc::Status::OK;
   }
 
-  grpc::Status GetInfo(grpc::ServerContext*, const vmm::v1::GetInfoRequest*, vmm::v1::VmInfo* info) override {
+  grpc::Status GetInfo(grpc::ServerContext* context, const vmm::v1::GetInfoRequest*, vmm::v1::VmInfo* info) override {
     absl::MutexLock lock(&mutex_);
+    authorizations_.push_back(Authorization(*context));
     info->set_state(vmm::v1::VmInfo::RUNNING);
     info->set_vcpus(2);
     info->set_memory_bytes(128 << 20);
@@ -231,6 +233,11 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     absl::MutexLock lock(&mutex_);
     return last_shutdown_;
   }
+  // The "authorization" metadata of each GetInfo and Watch call so far ("" for none).
+  std::vector<std::string> authorizations() {
+    absl::MutexLock lock(&mutex_);
+    return authorizations_;
+  }
 
  private:
   DriveStatus* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
@@ -238,6 +245,12 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
       if (d.name() == name) return &d;
     }
     return nullptr;
+  }
+  static std::string Authorization(const grpc::ServerContext& context) {
+    std::string all;
+    const auto [begin, end] = context.client_metadata().equal_range("authorization");
+    for (auto it = begin; it != end; ++it) absl::StrAppend(&all, std::string(it->second.data(), it->second.size()));
+    return all;
   }
   static grpc::Status NotFound(const std::string& name) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "no drive \"" + name + "\"");
@@ -250,6 +263,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
   int watchers_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Duration delay_ ABSL_GUARDED_BY(mutex_);
   vmm::v1::ShutdownRequest last_shutdown_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> authorizations_ ABSL_GUARDED_BY(mutex_);
 };
 
 struct Result {
@@ -369,6 +383,44 @@ TEST_F(VmmctlTest, AddressFromTheEnvironment) {
   Result r = Vmmctl({"vm", "info"}, /*with_api=*/false);
   unsetenv("VMMCTL_API");
   EXPECT_EQ(r.status, 0) << r.err;
+}
+
+// --api-token-file (else $MICROVM_API_TOKEN_FILE) sends "authorization: Bearer <token>" with
+// every call, watches included; without one, nothing is sent.
+TEST_F(VmmctlTest, SendsTheTokenFromItsFile) {
+  unsetenv("MICROVM_API_TOKEN_FILE");
+  const std::string token_file = TempPath("token");
+  std::ofstream(token_file) << "s3cret-token\n";
+  chmod(token_file.c_str(), 0640);  // a client may share the file with a group
+  const std::string other_file = TempPath("other-token");
+  std::ofstream(other_file) << "other-token";
+
+  EXPECT_EQ(Vmmctl({"vm", "info"}).status, 0);
+  EXPECT_EQ(Vmmctl({"--api-token-file", token_file, "vm", "info"}).status, 0);
+  setenv("MICROVM_API_TOKEN_FILE", other_file.c_str(), 1);
+  EXPECT_EQ(Vmmctl({"vm", "info"}).status, 0);
+  EXPECT_EQ(Vmmctl({"--api-token-file=" + token_file, "vm", "info"}).status, 0);  // the flag wins
+  unsetenv("MICROVM_API_TOKEN_FILE");
+  Result watch;
+  std::thread watcher([&] { watch = Vmmctl({"media", "watch", "--count", "1", "--api-token-file", token_file}); });
+  for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  fake_.Emit(vmm::v1::MediaEvent::TRAY_OPENED, false);
+  watcher.join();
+  EXPECT_EQ(watch.status, 0) << watch.err;
+  EXPECT_EQ(fake_.authorizations(),
+            (std::vector<std::string>{"", "Bearer s3cret-token", "Bearer other-token", "Bearer s3cret-token",
+                                      "Bearer s3cret-token"}));
+
+  // A token file that cannot be used is a usage error, before connecting.
+  Result missing = Vmmctl({"--api-token-file", TempPath("no-such-token"), "vm", "info"});
+  EXPECT_EQ(missing.status, kExitUsage);
+  EXPECT_THAT(missing.err, HasSubstr("--api-token-file"));
+  const std::string empty_file = TempPath("empty-token");
+  std::ofstream(empty_file) << "\n";
+  Result empty = Vmmctl({"--api-token-file", empty_file, "vm", "info"});
+  EXPECT_EQ(empty.status, kExitUsage);
+  EXPECT_THAT(empty.err, HasSubstr("empty"));
+  EXPECT_EQ(fake_.authorizations().size(), 5u);
 }
 
 TEST_F(VmmctlTest, CannotConnectExitsThree) {

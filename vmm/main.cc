@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "api/api_token.h"
 #include "api/control_server.h"
 #include "vmm/acpi/machine_acpi.h"
 #include "vmm/command_line.h"
@@ -67,7 +68,15 @@ ABSL_FLAG(std::string, api_socket, "",
           "Refused if the path exists and is not a stale socket. Default: no API.");
 ABSL_FLAG(std::string, api_tcp, "",
           "Serve the control API over TCP on HOST:PORT (127.0.0.1:7000, [::1]:7000; port 0 picks "
-          "one). Loopback only unless --api-listen-any: the API has no authentication.");
+          "one). Needs --api-token-file (or --api-tcp-insecure). Loopback only unless "
+          "--api-listen-any: the traffic is not encrypted.");
+ABSL_FLAG(std::string, api_token_file, "",
+          "Every control-API call must carry the secret in this file (gRPC metadata "
+          "\"authorization: Bearer <token>\"; vmmctl --api-token-file), on every listener. The "
+          "file must belong to the VMM's user and be readable by it alone (mode 0600).");
+ABSL_FLAG(bool, api_tcp_insecure, false,
+          "DANGEROUS: allow --api-tcp without --api-token-file; every local user (with "
+          "--api-listen-any, anyone who can connect) then controls the VM.");
 ABSL_FLAG(std::string, media_dir, "",
           "The control API takes CD/DVD media from this directory only: paths relative to it, or "
           "absolute under it; anything else is refused. Without it, any file the VMM can read.");
@@ -194,6 +203,19 @@ int main(int argc, char** argv) {
   api_options.tcp_listen_any = absl::GetFlag(FLAGS_api_listen_any);
   if (api_options.tcp_listen_any && api_options.tcp_address.empty()) {
     return Fail("--api-listen-any applies to --api-tcp, which is not given");
+  }
+  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
+  if (api_options.tcp_insecure && api_options.tcp_address.empty()) {
+    return Fail("--api-tcp-insecure applies to --api-tcp, which is not given");
+  }
+  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
+    if (api_options.unix_socket_path.empty() && api_options.tcp_address.empty()) {
+      return Fail("--api-token-file applies to --api-socket and --api-tcp; neither is given");
+    }
+    auto token =
+        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    api_options.auth_token = *std::move(token);
   }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());

@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/api_server.h"
+#include "api/api_token.h"
 #include "api/listen_address.h"
 #include "block/scoped_fd.h"
 #include "devices/virtio/vhost_user/server.h"
@@ -42,7 +43,15 @@ ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of the rings and block completions before an iothread sleeps (0: off).");
 ABSL_FLAG(std::string, api_socket, "", "Serve the gRPC control API (media, stats) on this unix socket.");
-ABSL_FLAG(std::string, api_tcp, "", "Serve the control API on HOST:PORT (loopback only).");
+ABSL_FLAG(std::string, api_tcp, "",
+          "Serve the control API on HOST:PORT (loopback only). Needs --api-token-file (or "
+          "--api-tcp-insecure).");
+ABSL_FLAG(std::string, api_token_file, "",
+          "Every control-API call must carry the secret in this file (docs/api.md), on every "
+          "listener. The file must belong to this process's user and be readable by it alone.");
+ABSL_FLAG(bool, api_tcp_insecure, false,
+          "DANGEROUS: allow --api-tcp without --api-token-file; every local user then controls "
+          "the back end.");
 ABSL_FLAG(std::string, media_dir, "",
           "The control API takes CD/DVD media from this directory only (docs/api.md).");
 // --disk and --cdrom may repeat; they are taken out of argv before absl parses it.
@@ -59,22 +68,21 @@ int Fail(const std::string& message) {
 }
 
 absl::StatusOr<block::ScopedFd> Listen(const std::string& path) {
-  if (absl::Status prepared = api::PrepareUnixSocketPath(path, "vhost-user socket");
-      !prepared.ok()) {
-    return prepared;
-  }
+  // The socket hands out guest memory and the disks: owner only, like the API socket. The
+  // iothreads already run, so no process-wide umask: it is bound in a private directory and
+  // moved into place once it is mode 0600 (api::StagedUnixSocket).
+  auto staged = api::StagedUnixSocket::Create(path, "vhost-user socket");
+  if (!staged.ok()) return staged.status();
   block::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return block::ErrnoStatus(errno, "socket(AF_UNIX)");
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.data(), path.size());
-  // The socket hands out guest memory and the disks: owner only, like the API socket.
-  const mode_t old_mask = umask(0077);
-  const int bound = bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
-  const int bind_error = errno;
-  umask(old_mask);
-  if (bound != 0) return block::ErrnoStatus(bind_error, absl::StrCat("binding ", path));
+  std::memcpy(address.sun_path, staged->bind_path().data(), staged->bind_path().size());
+  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return block::ErrnoStatus(errno, absl::StrCat("binding ", path));
+  }
   if (listen(listener.get(), 1) != 0) return block::ErrnoStatus(errno, absl::StrCat("listening on ", path));
+  if (absl::Status published = staged->Publish(); !published.ok()) return published;
   return listener;
 }
 
@@ -149,6 +157,22 @@ int main(int argc, char** argv) {
   api::ApiServerOptions api_options;
   api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
   api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
+  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
+  if (api_options.tcp_insecure && api_options.tcp_address.empty()) {
+    unlink(socket_path.c_str());
+    return Fail("--api-tcp-insecure applies to --api-tcp, which is not given");
+  }
+  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
+    auto token =
+        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
+    if (!token.ok() || (api_options.unix_socket_path.empty() && api_options.tcp_address.empty())) {
+      unlink(socket_path.c_str());
+      return Fail(token.ok() ? "--api-token-file applies to --api-socket and --api-tcp; neither "
+                               "is given"
+                             : std::string(token.status().message()));
+    }
+    api_options.auth_token = *std::move(token);
+  }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     auto started = api::ApiServer::Start(api_options, control);
     if (!started.ok()) {

@@ -1,6 +1,7 @@
 #include "devices/virtio/vhost_user/backend.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -62,8 +63,22 @@ absl::Status NoDescriptors(const Message& message) {
 }
 
 // Kick, call and err descriptors must be eventfds: the device reads and writes them as such, and
-// anything else (a pipe whose reader is gone, a regular file, a blocking descriptor) could kill,
-// hang or spin an iothread. Made non-blocking (QEMU's are already).
+// anything else (a pipe whose reader is gone, a regular file) could kill, hang or spin an
+// iothread.
+//
+// Their flags are left alone. The descriptor came over SCM_RIGHTS: it shares its open file
+// description, and so its O_NONBLOCK, with the front end, and F_SETFL would change the front end's
+// own descriptor under it (a front end reading its call eventfd in a blocking read would get
+// EAGAIN). Nor is there a private description to be had: open("/proc/self/fd/N") of an eventfd
+// fails (ENXIO, an anonymous inode), and setting the flag would not bind a hostile front end,
+// which can clear it again at any time. So the back end keeps to I/O that does not block on a
+// blocking eventfd: the kick is read only after epoll reported it readable, and the front end
+// does not read its own kicks (eventfd(2): then a read finds the counter non-zero); the back end's
+// writes (call, err, the kick injected at a ring's start) can block only at a counter of 2^64-2,
+// and where the description is blocking they are made only when poll() reports room (see
+// AddToEventFd). What remains (a front end that empties or fills its own counter between the
+// back end's poll and read or write) needs a front end that races against itself to stall its
+// own device.
 absl::Status CheckEventFd(int fd, const char* what, uint32_t index) {
   char link[64];
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
@@ -72,12 +87,26 @@ absl::Status CheckEventFd(int fd, const char* what, uint32_t index) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: ring %u: the descriptor is not an eventfd", what, index));
   }
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: ring %u: cannot make the eventfd non-blocking", what, index));
-  }
   return absl::OkStatus();
+}
+
+// Whether `fd`'s open file description is blocking now (the front end may change it later).
+bool IsBlocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  return flags < 0 || (flags & O_NONBLOCK) == 0;
+}
+
+// Adds 1 to an eventfd shared with the front end without ever waiting for it. A write to an
+// eventfd blocks (without O_NONBLOCK) only when the counter would pass 2^64-2; then the reader has
+// a wakeup pending anyway and nothing is lost by not writing. `check_room`: ask poll() first
+// (POLLOUT: the counter is below 2^64-2), for descriptors that may be blocking.
+void AddToEventFd(int fd, bool check_room) {
+  if (check_room) {
+    pollfd room{fd, POLLOUT, 0};
+    if (poll(&room, 1, 0) != 1 || (room.revents & POLLOUT) == 0) return;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t written = write(fd, &one, sizeof(one));
 }
 
 // Transport feature bits (24..49) a front end may pass on from its own offer to the guest that
@@ -94,20 +123,29 @@ constexpr uint64_t kHarmlessTransportFeatures = (1ull << 24) | (1ull << 27);
 class VhostUserBackend::Notifier : public VirtioInterrupt {
  public:
   void Signal() override {
-    std::shared_ptr<block::ScopedFd> fd = fd_.load(std::memory_order_acquire);
-    if (fd == nullptr) return;
-    const uint64_t one = 1;
+    std::shared_ptr<const Target> target = target_.load(std::memory_order_acquire);
+    if (target == nullptr) return;
     // A non-blocking eventfd write fails only when the counter would overflow: the front end is
-    // then signalled already.
-    [[maybe_unused]] ssize_t written = write(fd->get(), &one, sizeof(one));
+    // then signalled already. A blocking one is written only when there is room (the interrupt
+    // path of QEMU's non-blocking eventfds stays one write).
+    AddToEventFd(target->fd.get(), /*check_room=*/target->blocking);
   }
   void Set(block::ScopedFd fd) {
-    fd_.store(fd.valid() ? std::make_shared<block::ScopedFd>(std::move(fd)) : nullptr,
-              std::memory_order_release);
+    if (!fd.valid()) {
+      target_.store(nullptr, std::memory_order_release);
+      return;
+    }
+    const bool blocking = IsBlocking(fd.get());
+    target_.store(std::make_shared<const Target>(Target{std::move(fd), blocking}),
+                  std::memory_order_release);
   }
 
  private:
-  std::atomic<std::shared_ptr<block::ScopedFd>> fd_;
+  struct Target {
+    block::ScopedFd fd;
+    bool blocking;  // the description's O_NONBLOCK was clear when the front end sent it
+  };
+  std::atomic<std::shared_ptr<const Target>> target_;
 };
 
 // The device's events. There is no back-end-to-front-end channel (BACKEND_REQ is not offered), so
@@ -616,9 +654,7 @@ absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
   active_ = true;
   active_rings_ = rings;
   // Chains made available while the ring was stopped came with no kick the device saw.
-  for (uint32_t index : rings) {
-    [[maybe_unused]] int written = eventfd_write(rings_[index].kick.get(), 1);
-  }
+  for (uint32_t index : rings) AddToEventFd(rings_[index].kick.get(), /*check_room=*/true);
   return absl::OkStatus();
 }
 
