@@ -86,7 +86,8 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       __NR_open, __NR_openat, __NR_openat2, __NR_stat, __NR_lstat, __NR_statx, __NR_access,
       __NR_faccessat, __NR_faccessat2, __NR_readlink, __NR_readlinkat, __NR_getdents64,
       __NR_getcwd, __NR_mkdir, __NR_mkdirat, __NR_rmdir, __NR_unlink, __NR_unlinkat, __NR_rename,
-      __NR_renameat, __NR_renameat2, __NR_chmod, __NR_fchmod, __NR_fchmodat, __NR_umask,
+      __NR_renameat, __NR_renameat2, __NR_link, __NR_linkat, __NR_chmod, __NR_fchmod,
+      __NR_fchmodat, __NR_umask,
       __NR_statfs, __NR_fstatfs, __NR_flock, __NR_ftruncate, __NR_fallocate, __NR_fsync,
       __NR_fdatasync, __NR_fadvise64, __NR_dup, __NR_dup2, __NR_dup3, __NR_pipe2,
       __NR_memfd_create,
@@ -95,7 +96,7 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       // Event loops: the API, signals, timers, io_uring.
       __NR_epoll_create1, __NR_signalfd4, __NR_timerfd_create, __NR_timerfd_settime,
       __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,
-      // The control API and the vhost-user socket: serving, never connecting out.
+      // The control API, the vhost-user socket and uevents: serving, never connecting out.
       __NR_bind, __NR_listen, __NR_accept, __NR_accept4, __NR_getsockname, __NR_getpeername,
       __NR_setsockopt, __NR_getsockopt, __NR_shutdown, __NR_sendmsg, __NR_recvmsg, __NR_sendto,
       __NR_recvfrom, __NR_socketpair,
@@ -107,7 +108,8 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       // Narrowing further: a thread stacks its own role's filter.
       __NR_prctl, __NR_seccomp,
   });
-  for (int domain : {AF_UNIX, AF_INET, AF_INET6}) {
+  // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
+  for (int domain : {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
   }
   list.Refuse(__NR_socket, EAFNOSUPPORT);

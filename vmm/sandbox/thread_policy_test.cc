@@ -34,15 +34,15 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
         bool ran = false;
         std::thread([&ran] { ran = true; }).join();  // clone3 refused, clone(CLONE_THREAD) runs
         const int unix_socket = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const int netlink = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0);
-        const int netlink_errno = errno;
+        const int packet = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+        const int packet_errno = errno;
         sockaddr_un address{};
         address.sun_family = AF_UNIX;
         const int connected = connect(unix_socket, reinterpret_cast<sockaddr*>(&address),
                                       sizeof(address));
         const int connect_errno = errno;
         const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-        _exit(ran && unix_socket >= 0 && netlink == -1 && netlink_errno == EAFNOSUPPORT &&
+        _exit(ran && unix_socket >= 0 && packet == -1 && packet_errno == EAFNOSUPPORT &&
                       connected == -1 && connect_errno == EACCES && file >= 0
                   ? 0
                   : 3);
