@@ -1,5 +1,7 @@
 #include "devices/virtio/scsi/virtio_scsi.h"
 
+#include <sys/uio.h>
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -28,10 +30,13 @@ constexpr uint32_t kMaxConfigCdbSize = 255;
 constexpr uint32_t kMaxConfigSenseSize = 65535;
 constexpr uint16_t kControlQueueSize = 128;
 
-// One read takes an eventfd's whole count (and never blocks: the fds are non-blocking).
+// One read takes an eventfd's whole count, and never blocks, whatever the descriptor's flags: a
+// vhost-user front end's kick eventfd may be a blocking one it reads itself, and a plain read of a
+// count it just zeroed would hang the iothread (RWF_NOWAIT: EAGAIN instead).
 void DrainEventFd(int fd) {
   uint64_t value;
-  [[maybe_unused]] ssize_t got = read(fd, &value, sizeof(value));
+  iovec buffer = {&value, sizeof(value)};
+  [[maybe_unused]] ssize_t got = preadv2(fd, &buffer, 1, -1, RWF_NOWAIT);
 }
 
 // Splits `buffers` after `prefix` bytes: the first part into `head`, the rest into `tail`.
