@@ -204,6 +204,7 @@ void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
   out->set_latency_p50_us(stats.latency.PercentileUs(50));
   out->set_latency_p99_us(stats.latency.PercentileUs(99));
   out->set_latency_max_us(stats.latency.max_us);
+  if (drive.host_probes) out->set_host_probes(drive.host_probes());
 }
 
 // The events of one Watch stream, between the media listeners (any thread: the API's, a vCPU's or

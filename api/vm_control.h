@@ -2,6 +2,7 @@
 #define API_VM_CONTROL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,8 @@ struct DriveEntry {
   std::string cache_mode;      // disks: "writeback", "none", ...
   std::shared_ptr<block::Drive> drive;          // size, statistics
   std::shared_ptr<block::RemovableMedia> media;  // null for disks
+  // A passed-through host drive's probe count (block::HostCdrom::Stats::probes); null otherwise.
+  std::function<uint64_t()> host_probes;
 };
 
 enum class VmRunState { kRunning, kPaused, kStopping };

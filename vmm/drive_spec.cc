@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 
 namespace vmm {
@@ -21,7 +22,17 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
   if (kind == DriveSpec::Kind::kDisk && spec.path.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, " needs a path: ", flag, "=PATH[,...]"));
   }
-  if (kind == DriveSpec::Kind::kCdrom) spec.read_only = true;
+  if (kind == DriveSpec::Kind::kCdrom) {
+    spec.read_only = true;
+    if (absl::StartsWith(spec.path, "host:")) {
+      spec.host_drive = true;
+      spec.path = spec.path.substr(5);
+      if (spec.path.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, "=host:PATH needs the drive's device node, e.g. host:/dev/sr0"));
+      }
+    }
+  }
   for (size_t i = 1; i < parts.size(); ++i) {
     const absl::string_view option = parts[i];
     std::pair<absl::string_view, absl::string_view> key_value = absl::StrSplit(option, '=');
@@ -46,6 +57,10 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
             absl::StrCat(flag, ": probe-delay-us must be 0..10000000, not \"", key_value.second, "\""));
       }
       spec.probe_delay_us = delay;
+      if (spec.host_drive) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": probe-delay-us simulates a drive; it cannot go with host:"));
+      }
     } else if (option == "readonly" || option == "ro") {
       spec.read_only = true;
     } else {

@@ -38,6 +38,22 @@ TEST(DriveSpecTest, IdePlacement) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=0").ok());
 }
 
+TEST(DriveSpecTest, HostDrivePassthrough) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:/dev/sr0,channel=1", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->host_drive);
+  EXPECT_EQ(spec->path, "/dev/sr0");
+  auto plain = ParseDriveSpec(DriveSpec::Kind::kCdrom, "/dev/sr0");  // detected when opened
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->host_drive);
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:").ok());
+  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:/dev/sr0,probe-delay-us=5").ok());
+  // A disk named host:... is a file of that name.
+  auto disk = ParseDriveSpec(DriveSpec::Kind::kDisk, "host:d.img");
+  ASSERT_TRUE(disk.ok());
+  EXPECT_EQ(disk->path, "host:d.img");
+}
+
 TEST(DriveSpecTest, SimulatedHostDrive) {
   auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=1000", DriveSpec::Bus::kIde);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -1,5 +1,8 @@
 #include "vmm/storage.h"
 
+#include <errno.h>  // program_invocation_short_name
+#include <sys/stat.h>
+
 #include "absl/strings/str_format.h"
 #include "block/raw/raw_file_backend.h"
 #include "devices/scsi/cdrom.h"
@@ -25,6 +28,15 @@ const AttachedDrive* Storage::Find(const std::string& name) const {
 }
 
 namespace {
+
+bool IsBlockDevice(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISBLK(st.st_mode);
+}
+
+void ReportHostDriveError(const std::string& drive, const absl::Status& status) {
+  absl::FPrintF(stderr, "%s: %s: %s\n", program_invocation_short_name, drive, status.message());
+}
 
 // Places the IDE drives: explicit channel/unit first, then the rest in the first free position —
 // CD-ROMs from the secondary master (QEMU's -cdrom), disks from the primary master.
@@ -60,6 +72,52 @@ absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
 }
 
 }  // namespace
+
+absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool required) {
+  const std::string& path = attached.spec.path;
+  auto device = block::OpenHostCdromDevice(path);
+  if (!device.ok()) {
+    if (!required && absl::IsInvalidArgument(device.status())) return false;
+    return absl::Status(device.status().code(),
+                        absl::StrFormat("--cdrom %s: %s", path, device.status().message()));
+  }
+  attached.media = std::make_shared<block::RemovableMedia>();
+  block::HostCdrom::Options options;
+  // The disc itself: read through io_uring like an image. The drive is opened O_NONBLOCK (the raw
+  // backend's open), which the uniform CD-ROM driver treats as "open for ioctl": no door lock and
+  // no media check at open (drivers/cdrom/cdrom.c, cdrom_open).
+  options.backend_factory = &Storage::OpenMedium;
+  options.on_error = [name = attached.name](const absl::Status& status) {
+    ReportHostDriveError(name, status);
+  };
+  auto host = block::HostCdrom::Create(*std::move(device), attached.media.get(), options);
+  if (!host.ok()) return host.status();
+  attached.host_drive = *std::move(host);
+  // Kernel uevents tell of host media changes; without netlink (a sandbox or a namespace without
+  // uevents) the drive is still probed at start, after tray commands and after a failed read.
+  if (uevents_ == nullptr) {
+    auto monitor = block::UeventMonitor::Open();
+    if (monitor.ok()) {
+      auto thread = block::UeventThread::Start(monitor->get(), [](const absl::Status& status) {
+        ReportHostDriveError("uevents", status);
+      });
+      if (thread.ok()) {
+        uevents_ = *std::move(monitor);
+        uevent_thread_ = *std::move(thread);
+      }
+    } else {
+      ReportHostDriveError(attached.name, monitor.status());
+    }
+  }
+  if (uevents_ != nullptr) {
+    attached.host_drive_uevents = attached.host_drive->WatchUevents(uevents_.get());
+  }
+  if (absl::Status refreshed = attached.host_drive->Refresh(); !refreshed.ok()) {
+    return absl::Status(refreshed.code(),
+                        absl::StrFormat("--cdrom %s: %s", path, refreshed.message()));
+  }
+  return true;
+}
 
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& config) {
   std::unique_ptr<Storage> storage(new Storage());
@@ -104,6 +162,15 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       options.read_only = true;
       if (spec.path.empty()) {
         attached.media = std::make_shared<block::RemovableMedia>();
+      } else if (!spec.probe_delay_us && (spec.host_drive || IsBlockDevice(spec.path))) {
+        auto attached_host = storage->AttachHostDrive(attached, spec.host_drive);
+        if (!attached_host.ok()) return attached_host.status();
+        if (!*attached_host) {
+          // A block device that is no CD-ROM drive (a loop device holding an ISO): an image.
+          auto medium = OpenMedium(spec.path);
+          if (!medium.ok()) return medium.status();
+          attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
+        }
       } else if (spec.probe_delay_us) {
         // The ISO behind a simulated host drive: probed once here (Refresh), never per request.
         attached.media = std::make_shared<block::RemovableMedia>();

@@ -13,6 +13,7 @@
 #include "block/host_cdrom.h"
 #include "block/media.h"
 #include "block/simulated_cdrom.h"
+#include "block/uevent_monitor.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/virtio/scsi/virtio_scsi.h"
 #include "vmm/drive_spec.h"
@@ -38,9 +39,12 @@ struct AttachedDrive {
   uint16_t lun = 0;
   int ide_channel = -1;
   int ide_unit = -1;
-  // With probe-delay-us: the simulated host drive and the host CD-ROM backend in front of it.
+  // A host optical drive passed through (--cdrom=/dev/sr0, host:PATH), or with probe-delay-us the
+  // simulated one: the host CD-ROM backend keeping `media` in step with the drive, and its
+  // subscription to the kernel's uevents (null without netlink; destroyed first).
   block::SimulatedCdromDevice* simulated_drive = nullptr;  // owned by host_drive
   std::shared_ptr<block::HostCdrom> host_drive;
+  std::shared_ptr<block::HostCdrom::UeventWatch> host_drive_uevents;
 };
 
 // The storage of a VM: each --disk and --cdrom becomes a block-layer drive (raw file on io_uring)
@@ -65,6 +69,13 @@ class Storage {
 
  private:
   Storage() = default;
+  // Opens `spec`'s host drive and publishes what it holds; `required` (host:PATH) turns "not a
+  // CD-ROM drive" into an error instead of a null result (the path is then an image file).
+  absl::StatusOr<bool> AttachHostDrive(AttachedDrive& attached, bool required);
+
+  // Kernel uevents for passed-through drives (declared before drives_: destroyed after them).
+  std::unique_ptr<block::UeventMonitor> uevents_;
+  std::unique_ptr<block::UeventThread> uevent_thread_;
   std::vector<AttachedDrive> drives_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
   std::vector<devices::ide::IdeDriveConfig> ide_drives_;

@@ -28,6 +28,9 @@ std::vector<api::DriveEntry> DriveEntries(const Storage& storage) {
     }
     entry.drive = attached.drive;
     entry.media = attached.media;
+    if (attached.host_drive != nullptr) {
+      entry.host_probes = [host = attached.host_drive] { return host->stats().probes; };
+    }
     entries.push_back(std::move(entry));
   }
   return entries;

@@ -5,9 +5,10 @@
 #   RESULT <key>=<value>          (the value is the rest of the line)
 #   SCENARIO <name> PASS | SCENARIO <name> FAIL <reason>     (last; then the guest powers off)
 #   @@EJECT-NOW / @@INSERT-NOW    (media: the host answers by ejecting / inserting the disc)
+#   @@HOST-CHANGE / @@HOST-REMOVE (hostcd: the host changes the disc in its drive / removes the drive)
 #
 # Kernel command-line arguments (key=value):
-#   scenario=probe|fio|fio-bench|fs|discard|iso|cd-read|media|reset|bench   (required)
+#   scenario=probe|fio|fio-bench|fs|discard|iso|cd-read|media|hostcd|reset|bench   (required)
 #   disk=sdX cd=srN        default: the first SCSI disk / CD-ROM
 #   wait=sd,sr             devices to wait for (default: per scenario); wait_s=30 bounds the wait
 #   guest_timeout=300      seconds before the guest gives up and powers off
@@ -41,6 +42,9 @@
 #              (RESULT discard_mode = sd's provisioning_mode, discard_max_bytes, discard=ok)
 #   media:     iso_file iso_md5 iso2_file iso2_md5, media_wait=60 (seconds per phase),
 #              media_poll_ms=0 (block events_dfl_poll_msecs: >0 lets sr poll with GET EVENT STATUS)
+#   hostcd:    a host drive passed through: disc_md5, iso_file/iso_md5 (the disc), then
+#              @@HOST-CHANGE and iso2_file/iso2_md5 (the new disc, of another size), then
+#              @@HOST-REMOVE and no medium; media_wait=60, media_poll_ms=500
 
 export PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin
 /bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp /mnt
@@ -155,7 +159,7 @@ case "$scenario" in
   probe|fio|fio-bench|fs|discard|reset) default_wait=sd ;;
   bench) default_wait=$(case ",${arg_bench:-qd1,qd16,cd}" in *,qd*) printf sd ;; esac
                         case ",${arg_bench:-qd1,qd16,cd}," in *,cd,*) printf ,sr ;; esac) ;;
-  iso|cd-read|media) default_wait=sr ;;
+  iso|cd-read|media|hostcd) default_wait=sr ;;
   *) default_wait="" ;;
 esac
 want=${arg_wait:-$default_wait}
@@ -566,6 +570,43 @@ scenario_media() {
   pass
 }
 
+# A host optical drive passed through (tests/nested host-cd scenarios): the disc as the host has
+# it, then a disc the host changed (it reaches the guest as a UNIT ATTENTION and a new capacity,
+# which sr's polling finds), then the drive gone from the host (no medium).
+scenario_hostcd() {
+  [ -n "$cd" ] || fail "no CD-ROM"
+  local wait=${arg_media_wait:-60} t n size now
+  echo "${arg_media_poll_ms:-500}" > /sys/module/block/parameters/events_dfl_poll_msecs
+  check_disc_md5
+  uevent sh -c 'case "$DEVNAME" in *sr*) echo "$(cut -d" " -f1 /proc/uptime) $ACTION $DEVNAME${DISK_MEDIA_CHANGE:+ DISK_MEDIA_CHANGE=$DISK_MEDIA_CHANGE}" >> /tmp/uevents ;; esac' &
+  check_iso_file "${arg_iso_file:-}" "${arg_iso_md5:-}" media_first
+  size=$(cat "/sys/block/$cd/size")
+  result sr_size_sectors "$size"
+  echo "@@HOST-CHANGE"
+  t=$(uptime_s)
+  n=0
+  while :; do
+    medium_readable
+    now=$(cat "/sys/block/$cd/size")
+    [ "$now" != "$size" ] && [ "$now" != 0 ] && break
+    n=$((n + 1))
+    [ $n -ge $((wait * 5)) ] && fail "no new disc $wait s after @@HOST-CHANGE (size still $now)"
+    sleep 0.2
+  done
+  result change_seen_seconds "$(elapsed "$t")"
+  result sr_size_sectors_new "$now"
+  check_iso_file "${arg_iso2_file:-}" "${arg_iso2_md5:-}" media_second
+  echo "@@HOST-REMOVE"
+  t=$(uptime_s)
+  wait_for_medium no "$wait" || fail "the medium is still readable $wait s after @@HOST-REMOVE"
+  result remove_seen_seconds "$(elapsed "$t")"
+  result remove_error "$(tail -n 1 /tmp/dd.err)"
+  sleep 0.2
+  [ -s /tmp/uevents ] && while IFS= read -r line; do result media_uevent "$line"; done < /tmp/uevents
+  result hostcd ok
+  pass
+}
+
 # The driver resets the device and starts it again (rmmod + insmod virtio_scsi): the front end
 # stops every ring and restarts them from index 0 on a reset device. Data written before must
 # read back after, and the disk must take new writes.
@@ -609,6 +650,7 @@ case "$scenario" in
   iso) scenario_iso ;;
   cd-read) scenario_cd_read ;;
   media) scenario_media ;;
+  hostcd) scenario_hostcd ;;
   bench) scenario_bench ;;
   *) fail "unknown scenario '$scenario'" ;;
 esac

@@ -9,14 +9,14 @@
 # L1 boot each belongs to there.
 
 NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs scsi-discard smp
-                  scsi-cd-media ide-cd-media ide-fio ide-fs
+                  scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff jail"
 # Only for tools/nested (run, repeat): not part of nested_test.sh.
 NESTED_EXTRA_SCENARIOS="ide-fio-psync"
 
 nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
   case "$1" in
-    *-cd-media|ide-*) echo cd-ide ;;
+    *-cd-media|host-cd-*|ide-*) echo cd-ide ;;
     scsi-*|smp) echo scsi ;;
     *) echo lifecycle ;;
   esac
@@ -227,6 +227,119 @@ nsc_scsi_cd_media_job() { nested_media_job "$1" "--cdrom=/l1disk/a.iso"; }
 nsc_scsi_cd_media_check() { nested_media_check "$1" virtio-scsi; }
 nsc_ide_cd_media_job() { nested_media_job "$1" "--ide-cdrom=/l1disk/a.iso"; }
 nsc_ide_cd_media_check() { nested_media_check "$1" ide; }
+
+# --- a host optical drive passed through --------------------------------------------------------
+# L1 has no optical drive, but scsi_debug makes one that the kernel's sr drives: /dev/srN with the
+# real ioctl, block-event and uevent paths. scsi_debug's RAM store is shared by all its hosts, so
+# the disc is written through a scsi_debug disk (ptype 0, 2048-byte sectors) and then shown by a
+# second host of type 5 (CD/DVD). A disc change on the host: the new disc written into the store,
+# and a capacity change (virtual_gb), which scsi_debug announces with a UNIT ATTENTION that sr's
+# polling turns into a DISK_MEDIA_CHANGE uevent. The drive's removal: its SCSI device deleted.
+nested_padded() {  # iso image MiB: the ISO padded with zeros to a whole disc of MiB
+  [ -e "$NESTED_DISK/$2" ] && return 0
+  cp "$NESTED_DISK/$1" "$NESTED_DISK/$2" && truncate -s "${3}M" "$NESTED_DISK/$2"
+}
+NESTED_HOSTCD_MB=16
+nested_hostcd_functions() {
+  cat >> "$NESTED_JOB" <<'EOF'
+hostcd_setup() {  # disc-image MiB: a scsi_debug CD-ROM drive holding the image; sets HOSTCD (srN)
+  local sd="" b i=0 kver
+  kver=$(cat /etc/kernel-version)
+  rmmod scsi_debug 2>/dev/null
+  insmod "/lib/modules/$kver/scsi_debug.ko" ptype=0 removable=1 sector_size=2048 dev_size_mb="$2" \
+    ${HOSTCD_PARAMS:-} ||
+    { l2_action "hostcd: insmod scsi_debug failed"; return 1; }
+  while [ -z "$sd" ] && [ $i -lt 100 ]; do
+    for b in /sys/block/sd*; do grep -qs scsi_debug "$b/device/model" && sd=${b##*/}; done
+    i=$((i + 1)); [ -n "$sd" ] || sleep 0.1
+  done
+  [ -n "$sd" ] || { l2_action "hostcd: no scsi_debug disk"; return 1; }
+  HOSTCD_DISK=$sd
+  dd if="$1" of="/dev/$sd" bs=64K conv=fsync 2>/dev/null || l2_action "hostcd: writing the disc failed"
+  echo 5 > /sys/bus/pseudo/drivers/scsi_debug/ptype
+  echo 1 > /sys/bus/pseudo/drivers/scsi_debug/add_host
+  HOSTCD="" i=0
+  while [ -z "$HOSTCD" ] && [ $i -lt 100 ]; do
+    for b in /sys/block/sr*; do grep -qs scsi_debug "$b/device/model" && HOSTCD=${b##*/}; done
+    i=$((i + 1)); [ -n "$HOSTCD" ] || sleep 0.1
+  done
+  [ -n "$HOSTCD" ] && [ -b "/dev/$HOSTCD" ] || { l2_action "hostcd: no scsi_debug CD-ROM"; return 1; }
+  # The kernel polls the drive (udev would set this): a UNIT ATTENTION becomes a uevent.
+  echo 500 > "/sys/block/$HOSTCD/events_poll_msecs"
+  HOSTCD_L1_MD5=$(dd if="/dev/$HOSTCD" bs=64K 2>/dev/null | md5sum | cut -d' ' -f1)
+}
+hostcd_markers() {
+  case "$1" in
+    HOST-CHANGE)
+      l2_action "hostcd: L1 drive $HOSTCD (disk view $HOSTCD_DISK) md5 $HOSTCD_L1_MD5"
+      l2_ctl media watch > /tmp/hostcd-watch.log 2>&1 &
+      HOSTCD_WATCH=$!
+      sleep 1
+      l2_stats before-change
+      dd if=/l1disk/b-disc.img of="/dev/$HOSTCD_DISK" bs=64K conv=fsync 2>/dev/null
+      echo 1 > /sys/bus/pseudo/drivers/scsi_debug/virtual_gb
+      # scsi_debug has no GET EVENT STATUS NOTIFICATION, so the kernel's polling alone never asks
+      # it TEST UNIT READY; an open does (as a desktop's disk service would), which turns the
+      # UNIT ATTENTION into DISK_MEDIA_CHANGE=1. A real drive's event status needs no open.
+      dd if="/dev/$HOSTCD" of=/dev/null bs=2048 count=1 2>/dev/null
+      l2_action "hostcd: the host changed the disc (virtual_gb=1)" ;;
+    HOST-REMOVE)
+      l2_stats before-remove
+      echo 1 > "/sys/block/$HOSTCD/device/delete"
+      l2_action "hostcd: the host removed $HOSTCD" ;;
+  esac
+}
+hostcd_teardown() {
+  kill "${HOSTCD_WATCH:-0}" 2>/dev/null
+  while IFS= read -r line; do l2_action "watch: $line"; done < /tmp/hostcd-watch.log
+  rm -f /tmp/hostcd-watch.log
+  rmmod scsi_debug 2>/dev/null
+}
+EOF
+}
+nested_hostcd_job() {  # run cd-flag: the drive on virtio-scsi (--cdrom) or IDE (--ide-cdrom)
+  nested_iso a.iso DISC_A file-a.bin 4194304 101
+  local a_file=$NESTED_ISO_FILE_MD5 b_file disc_md5
+  nested_iso b.iso DISC_B file-b.bin 1048576 202
+  b_file=$NESTED_ISO_FILE_MD5
+  nested_padded a.iso a-disc.img "$NESTED_HOSTCD_MB"
+  nested_padded b.iso b-disc.img "$NESTED_HOSTCD_MB"
+  disc_md5=$(md5sum < "$NESTED_DISK/a-disc.img" | cut -d' ' -f1)
+  nested_hostcd_functions
+  nested_add "hostcd_setup /l1disk/a-disc.img $NESTED_HOSTCD_MB"
+  nested_add "L2_MARKERS=hostcd_markers l2_run $1 'scenario=hostcd iso_file=file-a.bin iso_md5=$a_file iso2_file=file-b.bin iso2_md5=$b_file disc_md5=$disc_md5 media_wait=60' $2=/dev/\$HOSTCD"
+  nested_add "hostcd_teardown"
+}
+nested_hostcd_check() {  # run bus
+  local expected="" events=$NESTED_RUNS/$1.events l1_md5 probes_a probes_b reads_a reads_b
+  [ "$2" = ide ] && expected=$NESTED_IDE_MEDIA_CHANGE_LINES
+  NESTED_RUN_DMESG_EXPECTED=$expected nested_check_pass "$1" hostcd || return
+  linux_expect "$1" disc_md5 "$(md5sum < "$NESTED_DISK/a-disc.img" | cut -d' ' -f1)"
+  linux_expect "$1" media_first ok
+  linux_expect "$1" media_second ok
+  linux_expect "$1" hostcd ok
+  linux_report sr_size_sectors change_seen_seconds sr_size_sectors_new remove_seen_seconds remove_error media_uevent
+  grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
+  l1_md5=$(sed -n 's/.*hostcd: L1 drive [a-z0-9]* (disk view [a-z0-9]*) md5 //p' "$events" | head -n 1)
+  [ -n "$l1_md5" ] && [ "$l1_md5" = "$(linux_results disc_md5 | head -n 1)" ] ||
+    linux_fail "$1" "the guest's md5 of the disc ($(linux_results disc_md5 | head -n 1)) is not L1's own (${l1_md5:-none})"
+  grep -q 'watch: .* cd0 MEDIUM_INSERTED by host' "$events" ||
+    linux_fail "$1" "the Watch stream did not report the host's new disc"
+  grep -q 'watch: .* cd0 MEDIUM_REMOVED by host' "$events" ||
+    linux_fail "$1" "the Watch stream did not report the drive's removal"
+  # Every read of the first disc happened before @@HOST-CHANGE: the drive was probed at start only.
+  probes_a=$(nested_stat "$1" before-change cd0 hostProbes)
+  reads_a=$(nested_stat "$1" before-change cd0 readRequests)
+  probes_b=$(nested_stat "$1" before-remove cd0 hostProbes)
+  reads_b=$(nested_stat "$1" before-remove cd0 readRequests)
+  echo "    host drive probes: ${probes_a:-?} at start (${reads_a:-?} reads so far), ${probes_b:-?} after the change (${reads_b:-?} reads)"
+  [ -n "$probes_a" ] && [ "$probes_a" -le 2 ] && [ "${reads_a:-0}" -gt 0 ] ||
+    linux_fail "$1" "the drive was probed ${probes_a:-?} times while the guest read ${reads_a:-?} requests (start: 2)"
+}
+nsc_host_cd_scsi_job() { nested_hostcd_job "$1" --cdrom; }
+nsc_host_cd_scsi_check() { nested_hostcd_check "$1" virtio-scsi; }
+nsc_host_cd_ide_job() { nested_hostcd_job "$1" --ide-cdrom; }
+nsc_host_cd_ide_check() { nested_hostcd_check "$1" ide; }
 
 # --- IDE disk (ata_piix) ------------------------------------------------------------------------
 # libata.fua=1 lets libata use WRITE DMA FUA EXT when IDENTIFY says the drive has it (word 84
