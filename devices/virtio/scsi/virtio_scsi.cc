@@ -1,8 +1,7 @@
 #include "devices/virtio/scsi/virtio_scsi.h"
 
-#include <sys/uio.h>
-
 #include <poll.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -59,14 +58,6 @@ void SplitAt(std::span<const iovec> buffers, uint64_t prefix, std::vector<iovec>
     }
     tail->push_back(buffer);
   }
-}
-
-// The SAM LUN the task carries: bytes 2..7 of the virtio lun field, big-endian, in the top six
-// bytes (devices/scsi/lun.h).
-uint64_t SamLun(const uint8_t lun[8]) {
-  uint64_t value = 0;
-  for (int i = 2; i < 8; ++i) value = (value << 8) | lun[i];
-  return value << 16;
 }
 
 }  // namespace
@@ -257,7 +248,7 @@ class VirtioScsi::RequestWorker {
     }
     sc::Task& task = slot.task;
     task.SetCdb(std::span<const uint8_t>(header_bytes + sizeof(CommandHeader), cdb_bytes));
-    task.lun = SamLun(header.lun);
+    task.lun = address.sam_lun;
     task.data_in = slot.data_in;
     task.data_out = slot.data_out;
     if (target->second->Execute(task) == sc::Execution::kCompleted) Complete(task);
@@ -393,7 +384,6 @@ class VirtioScsi::ControlWorker {
     const LunAddress address = DecodeLun(request.lun);
     auto target = device_.targets_.find(address.target);
     if (!address.valid || target == device_.targets_.end()) return kResponseBadTarget;
-    const uint16_t lun = address.lun;
     switch (request.subtype) {
       case kTmfAbortTask:
       case kTmfAbortTaskSet:
@@ -406,7 +396,11 @@ class VirtioScsi::ControlWorker {
         device_.DrainAllRequests();
         return kTmfFunctionComplete;
       case kTmfLogicalUnitReset: {
-        std::shared_ptr<sc::LogicalUnit> unit = target->second->Find(lun);
+        // The same strict decoding as commands: a LUN with a bus identifier or a second level
+        // names no unit of this target.
+        const std::optional<uint16_t> lun = sc::DecodeLun(address.sam_lun);
+        std::shared_ptr<sc::LogicalUnit> unit =
+            lun.has_value() ? target->second->Find(*lun) : nullptr;
         if (unit == nullptr) return kTmfIncorrectLun;
         device_.DrainAllRequests();
         unit->Reset();

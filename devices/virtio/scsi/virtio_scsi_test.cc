@@ -327,6 +327,31 @@ TEST_F(VirtioScsiTest, LogicalUnitResetRaisesAUnitAttention) {
   EXPECT_EQ(SenseOf(after)[12], 0x29);  // POWER ON, RESET, OR BUS DEVICE RESET OCCURRED
 }
 
+// Task management decodes the LUN as commands do (devices/scsi/lun.h): a peripheral-form LUN with
+// bus identifier 1, or a LUN with a second level, is no unit of this target (the transport's own
+// decoding used to read the second form as LUN 0 and reset it).
+TEST_F(VirtioScsiTest, LogicalUnitResetOfALunWithABusIdentifierIsIncorrectLun) {
+  StartDevice(1, 1);
+  for (const std::array<uint8_t, 8>& lun :
+       {std::array<uint8_t, 8>{1, 0, 0x01, 0x00, 0, 0, 0, 0},      // bus 1, LUN 0
+        std::array<uint8_t, 8>{1, 0, 0x40, 0x00, 0x40, 0x01, 0, 0}}) {  // a second level
+    TmfRequest tmf{};
+    tmf.type = kControlTmf;
+    tmf.subtype = kTmfLogicalUnitReset;
+    std::memcpy(tmf.lun, lun.data(), 8);
+    const GuestAddress request = allocator_.Allocate(sizeof(tmf));
+    const GuestAddress response = allocator_.Allocate(1);
+    ASSERT_TRUE(memory_->WriteObject(request, tmf).ok());
+    ASSERT_TRUE(memory_->WriteObject<uint8_t>(response, 0xff).ok());
+    const std::vector<Buffer> chain = {{request, sizeof(tmf), false}, {response, 1, true}};
+    ASSERT_TRUE(drivers_[0]->AddChain(chain).ok());
+    const uint64_t one = 1;
+    ASSERT_EQ(write(notify_fds_[0].get(), &one, sizeof(one)), 8);
+    ASSERT_TRUE(WaitUsed(0).has_value());
+    EXPECT_EQ(*memory_->ReadObject<uint8_t>(response), kTmfIncorrectLun);
+  }
+}
+
 TEST_F(VirtioScsiTest, TwoQueuesOnTwoIothreads) {
   StartDevice(2, 2);
   const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};

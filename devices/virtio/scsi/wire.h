@@ -104,16 +104,19 @@ struct __attribute__((packed)) AnResponse {
 };
 static_assert(sizeof(AnResponse) == 5);
 
-// §5.6.6.1: a LUN field addresses target lun[1], logical unit ((lun[2] << 8) | lun[3]) & 0x3fff
-// (flat space addressing), and lun[0] must be 1.
+// §5.6.6.1: a virtio-scsi LUN field is lun[0] = 1, lun[1] = the target, and from lun[2] the SAM
+// LUN of the logical unit in that target (the driver sends flat space addressing, 0x40 | high byte).
+// Only the target is decided here; which unit the SAM LUN names is the SCSI target's one rule
+// (devices/scsi/lun.h DecodeLun), for commands and task management alike.
 struct LunAddress {
-  bool valid;
+  bool valid;        // lun[0] == 1
   uint8_t target;
-  uint16_t lun;
+  uint64_t sam_lun;  // bytes 2..7, big-endian, in the top six bytes (devices/scsi/lun.h)
 };
 inline LunAddress DecodeLun(const uint8_t lun[8]) {
-  if (lun[0] != 1) return {false, 0, 0};
-  return {true, lun[1], static_cast<uint16_t>(((lun[2] << 8) | lun[3]) & 0x3fff)};
+  uint64_t sam = 0;
+  for (int i = 2; i < 8; ++i) sam = (sam << 8) | lun[i];
+  return {lun[0] == 1, lun[1], sam << 16};
 }
 
 }  // namespace devices::virtio::scsi
