@@ -133,7 +133,9 @@ class IdeChannel {
   };
 
   Unit& Selected() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return units_[selected_]; }
-  int IndexOf(const Unit& unit) const { return &unit == &units_[0] ? 0 : 1; }
+  int IndexOf(const Unit& unit) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return &unit == &units_[0] ? 0 : 1;
+  }
 
   uint8_t ReadRegisterLocked(int reg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void WriteRegisterLocked(int reg, uint8_t value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
