@@ -7,17 +7,9 @@
 #include <utility>
 
 #include "block/request.h"
+#include "devices/scsi/iovec_util.h"
 
 namespace devices::ide {
-namespace {
-
-uint64_t TotalLength(const std::vector<iovec>& iov) {
-  uint64_t total = 0;
-  for (const iovec& v : iov) total += v.iov_len;
-  return total;
-}
-
-}  // namespace
 
 struct IoWorker::InFlight {
   IoJob job;
@@ -224,7 +216,7 @@ void IoWorker::FinishPacket(uint64_t id) {
   const scsi::Task& task = flight.task;
   IoResult& result = flight.result;
   const bool out = flight.job.plan.direction == PacketDirection::kOut;
-  const uint64_t buffer = TotalLength(flight.iov);
+  const uint64_t buffer = scsi::TotalLength(flight.iov);
   result.status = task.status();
   result.sense = task.sense();
   result.transferred = buffer - (out ? task.data_out_residual() : task.data_in_residual());

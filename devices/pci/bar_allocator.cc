@@ -1,13 +1,10 @@
 #include "devices/pci/bar_allocator.h"
 
+#include <bit>
+
 #include "absl/strings/str_format.h"
 
 namespace devices::pci {
-namespace {
-
-bool IsPowerOfTwo(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
-
-}  // namespace
 
 BarAllocator::BarAllocator(AddressWindow mmio32, AddressWindow io,
                            std::optional<AddressWindow> mmio64_high)
@@ -29,7 +26,7 @@ std::optional<uint64_t> BarAllocator::Take(Window& window, uint64_t size) {
 }
 
 absl::StatusOr<uint64_t> BarAllocator::Allocate(const BarSpec& spec) {
-  if (!IsPowerOfTwo(spec.size)) {
+  if (!std::has_single_bit(spec.size)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("BAR size 0x%x is not a power of two", spec.size));
   }

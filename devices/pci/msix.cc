@@ -1,23 +1,15 @@
 #include "devices/pci/msix.h"
 
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "devices/pci/little_endian.h"
 #include "devices/pci/pci_regs.h"
 
 namespace devices::pci {
 namespace {
-
-uint64_t LoadLittleEndian(std::span<const uint8_t> data) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < data.size() && i < 8; ++i) value |= uint64_t{data[i]} << (8 * i);
-  return value;
-}
-
-void StoreLittleEndian(uint64_t value, std::span<uint8_t> data) {
-  for (size_t i = 0; i < data.size(); ++i) data[i] = i < 8 ? static_cast<uint8_t>(value >> (8 * i)) : 0;
-}
 
 // §6.8.2: aligned DWORD or QWORD accesses only.
 bool IsValidAccess(uint64_t offset, size_t size) {

@@ -1,14 +1,13 @@
 #include "devices/pci/pci_device.h"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 
 namespace devices::pci {
 namespace {
-
-bool IsPowerOfTwo(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
 bool Overlaps(uint64_t offset, uint64_t size, uint64_t start, uint64_t length) {
   return offset < start + length && start < offset + size;
@@ -160,7 +159,7 @@ absl::Status PciDevice::DeclareBar(int bar, const BarSpec& spec) {
                                                             bars_[bar + 1].upper_half))) {
     return absl::AlreadyExistsError(absl::StrFormat("BAR %d is already declared", bar));
   }
-  if (!IsPowerOfTwo(spec.size)) {
+  if (!std::has_single_bit(spec.size)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("BAR %d: size 0x%x is not a power of two", bar, spec.size));
   }

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "devices/pci/little_endian.h"
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
 
@@ -64,14 +66,6 @@ uint64_t NextPowerOfTwo(uint64_t value) {
   uint64_t result = 1;
   while (result < value) result <<= 1;
   return result;
-}
-
-bool IsPowerOfTwo(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
-
-uint64_t LoadLittleEndian(std::span<const uint8_t> data) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < data.size() && i < 8; ++i) value |= uint64_t{data[i]} << (8 * i);
-  return value;
 }
 
 template <size_t N>
@@ -186,7 +180,7 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
         kMaxDeviceConfigSize));
   }
   for (size_t i = 0; i < max_sizes.size(); ++i) {
-    if (!IsPowerOfTwo(max_sizes[i]) || max_sizes[i] > 32768) {
+    if (!std::has_single_bit(max_sizes[i]) || max_sizes[i] > 32768) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "virtio-pci: queue %u maximum size %u is not a power of two in 1..32768", i,
           max_sizes[i]));
@@ -396,7 +390,7 @@ void VirtioPciTransport::ReadCommonConfig(uint64_t offset, std::span<uint8_t> da
 
 void VirtioPciTransport::WriteCommonConfig(uint64_t offset, std::span<const uint8_t> data) {
   const size_t size = data.size();
-  const uint64_t value = LoadLittleEndian(data);
+  const uint64_t value = pci::LoadLittleEndian(data);
   absl::MutexLock lock(&mutex_);
   if (shut_down_) return;
   // §4.1.3.1: drivers use the field's natural width; 64-bit fields may be written as two halves.
@@ -530,7 +524,7 @@ void VirtioPciTransport::EnableQueueLocked(Queue& queue) {
     return;
   }
   // §2.7: a split queue's size is a power of two, and at most what the device presents.
-  if (!IsPowerOfTwo(queue.size) || queue.size > queue.max_size) {
+  if (!std::has_single_bit(queue.size) || queue.size > queue.max_size) {
     SetNeedsReset();
     return;
   }
@@ -645,7 +639,7 @@ void VirtioPciTransport::BeforeConfigRead(uint32_t offset, size_t size) {
   // cap.length bytes in pci_cfg_data."
   std::array<uint8_t, 4> bytes{};
   ReadBarRegion(window->bar, window->offset, std::span<uint8_t>(bytes.data(), window->length));
-  WriteConfigRaw(data_offset, static_cast<uint32_t>(LoadLittleEndian(bytes)), 4);
+  WriteConfigRaw(data_offset, static_cast<uint32_t>(pci::LoadLittleEndian(bytes)), 4);
 }
 
 void VirtioPciTransport::AfterConfigWrite(uint32_t offset, size_t size) {

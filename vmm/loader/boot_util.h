@@ -20,7 +20,6 @@ constexpr uint64_t AlignUp(uint64_t value, uint64_t alignment) {
   const uint64_t up = value + (alignment - 1);
   return up < value ? AlignDown(UINT64_MAX, alignment) : AlignDown(up, alignment);
 }
-constexpr bool IsPowerOfTwo(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
 // The end (exclusive) of the RAM a kernel and its initrd may occupy: the region that holds 1 MiB,
 // cut at 3 GiB (docs/machine.md: "0x0010_0000 – min(RAM, 3 GiB)"). Everything we load must stay

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -351,7 +352,7 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
   // and needs init_size bytes there.
   const bool relocatable = header.relocatable_kernel != 0;
   const uint64_t alignment = header.kernel_alignment;
-  if (relocatable && !IsPowerOfTwo(alignment)) {
+  if (relocatable && !std::has_single_bit(alignment)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: kernel_alignment 0x%x is not a power of two", path, alignment));
   }
