@@ -171,7 +171,7 @@ TEST_F(IdeAtapiTest, MediaChangeIsNotReadyThenUnitAttentionThenNewData) {
   EXPECT_EQ(empty.error, 0x20);
   EXPECT_EQ(atapi_->RequestSense()[1], 0x3a);
   ASSERT_TRUE(cd_.media->Insert(MakeCdMedium(kDisc2Blocks, 0x40), "cd2.iso").ok());
-  // linux-command-sequences.md 3.6: TUR -> 02/3A (error 20h), REQUEST SENSE, TUR -> 06/28
+  // docs/linux-commands.md 3.6: TUR -> 02/3A (error 20h), REQUEST SENSE, TUR -> 06/28
   // (error 60h), REQUEST SENSE, TUR -> GOOD.
   PacketResult first = Tur();
   EXPECT_EQ(first.status, 0x41);
@@ -208,7 +208,7 @@ TEST_F(IdeAtapiTest, CheckConditionKeepsSenseForRequestSense) {
 }
 
 TEST_F(IdeAtapiTest, LinuxProbeSequence) {
-  // The MMC commands of linux-command-sequences.md 3.2, PIO or DMA as libata chose them.
+  // The MMC commands of docs/linux-commands.md 3.2, PIO or DMA as libata chose them.
   EXPECT_EQ(Tur().status, 0x50);
   EXPECT_EQ(atapi_->PacketPio(MakePacket({0x12, 1, 0, 0, 4, 0}), 4).status, 0x50);
   PacketResult mode =

@@ -1,4 +1,4 @@
-// Runs the CDB fuzz target over seed inputs (the commands of linux-command-sequences.md, plus
+// Runs the CDB fuzz target over seed inputs (the commands of docs/linux-commands.md, plus
 // malformed ones) and a fixed number of deterministic mutations of them: a smoke test that the
 // target builds and runs as plain C++. The libFuzzer build links cdb_fuzzer.cc on its own.
 

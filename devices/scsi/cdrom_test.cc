@@ -95,7 +95,7 @@ TEST_F(CdRomTest, Inquiry) {
   EXPECT_EQ(list.data, (std::vector<uint8_t>{5, 0, 0, 3, 0x00, 0x80, 0x83}));
 }
 
-// linux-command-sequences.md 2.1 and 2.3: sr's probe and first open.
+// docs/linux-commands.md 2.1 and 2.3: sr's probe and first open.
 TEST_F(CdRomTest, LinuxProbeAndOpenSequence) {
   Start(MakeMedium(kDisc1Blocks));
   EXPECT_TRUE(Run({0x12, 0, 0, 0, 0x24, 0}, 36).good());
@@ -231,7 +231,7 @@ TEST_F(CdRomTest, NoMedium) {
   EXPECT_EQ(mech.data[1], 0x10);  // door open
 }
 
-// linux-command-sequences.md 2.6, virtio-scsi: eject -f, change, then the next open sees
+// docs/linux-commands.md 2.6, virtio-scsi: eject -f, change, then the next open sees
 // 06/3A/00, 06/28/00, and the new disc.
 TEST_F(CdRomTest, MediaChangeScsiStyle) {
   StartReady();
@@ -266,7 +266,7 @@ TEST_F(CdRomTest, MediaChangeScsiStyleWithCommandsWhileEmpty) {
   EXPECT_TRUE(Run(kTur).good());
 }
 
-// linux-command-sequences.md 3.6, ATAPI: NOT READY, then UNIT ATTENTION, each fetched with REQUEST
+// docs/linux-commands.md 3.6, ATAPI: NOT READY, then UNIT ATTENTION, each fetched with REQUEST
 // SENSE by libata, then the new disc's data.
 TEST_F(CdRomTest, MediaChangeAtapiStyle) {
   StartAtapi(MakeMedium(kDisc1Blocks));
@@ -278,7 +278,7 @@ TEST_F(CdRomTest, MediaChangeAtapiStyle) {
   EXPECT_EQ(Run(kTur).sense, sense::kMediumNotPresentTrayOpen);
   EXPECT_EQ(RequestSense(), sense::kMediumNotPresentTrayOpen);
   ASSERT_TRUE(setup_.media->Insert(MakeMedium(kDisc2Blocks, 100), "cd2.iso").ok());
-  // linux-command-sequences.md 3.6: NewMedia, media present, once.
+  // docs/linux-commands.md 3.6: NewMedia, media present, once.
   EXPECT_EQ(Run(kGesn, 8).data,
             (std::vector<uint8_t>{0x00, 0x04, 0x04, 0x10, 0x02, 0x02, 0x00, 0x00}));
   EXPECT_EQ(GesnEvent(), 0);

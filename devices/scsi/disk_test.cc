@@ -936,7 +936,7 @@ TEST_F(DiskTest, UnknownOpcodesAndShortCdbs) {
   EXPECT_EQ(Run({0xc5}).sense, sense::kInvalidCommandOperationCode);
 }
 
-// ---- The Linux 6.1 probe of linux-command-sequences.md 1.1 ----
+// ---- The Linux 6.1 probe of docs/linux-commands.md 1.1 ----
 
 TEST_F(DiskTest, LinuxProbeSequence) {
   Start();

@@ -37,7 +37,7 @@ class CommandContext;
 class LuQueue;
 
 // How a CD/DVD unit tells a guest that its medium changed (both are what QEMU 7.2 does, see
-// docs "linux-command-sequences.md" 2.6 and 3.6):
+// docs/linux-commands.md 2.6 and 3.6):
 enum class MediaChangeReport {
   // SCSI (QEMU scsi-cd): UNIT ATTENTION 06/3A/00 MEDIUM NOT PRESENT, then, if a medium is in the
   // drive when that one was reported, UNIT ATTENTION 06/28/00 NOT READY TO READY CHANGE.

@@ -228,7 +228,7 @@ static void lba_to_msf(uint32_t lba, unsigned *m, unsigned *s, unsigned *f) {
   *f = x % 75;
 }
 
-/* The CD part of the probe: what Linux's sr/libata ask (linux-command-sequences.md 3.2), in its
+/* The CD part of the probe: what Linux's sr/libata ask (docs/linux-commands.md 3.2), in its
  * order, trimmed to what the tests use. Returns false when something essential failed. */
 static bool cd_probe(const char *tag, struct ata_dev *d) {
   ensure_scratch();
