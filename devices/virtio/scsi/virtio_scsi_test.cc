@@ -150,6 +150,26 @@ class VirtioScsiTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // Sends LOGICAL UNIT RESET for `lun` on the control queue; the TMF response byte (0 if the
+  // device never answered).
+  uint8_t LogicalUnitReset(const std::array<uint8_t, 8>& lun) {
+    TmfRequest tmf{};
+    tmf.type = kControlTmf;
+    tmf.subtype = kTmfLogicalUnitReset;
+    std::memcpy(tmf.lun, lun.data(), 8);
+    const GuestAddress request = allocator_.Allocate(sizeof(tmf));
+    const GuestAddress response = allocator_.Allocate(1);
+    if (!memory_->WriteObject(request, tmf).ok() ||
+        !memory_->WriteObject<uint8_t>(response, 0xff).ok()) {
+      return 0;
+    }
+    const std::vector<Buffer> chain = {{request, sizeof(tmf), false}, {response, 1, true}};
+    if (!drivers_[0]->AddChain(chain).ok()) return 0;
+    const uint64_t one = 1;
+    if (write(notify_fds_[0].get(), &one, sizeof(one)) != 8 || !WaitUsed(0).has_value()) return 0;
+    return *memory_->ReadObject<uint8_t>(response);
+  }
+
   CommandResponse ResponseOf(const Command& command) {
     return *memory_->ReadObject<CommandResponse>(command.response);
   }
@@ -304,21 +324,7 @@ TEST_F(VirtioScsiTest, LogicalUnitResetRaisesAUnitAttention) {
   ASSERT_TRUE(WaitUsed(2).has_value());
   ASSERT_EQ(ResponseOf(clean).status, 0);
 
-  TmfRequest tmf{};
-  tmf.type = kControlTmf;
-  tmf.subtype = kTmfLogicalUnitReset;
-  std::memcpy(tmf.lun, kLun0.data(), 8);
-  const GuestAddress request = allocator_.Allocate(sizeof(tmf));
-  const GuestAddress response = allocator_.Allocate(1);
-  ASSERT_TRUE(memory_->WriteObject(request, tmf).ok());
-  ASSERT_TRUE(memory_->WriteObject<uint8_t>(response, 0xff).ok());
-  const std::vector<Buffer> chain = {{request, sizeof(tmf), false}, {response, 1, true}};
-  auto head = drivers_[0]->AddChain(chain);
-  ASSERT_TRUE(head.ok());
-  const uint64_t one = 1;
-  ASSERT_EQ(write(notify_fds_[0].get(), &one, sizeof(one)), 8);
-  ASSERT_TRUE(WaitUsed(0).has_value());
-  EXPECT_EQ(*memory_->ReadObject<uint8_t>(response), kTmfFunctionComplete);
+  EXPECT_EQ(LogicalUnitReset(kLun0), kTmfFunctionComplete);
 
   Command after = Submit(2, kLun0, tur);
   ASSERT_TRUE(WaitUsed(2).has_value());
@@ -335,20 +341,7 @@ TEST_F(VirtioScsiTest, LogicalUnitResetOfALunWithABusIdentifierIsIncorrectLun) {
   for (const std::array<uint8_t, 8>& lun :
        {std::array<uint8_t, 8>{1, 0, 0x01, 0x00, 0, 0, 0, 0},      // bus 1, LUN 0
         std::array<uint8_t, 8>{1, 0, 0x40, 0x00, 0x40, 0x01, 0, 0}}) {  // a second level
-    TmfRequest tmf{};
-    tmf.type = kControlTmf;
-    tmf.subtype = kTmfLogicalUnitReset;
-    std::memcpy(tmf.lun, lun.data(), 8);
-    const GuestAddress request = allocator_.Allocate(sizeof(tmf));
-    const GuestAddress response = allocator_.Allocate(1);
-    ASSERT_TRUE(memory_->WriteObject(request, tmf).ok());
-    ASSERT_TRUE(memory_->WriteObject<uint8_t>(response, 0xff).ok());
-    const std::vector<Buffer> chain = {{request, sizeof(tmf), false}, {response, 1, true}};
-    ASSERT_TRUE(drivers_[0]->AddChain(chain).ok());
-    const uint64_t one = 1;
-    ASSERT_EQ(write(notify_fds_[0].get(), &one, sizeof(one)), 8);
-    ASSERT_TRUE(WaitUsed(0).has_value());
-    EXPECT_EQ(*memory_->ReadObject<uint8_t>(response), kTmfIncorrectLun);
+    EXPECT_EQ(LogicalUnitReset(lun), kTmfIncorrectLun);
   }
 }
 
