@@ -27,6 +27,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "api/api_token.h"
@@ -368,39 +370,113 @@ class ApiCore {
 
 namespace {
 
-class MediaServiceImpl final : public pb::MediaService::Service {
+// Reads the one request of a call. gRPC's own unary handler answers a request that does not
+// parse (not protobuf, the wrong message, or a string field that is not UTF-8, which proto3
+// forbids) with INTERNAL and an empty message: it is the caller's mistake, and says so here.
+template <typename Stream, typename Request>
+grpc::Status ReadRequest(Stream* stream, Request* request) {
+  if (stream->Read(request)) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::INVALID_ARGUMENT,
+      absl::StrFormat("malformed request: not a %s (its bytes do not parse as that message, or a "
+                      "string field such as a path is not UTF-8; proto/vmm/v1/vmm.proto)",
+                      Request::descriptor()->full_name()));
+}
+
+// A unary call: admitted (CallScope, token), its request read, `handler(request, response)`
+// run, and its reply written if it succeeded.
+template <typename Request, typename Response, typename Handler>
+grpc::Status ServeUnary(ApiCore& core, grpc::ServerContext* context,
+                        grpc::ServerUnaryStreamer<Request, Response>* stream, Handler handler) {
+  const ApiCore::CallScope call(core);
+  if (grpc::Status denied = core.Admit(*context); !denied.ok()) return denied;
+  Request request;
+  if (grpc::Status read = ReadRequest(stream, &request); !read.ok()) return read;
+  Response response;
+  grpc::Status status = handler(&request, &response);
+  if (status.ok()) stream->Write(response);
+  return status;
+}
+
+// Every method is served through its streamed form (the generated StreamedService): the handler
+// reads the request itself, so a request that does not parse gets INVALID_ARGUMENT saying so
+// (ReadRequest) instead of gRPC's INTERNAL with an empty message.
+class MediaServiceImpl final : public pb::MediaService::StreamedService {
  public:
   explicit MediaServiceImpl(ApiCore& core) : core_(core) {}
 
-  grpc::Status ListDrives(grpc::ServerContext* context, const pb::ListDrivesRequest*,
-                          pb::ListDrivesResponse* response) override {
+  grpc::Status StreamedListDrives(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::ListDrivesRequest, pb::ListDrivesResponse>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleListDrives(request, response);
+    });
+  }
+  grpc::Status StreamedGetStatus(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::GetStatusRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleGetStatus(request, response);
+    });
+  }
+  grpc::Status StreamedInsert(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::InsertRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleInsert(request, response);
+    });
+  }
+  grpc::Status StreamedEject(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::EjectRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleEject(request, response);
+    });
+  }
+  grpc::Status StreamedSetTray(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::SetTrayRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleSetTray(request, response);
+    });
+  }
+  grpc::Status StreamedWatch(
+      grpc::ServerContext* context,
+      grpc::ServerSplitStreamer<pb::WatchRequest, pb::MediaEvent>* stream) override {
     const ApiCore::CallScope call(core_);
     if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+    pb::WatchRequest request;
+    if (grpc::Status read = ReadRequest(stream, &request); !read.ok()) return read;
+    return HandleWatch(context, &request, stream);
+  }
+
+ private:
+  grpc::Status HandleListDrives(const pb::ListDrivesRequest*, pb::ListDrivesResponse* response) {
     for (const DriveEntry& drive : core_.drives()) {
       FillDriveStatus(drive, nullptr, response->add_drives());
     }
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStatus(grpc::ServerContext* context, const pb::GetStatusRequest* request,
-                         pb::DriveStatus* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleGetStatus(const pb::GetStatusRequest* request, pb::DriveStatus* response) {
     auto drive = core_.FindDrive(request->drive());
     if (!drive.ok()) return ToGrpc(drive.status());
     FillDriveStatus(**drive, nullptr, response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Insert(grpc::ServerContext* context, const pb::InsertRequest* request,
-                      pb::DriveStatus* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleInsert(const pb::InsertRequest* request, pb::DriveStatus* response) {
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     const DriveEntry& drive = **found;
-    const std::string& path = request->path();
-    if (path.empty()) return InvalidArgument("insert: the path of the medium is empty");
+    const std::string& requested = request->path();
+    if (requested.empty()) return InvalidArgument("insert: the path of the medium is empty");
+    // A relative path is relative to the VMM's working directory (or to --media-dir, which
+    // resolves it itself): made absolute here, so that the medium's source names the file for
+    // every reader, wherever they are.
+    const bool as_given =
+        core_.control().MediaPathsConfined() || requested.find('\0') != std::string::npos;
+    const std::string path = as_given ? requested : AbsoluteMediumPath(requested);
     if (path.size() >= PATH_MAX) {
       return InvalidArgument(absl::StrFormat(
           "insert: the path %s is %d bytes long; the limit is %d (PATH_MAX)", Quote(path),
@@ -434,10 +510,7 @@ class MediaServiceImpl final : public pb::MediaService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Eject(grpc::ServerContext* context, const pb::EjectRequest* request,
-                     pb::DriveStatus* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleEject(const pb::EjectRequest* request, pb::DriveStatus* response) {
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     absl::Status status = (*found)->media->Eject(request->force());
@@ -446,10 +519,7 @@ class MediaServiceImpl final : public pb::MediaService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status SetTray(grpc::ServerContext* context, const pb::SetTrayRequest* request,
-                       pb::DriveStatus* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleSetTray(const pb::SetTrayRequest* request, pb::DriveStatus* response) {
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     absl::Status status = (*found)->media->SetTrayOpen(request->open(), request->force());
@@ -458,10 +528,8 @@ class MediaServiceImpl final : public pb::MediaService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Watch(grpc::ServerContext* context, const pb::WatchRequest* request,
-                     grpc::ServerWriter<pb::MediaEvent>* writer) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleWatch(grpc::ServerContext* context, const pb::WatchRequest* request,
+                           grpc::ServerSplitStreamer<pb::WatchRequest, pb::MediaEvent>* writer) {
     std::vector<const DriveEntry*> drives;
     if (request->drive().empty()) {
       for (const DriveEntry& drive : core_.drives()) {
@@ -560,58 +628,103 @@ class MediaServiceImpl final : public pb::MediaService::Service {
   }
 
   // The VMM's error opening the medium, as the proto promises: NOT_FOUND, PERMISSION_DENIED or
-  // INVALID_ARGUMENT, with the path.
+  // INVALID_ARGUMENT (a file too small to be a medium among them), led by the path:
+  // "insert: /srv/a.iso: no such file or directory".
   static absl::Status MediumError(const std::string& path, const absl::Status& status) {
     absl::StatusCode code = status.code();
     if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied) {
       code = absl::StatusCode::kInvalidArgument;
     }
-    std::string message(status.message());
-    if (message.find(path) == std::string::npos) {
-      message = absl::StrFormat("%s: %s", Quote(path, kPathShown), message);
+    absl::string_view message = status.message();
+    // The block layer's errno messages read "open PATH: ...": the path leads without the verb.
+    if (absl::string_view rest = message;
+        absl::ConsumePrefix(&rest, "open ") && absl::StartsWith(rest, path)) {
+      message = rest;
     }
-    return absl::Status(code, absl::StrCat("insert: cannot open the medium ", message));
+    if (absl::StartsWith(message, path)) return absl::Status(code, absl::StrCat("insert: ", message));
+    return absl::Status(code, absl::StrFormat("insert: %s: %s", Quote(path, kPathShown), message));
+  }
+
+  // `path` (relative) joined to the VMM's working directory, "." components dropped; as given if
+  // the working directory is unknown. Under --jail that directory is the jail's root.
+  static std::string AbsoluteMediumPath(const std::string& path) {
+    if (path[0] == '/') return path;
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+    std::string joined = cwd;
+    for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+      if (part == ".") continue;
+      if (joined.back() != '/') joined.push_back('/');
+      absl::StrAppend(&joined, part);
+    }
+    return joined;
   }
 
   ApiCore& core_;
 };
 
-class VmServiceImpl final : public pb::VmService::Service {
+// As MediaServiceImpl: streamed, so that a malformed request is INVALID_ARGUMENT.
+class VmServiceImpl final : public pb::VmService::StreamedService {
  public:
   explicit VmServiceImpl(ApiCore& core) : core_(core) {}
 
-  grpc::Status GetInfo(grpc::ServerContext* context, const pb::GetInfoRequest*,
-                       pb::VmInfo* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status StreamedGetInfo(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::GetInfoRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleGetInfo(request, response);
+    });
+  }
+  grpc::Status StreamedPause(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::PauseRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandlePause(request, response);
+    });
+  }
+  grpc::Status StreamedResume(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::ResumeRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleResume(request, response);
+    });
+  }
+  grpc::Status StreamedShutdown(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::ShutdownRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleShutdown(request, response);
+    });
+  }
+  grpc::Status StreamedGetStats(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::GetStatsRequest, pb::GetStatsResponse>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleGetStats(request, response);
+    });
+  }
+
+ private:
+  grpc::Status HandleGetInfo(const pb::GetInfoRequest*, pb::VmInfo* response) {
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Pause(grpc::ServerContext* context, const pb::PauseRequest*,
-                     pb::VmInfo* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandlePause(const pb::PauseRequest*, pb::VmInfo* response) {
     absl::Status status = core_.control().Pause();
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Resume(grpc::ServerContext* context, const pb::ResumeRequest*,
-                      pb::VmInfo* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleResume(const pb::ResumeRequest*, pb::VmInfo* response) {
     absl::Status status = core_.control().Resume();
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Shutdown(grpc::ServerContext* context, const pb::ShutdownRequest* request,
-                        pb::VmInfo* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleShutdown(const pb::ShutdownRequest* request, pb::VmInfo* response) {
     const absl::Duration grace = request->grace_period_ms() == 0
                                      ? kDefaultGracePeriod
                                      : absl::Milliseconds(request->grace_period_ms());
@@ -621,10 +734,7 @@ class VmServiceImpl final : public pb::VmService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStats(grpc::ServerContext* context, const pb::GetStatsRequest* request,
-                        pb::GetStatsResponse* response) override {
-    const ApiCore::CallScope call(core_);
-    if (grpc::Status denied = core_.Admit(*context); !denied.ok()) return denied;
+  grpc::Status HandleGetStats(const pb::GetStatsRequest* request, pb::GetStatsResponse* response) {
     if (!request->drive().empty()) {
       auto drive = core_.FindDrive(request->drive());
       if (!drive.ok()) return ToGrpc(drive.status());
@@ -756,7 +866,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   // (StagedUnixSocket): no process-wide umask while the VMM's other threads run.
   std::optional<StagedUnixSocket> staged_socket;
   if (!options.unix_socket_path.empty()) {
-    auto staged = StagedUnixSocket::Create(options.unix_socket_path);
+    // Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it that).
+    auto staged = StagedUnixSocket::Create(options.unix_socket_path, "--api-socket");
     if (!staged.ok()) return staged.status();
     staged_socket.emplace(*std::move(staged));
   }

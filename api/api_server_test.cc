@@ -5,6 +5,7 @@
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/dynamic_message.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/sync_stream.h>
 #include <limits.h>
 #include <poll.h>
@@ -1347,6 +1348,109 @@ TEST_F(ApiServerTest, SocketIsMode0600WithoutChangingTheUmask) {
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_NE(entry.path().filename().string().rfind(".api.sock", 0), 0u) << entry.path();
   }
+}
+
+// ---- Requests as the user sends them (issue 17) ----
+
+// Sends `bytes` as the request of the unary method `method` ("/vmm.v1.MediaService/Insert").
+grpc::Status RawUnaryCall(grpc::Channel* channel, const std::string& method,
+                          const std::string& bytes) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer reply;
+  return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+      &context, request, &reply);
+}
+
+// A request that does not parse is the caller's mistake: INVALID_ARGUMENT naming the message,
+// never gRPC's INTERNAL with an empty message. Nothing changes.
+TEST_F(ApiServerTest, MalformedRequestIsInvalidArgument) {
+  StartServer();
+  const auto before = vm_.cd1_media->Current();
+  // Field 2 (path), length 2, bytes that are not UTF-8: proto3 refuses to parse the string.
+  const std::string not_utf8 = std::string("\x0a\x03" "cd1" "\x12\x02" "\xff\xfe", 9);
+  const std::string truncated = "\x0a\x10" "cd1";  // a field longer than the message
+  for (const auto& [method, bytes] : std::vector<std::pair<std::string, std::string>>{
+           {"/vmm.v1.MediaService/Insert", not_utf8},
+           {"/vmm.v1.MediaService/Insert", truncated},
+           {"/vmm.v1.MediaService/Eject", "\xff\xff\xff"},
+           {"/vmm.v1.VmService/Shutdown", "\x0f"},
+       }) {
+    SCOPED_TRACE(method);
+    const grpc::Status status = RawUnaryCall(channel_.get(), method, bytes);
+    EXPECT_EQ(status.error_code(), StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("malformed request: not a vmm.v1."), std::string::npos)
+        << status.error_message();
+  }
+  EXPECT_EQ(vm_.cd1_media->Current(), before);
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    EXPECT_TRUE(vm_.shutdowns.empty());
+  }
+  // A well-formed request still works, and a bad one on a stream is refused the same way.
+  pb::DriveStatus status;
+  EXPECT_TRUE(Status("cd0", &status).ok());
+  grpc::ClientContext context;
+  Deadline(context);
+  grpc::internal::RpcMethod watch("/vmm.v1.MediaService/Watch",
+                                  grpc::internal::RpcMethod::SERVER_STREAMING);
+  grpc::Slice slice(std::string("\xff\xff"));
+  grpc::ByteBuffer request(&slice, 1);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), watch,
+                                                                     &context, request));
+  grpc::ByteBuffer event;
+  EXPECT_FALSE(reader->Read(&event));
+  const grpc::Status finished = reader->Finish();
+  EXPECT_EQ(finished.error_code(), StatusCode::INVALID_ARGUMENT) << finished.error_message();
+  EXPECT_NE(finished.error_message().find("vmm.v1.WatchRequest"), std::string::npos);
+}
+
+// A relative path is relative to the VMM's working directory; the medium's source is reported
+// absolute (issue 17), so that it names the file for every reader.
+TEST_F(ApiServerTest, RelativeInsertPathIsMadeAbsolute) {
+  StartServer();
+  char cwd[PATH_MAX];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(dir_.c_str()), 0);
+  pb::DriveStatus status;
+  const grpc::Status inserted = Insert("cd1", "./other.iso", &status);
+  const grpc::Status missing = Insert("cd1", "sub/missing.iso", &status);
+  ASSERT_EQ(chdir(cwd), 0);
+  ASSERT_TRUE(inserted.ok()) << inserted.error_message();
+  EXPECT_EQ(vm_.cd1_media->Current()->source, iso2_);
+  pb::DriveStatus now;
+  ASSERT_TRUE(Status("cd1", &now).ok());
+  EXPECT_EQ(now.source(), iso2_);
+  EXPECT_EQ(missing.error_code(), StatusCode::FAILED_PRECONDITION);  // cd1 is full now
+  ASSERT_TRUE(Eject("cd1", false, &status).ok());
+  ASSERT_EQ(chdir(dir_.c_str()), 0);
+  const grpc::Status not_found = Insert("cd1", "sub/missing.iso", &status);
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(not_found.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_NE(not_found.error_message().find(dir_ + "/sub/missing.iso"), std::string::npos)
+      << not_found.error_message();
+}
+
+// The block layer's "open PATH: reason" reads "insert: PATH: reason", not "cannot open the
+// medium open PATH" (issue 17).
+TEST_F(ApiServerTest, MediumErrorsNameThePathOnce) {
+  StartServer();
+  pb::DriveStatus status;
+  const grpc::Status missing = Insert("cd1", dir_ + "/missing.iso", &status);
+  EXPECT_EQ(missing.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "insert: cannot use '" + dir_ + "/missing.iso': No such file or directory");
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    vm_.denied.insert(iso_);
+  }
+  const grpc::Status denied = Insert("cd1", iso_, &status);
+  EXPECT_EQ(denied.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(denied.error_message(), "insert: " + iso_ + ": permission denied");
+  EXPECT_EQ(denied.error_message().find("open"), std::string::npos);
 }
 
 }  // namespace

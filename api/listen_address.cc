@@ -223,7 +223,7 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
     const size_t close = text.find(']');
     if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') {
       return absl::InvalidArgumentError(
-          absl::StrFormat("API address %s: expected [IPv6]:PORT", text));
+          absl::StrFormat("--api-tcp=%s: expected [IPv6]:PORT", text));
     }
     host = text.substr(1, close - 1);
     port_text = text.substr(close + 2);
@@ -231,14 +231,14 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
     const size_t colon = text.rfind(':');
     if (colon == std::string::npos || text.find(':') != colon) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "API address %s: expected HOST:PORT (IPv6 as [ADDRESS]:PORT)", text));
+          "--api-tcp=%s: expected HOST:PORT (IPv6 as [ADDRESS]:PORT)", text));
     }
     host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
   }
   uint32_t port = 0;
   if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrFormat("API address %s: bad port '%s'", text,
+    return absl::InvalidArgumentError(absl::StrFormat("--api-tcp=%s: bad port '%s' (0 to 65535)", text,
                                                       port_text));
   }
   bool loopback = false;
@@ -257,11 +257,11 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
     grpc_address = absl::StrFormat("[%s]:%d", host, port);
   } else {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "API address %s: '%s' is not an IP address (or localhost)", text, host));
+        "--api-tcp=%s: '%s' is not an IP address (or localhost)", text, host));
   }
   if (!loopback && !listen_any) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "API address %s is not a loopback address; the API's traffic (its token included) is not "
+        "--api-tcp=%s: not a loopback address; the API's traffic (its token included) is not "
         "encrypted, so it listens beyond this host only with --api-listen-any",
         text));
   }

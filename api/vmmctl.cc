@@ -1,6 +1,8 @@
 // vmmctl: the command-line client of the microvm control API. See docs/api.md ("vmmctl") and
 // `vmmctl --help`. The work is in api/vmmctl_lib.cc.
 #include <signal.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <iostream>
 #include <string>
@@ -28,6 +30,13 @@ int main(int argc, char** argv) {
       int signal_number = 0;
       sigwait(&stop, &signal_number);
       vmmctl::CancelWatch();
+      // The watch ends now and main() returns, unless the main thread is blocked writing an event
+      // to a stdout nobody reads (a full pipe): no cancellation reaches a blocked write(2). It gets
+      // a moment to finish and flush; then, or at a second signal, the process ends here, with
+      // the status an interrupted watch has.
+      const timespec grace{.tv_sec = 1, .tv_nsec = 0};
+      sigtimedwait(&stop, nullptr, &grace);
+      _exit(vmmctl::kExitOk);
     }).detach();
   }
   const int status = vmmctl::Run(args, std::cout, std::cerr);

@@ -140,9 +140,26 @@ class Runner {
   // Fails with the gRPC status: "vmmctl: media eject cd0: FAILED_PRECONDITION: ...".
   int RpcError(const grpc::Status& status) {
     err_ << "vmmctl: " << what_ << ": " << StatusCodeName(status.error_code());
-    if (!status.error_message().empty()) err_ << ": " << status.error_message();
+    if (!status.error_message().empty()) err_ << ": " << Hinted(status);
     err_ << "\n";
     return kExitRpcFailed;
+  }
+  // The server's message, with what to do in vmmctl's terms where it refused for a reason the
+  // user can act on: a disk has no medium; a lock that --force overrides.
+  std::string Hinted(const grpc::Status& status) const {
+    std::string message = status.error_message();
+    if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return message;
+    if (absl::StrContains(message, " is a disk")) {
+      return message + " (only CD/DVD drives have media: vmmctl media list shows which)";
+    }
+    if (absl::StrContains(message, "locked") && force_allowed_ && !Has("force")) {
+      // The server speaks of the request's force field: "(use force to eject)".
+      if (const size_t field = message.find(" (use force"); field != std::string::npos) {
+        message.erase(field);
+      }
+      return message + " (--force overrides the lock)";
+    }
+    return message;
   }
   int UsageError(const std::string& message) {
     err_ << "vmmctl: " << message << "\n(vmmctl --help for usage)\n";
@@ -184,6 +201,7 @@ class Runner {
   std::ostream& out_;
   std::ostream& err_;
   std::string what_;  // the command, for error messages
+  bool force_allowed_ = false;  // the command takes --force
   std::string token_;  // from --api-token-file; empty: none
   std::unique_ptr<vmm::v1::MediaService::Stub> media_;
   std::unique_ptr<vmm::v1::VmService::Stub> vm_;
@@ -191,14 +209,15 @@ class Runner {
 
 int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& args) {
   what_ = absl::StrJoin(spec.words, " ");
+  force_allowed_ = spec.options.count("force") != 0;
   if (!args.empty()) absl::StrAppend(&what_, " ", args[0]);
   // Check what can be checked before connecting.
   uint64_t number = 0;
   if (Has("grace-ms") && (!absl::SimpleAtoi(cl_.options.at("grace-ms"), &number) || number > 0xffffffffu)) {
-    return UsageError("--grace-ms: expected a number of milliseconds, got \"" + cl_.options.at("grace-ms") + "\"");
+    return UsageError("--grace-ms=" + cl_.options.at("grace-ms") + ": expected a number of milliseconds");
   }
   if (Has("count") && (!absl::SimpleAtoi(cl_.options.at("count"), &number) || number == 0)) {
-    return UsageError("--count: expected a positive number, got \"" + cl_.options.at("count") + "\"");
+    return UsageError("--count=" + cl_.options.at("count") + ": expected a positive number");
   }
   if (spec.words[1] == "tray" && args[1] != "open" && args[1] != "close") {
     return UsageError("media tray: expected open or close, got \"" + args[1] + "\"");
@@ -213,7 +232,12 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
   if (!address.ok()) return UsageError(std::string(address.status().message()));
   if (!cl_.token_file.empty()) {
     auto token = api::ReadApiTokenFile(cl_.token_file, "--api-token-file", api::TokenFileCheck::kReadable);
-    if (!token.ok()) return UsageError(std::string(token.status().message()));
+    if (!token.ok()) {
+      // "--api-token-file FILE: ..." as the other flags read: "--api-token-file=FILE: ...".
+      std::string message(token.status().message());
+      if (absl::StartsWith(message, "--api-token-file ")) message[16] = '=';
+      return UsageError(message);
+    }
     token_ = *std::move(token);
   }
   auto channel = Connect(*address, cl_.connect_timeout);
@@ -312,13 +336,7 @@ int Runner::MediaEject(const std::string& drive) {
   request.set_force(Has("force"));
   DriveStatus response;
   grpc::Status status = media_->Eject(&context, request, &response);
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION && !Has("force") &&
-        !absl::StrContains(status.error_message(), "force")) {
-      return RpcError(grpc::Status(status.error_code(), status.error_message() + " (--force overrides the lock)"));
-    }
-    return RpcError(status);
-  }
+  if (!status.ok()) return RpcError(status);
   return Print(response, DriveLine(response) + "\n");
 }
 
@@ -462,32 +480,35 @@ std::string StatusCodeName(grpc::StatusCode code) {
 
 absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api) {
   ApiAddress address;
-  if (api.empty()) return absl::InvalidArgumentError("empty --api address");
+  if (api.empty()) return absl::InvalidArgumentError("--api=: needs an address (unix:PATH or HOST:PORT)");
   absl::string_view rest = api;
   if (absl::ConsumePrefix(&rest, "unix:")) {
     absl::ConsumePrefix(&rest, "//");  // unix:///abs/path -> /abs/path
-    if (rest.empty()) return absl::InvalidArgumentError("--api unix: needs a socket path");
-    address.is_unix = true;
-    address.path = std::string(rest);
-  } else if (absl::StartsWith(rest, "/") || absl::StartsWith(rest, ".")) {
+    if (rest.empty()) return absl::InvalidArgumentError(absl::StrCat("--api=", api, ": needs a socket path"));
     address.is_unix = true;
     address.path = std::string(rest);
   } else if (absl::StartsWith(rest, "dns:") || absl::StartsWith(rest, "ipv4:") || absl::StartsWith(rest, "ipv6:")) {
     address.target = std::string(rest);
     return address;
+  } else if (absl::StartsWith(rest, ".") || absl::StrContains(rest, '/') || !absl::StrContains(rest, ':')) {
+    // A path: absolute, relative ("vm.sock", "run/vm.sock"), anything a HOST:PORT cannot be (it has
+    // a colon and no slash).
+    address.is_unix = true;
+    address.path = std::string(rest);
   } else {
     const size_t colon = rest.rfind(':');
     int port = 0;
-    if (colon == absl::string_view::npos || colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) ||
-        port <= 0 || port > 65535) {
+    if (colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 || port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--api ", api, ": expected unix:PATH (a unix socket) or HOST:PORT (TCP, port 1-65535)"));
+          "--api=", api,
+          ": expected a unix socket (unix:PATH, or a path such as vm.sock) or HOST:PORT (TCP, port "
+          "1-65535)"));
     }
     address.target = std::string(rest);
     return address;
   }
   if (address.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--api %s: a unix socket path has at most %d bytes",
+    return absl::InvalidArgumentError(absl::StrFormat("--api=%s: a unix socket path has at most %d bytes",
                                                       api, sizeof(sockaddr_un{}.sun_path) - 1));
   }
   address.target = "unix:" + address.path;
@@ -499,7 +520,12 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address
   if (address.is_unix) {
     struct stat st;
     if (stat(address.path.c_str(), &st) != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", shown, ": ", strerror(errno)));
+      const int error = errno;
+      // "--api localhost" (TCP without its port) reads as a file name: say what it was taken for.
+      const bool bare_name = address.path.find('/') == std::string::npos;
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect to ", shown, ": ", strerror(error),
+          bare_name && error == ENOENT ? " (taken as a unix socket path; TCP is HOST:PORT)" : ""));
     }
     if (!S_ISSOCK(st.st_mode)) {
       return absl::UnavailableError(absl::StrCat("cannot connect to ", shown, ": not a socket"));
@@ -578,10 +604,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (name == "help") {
       cl.help = true;
     } else if (name == "timeout") {
-      if (!ParseSeconds(*value, &cl.timeout)) return absl::InvalidArgumentError("--timeout: expected seconds > 0");
+      if (!ParseSeconds(*value, &cl.timeout)) {
+        return absl::InvalidArgumentError("--timeout=" + *value + ": expected seconds > 0 (at most 1000000)");
+      }
     } else if (name == "connect-timeout") {
       if (!ParseSeconds(*value, &cl.connect_timeout)) {
-        return absl::InvalidArgumentError("--connect-timeout: expected seconds > 0");
+        return absl::InvalidArgumentError("--connect-timeout=" + *value + ": expected seconds > 0 (at most 1000000)");
       }
     } else {
       cl.options[name] = *value;
@@ -602,7 +630,8 @@ std::string UsageText() {
   absl::StrAppend(&text,
                   "\n"
                   "options:\n"
-                  "  --api ADDR             unix:PATH, a path, or HOST:PORT (default: $VMMCTL_API)\n"
+                  "  --api ADDR             unix:PATH, a path (vm.sock, /run/vm.sock), or HOST:PORT\n"
+                  "                         (default: $VMMCTL_API)\n"
                   "  --api-token-file FILE  send the token in FILE with every call, for a VMM started with\n"
                   "                         --api-token-file (default: $MICROVM_API_TOKEN_FILE)\n"
                   "  --json                 print the reply as protobuf JSON (media watch: one object per line)\n"

@@ -32,8 +32,9 @@ enum ExitCode : int {
 // "INVALID_ARGUMENT" for grpc::StatusCode::INVALID_ARGUMENT, and so on ("CODE_<n>" if unknown).
 std::string StatusCodeName(grpc::StatusCode code);
 
-// The gRPC target for an --api value: "unix:PATH" / "unix://PATH" / "unix:///PATH" and a bare path
-// ("/run/vm.sock", "./vm.sock") are unix sockets; "HOST:PORT" (IPv6 as "[::1]:PORT") is TCP.
+// The gRPC target for an --api value: "unix:PATH" / "unix://PATH" / "unix:///PATH" and a path
+// ("/run/vm.sock", "./vm.sock", "vm.sock", "run/vm.sock": anything with a slash or without a
+// colon) are unix sockets; "HOST:PORT" (IPv6 as "[::1]:PORT") is TCP.
 struct ApiAddress {
   bool is_unix = false;
   std::string path;    // unix: the socket path as given (relative paths stay relative)

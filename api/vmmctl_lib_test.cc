@@ -3,8 +3,12 @@
 // (0 ok, 1 RPC error, 2 usage, 3 cannot connect), deadlines, and media watch.
 #include "api/vmmctl_lib.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -139,8 +143,13 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     absl::MutexLock lock(&mutex_);
     DriveStatus* d = Find(request->drive());
     if (d == nullptr) return NotFound(request->drive());
+    if (!d->removable()) {  // the real server's words (api/api_server.cc)
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          request->drive() + " is a disk: it has no removable medium to insert, eject or watch");
+    }
     if (d->locked() && !request->force()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the guest has locked cd0");
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "cd0: the guest has locked the drive (use force to eject)");
     }
     if (d->medium_present()) d->set_generation(d->generation() + 1);
     d->set_medium_present(false);
@@ -316,11 +325,18 @@ TEST(ParseTest, Addresses) {
   EXPECT_EQ(tcp->target, "127.0.0.1:7000");
   EXPECT_EQ(ParseApiAddress("[::1]:7000")->target, "[::1]:7000");
   EXPECT_EQ(ParseApiAddress("localhost:7000")->target, "localhost:7000");
+  // A bare file name or a relative path is a unix socket, as ./vm.sock (issue 17).
+  EXPECT_EQ(ParseApiAddress("vm.sock")->target, "unix:vm.sock");
+  EXPECT_TRUE(ParseApiAddress("vm.sock")->is_unix);
+  EXPECT_EQ(ParseApiAddress("run/vm.sock")->path, "run/vm.sock");
+  EXPECT_TRUE(ParseApiAddress("localhost")->is_unix);  // no port: a file name (connecting says so)
   EXPECT_FALSE(ParseApiAddress("").ok());
   EXPECT_FALSE(ParseApiAddress("unix:").ok());
-  EXPECT_FALSE(ParseApiAddress("localhost").ok());
   EXPECT_FALSE(ParseApiAddress("localhost:0").ok());
   EXPECT_FALSE(ParseApiAddress("localhost:99999").ok());
+  auto bad = ParseApiAddress("host:port");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--api=host:port: expected a unix socket"));
   EXPECT_FALSE(ParseApiAddress("unix:/" + std::string(200, 'x')).ok());  // beyond sun_path
 }
 
@@ -423,6 +439,22 @@ TEST_F(VmmctlTest, SendsTheTokenFromItsFile) {
   EXPECT_EQ(fake_.authorizations().size(), 5u);
 }
 
+// `--api vm.sock` is the socket vm.sock in the working directory, as ./vm.sock is.
+TEST_F(VmmctlTest, ABareSocketNameIsAPath) {
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  const std::string directory = socket_.substr(0, socket_.rfind('/'));
+  ASSERT_EQ(chdir(directory.c_str()), 0);
+  const std::string name = socket_.substr(socket_.rfind('/') + 1);
+  Result r = Vmmctl({"--api", name, "vm", "info"}, false);
+  Result missing = Vmmctl({"--api", "no-such.sock", "vm", "info"}, false);
+  ASSERT_EQ(chdir(cwd), 0);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(missing.status, kExitCannotConnect);
+  EXPECT_THAT(missing.err, HasSubstr("cannot connect to unix:no-such.sock: No such file or directory "
+                                     "(taken as a unix socket path; TCP is HOST:PORT)"));
+}
+
 TEST_F(VmmctlTest, CannotConnectExitsThree) {
   Result missing = Vmmctl({"--api", "unix:" + TempPath("nothing-here.sock"), "vm", "info"}, false);
   EXPECT_EQ(missing.status, kExitCannotConnect);
@@ -489,7 +521,15 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   Result refused = Vmmctl({"media", "eject", "cd0"});
   EXPECT_EQ(refused.status, kExitRpcFailed);
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
-  EXPECT_THAT(refused.err, HasSubstr("--force"));
+  // The server's "(use force to eject)" in vmmctl's terms.
+  EXPECT_THAT(refused.err, HasSubstr("cd0: the guest has locked the drive (--force overrides the lock)\n"));
+  EXPECT_THAT(refused.err, Not(HasSubstr("use force")));
+  // A disk has no medium: the hint says so, not that --force would help (issue 17).
+  Result disk_eject = Vmmctl({"media", "eject", "disk0"});
+  EXPECT_EQ(disk_eject.status, kExitRpcFailed);
+  EXPECT_THAT(disk_eject.err, HasSubstr("disk0 is a disk"));
+  EXPECT_THAT(disk_eject.err, HasSubstr("(only CD/DVD drives have media: vmmctl media list shows which)"));
+  EXPECT_THAT(disk_eject.err, Not(HasSubstr("--force")));
   Result forced = Vmmctl({"media", "eject", "cd0", "--force"});
   ASSERT_EQ(forced.status, 0) << forced.err;
   EXPECT_THAT(forced.out, HasSubstr("cd0 cdrom virtio-scsi 0:1: no medium, tray open, locked, generation 2"));
@@ -602,6 +642,69 @@ TEST_F(VmmctlTest, WatchEndsWithAnErrorWhenTheServerGoesAway) {
   watcher.join();
   // Either the server finished the stream (OK) or the connection broke: never a hang.
   EXPECT_TRUE(r.status == 0 || r.status == kExitRpcFailed) << r.status << " " << r.err;
+}
+
+// Issue 17: the real vmmctl, its stdout a pipe nobody reads. Once the pipe is full vmmctl is blocked
+// writing an event, where no cancellation reaches it; SIGTERM must still end it, with the status
+// of an interrupted watch.
+TEST_F(VmmctlTest, WatchEndsOnSigtermWhileItsOutputIsBlocked) {
+  const std::string vmmctl =
+      absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/api/vmmctl");
+  int out[2];
+  int err[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(err, O_CLOEXEC), 0);
+  const int capacity = fcntl(out[1], F_SETPIPE_SZ, 4096);  // fills after a few dozen events
+  ASSERT_GT(capacity, 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execl(vmmctl.c_str(), "vmmctl", "--api", ("unix:" + socket_).c_str(), "media", "watch",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  // "vmmctl: watching ..." once the stream is subscribed.
+  std::string seen;
+  char c;
+  while (seen.find("watching") == std::string::npos && read(err[0], &c, 1) == 1) seen += c;
+  ASSERT_THAT(seen, HasSubstr("watching"));
+  // Events until the pipe is full: within a line of its capacity (a line is about 170 bytes; a
+  // write that does not fit waits for room). Bounded in case it never fills.
+  const int full = capacity - 512;
+  int queued = 0;
+  for (int i = 0; i < 3000 && queued < full; ++i) {
+    fake_.Emit(i % 2 == 0 ? vmm::v1::MediaEvent::TRAY_OPENED : vmm::v1::MediaEvent::TRAY_CLOSED, false);
+    if (i % 50 == 49) {
+      absl::SleepFor(absl::Milliseconds(20));
+      ASSERT_EQ(ioctl(out[0], FIONREAD, &queued), 0);
+    }
+  }
+  for (int i = 0; i < 1000 && queued < full; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    ASSERT_EQ(ioctl(out[0], FIONREAD, &queued), 0);
+  }
+  ASSERT_GE(queued, full) << "vmmctl's stdout never filled";
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  // Generous: only a vmmctl that ignores the signal comes near it.
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 3000 && done == 0; ++i) {
+    done = waitpid(pid, &status, WNOHANG);
+    if (done == 0) absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (done == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  close(out[0]);
+  close(err[0]);
+  ASSERT_NE(done, 0) << "vmmctl media watch ignored SIGTERM while its stdout was blocked";
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), kExitOk);
 }
 
 }  // namespace

@@ -1,33 +1,93 @@
 #ifndef VMM_COMMAND_LINE_H_
 #define VMM_COMMAND_LINE_H_
 
-// Command-line handling shared by the VMM's binaries (microvm, vhost-user-scsi).
+// Command-line handling shared by the VMM's binaries (microvm, vhost-user-scsi): flags with dash
+// names, repeatable drive flags, --help, and errors in one style, "--flag=value: what is wrong
+// (what to do)", which each binary prints after its name. docs/errors.md lists them.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "vmm/drive_spec.h"
 
 namespace vmm {
 
-// Parses "256", "256M", "1G", "65536K" into bytes; a bare number is MiB, as QEMU's -m.
-bool ParseMemorySize(absl::string_view text, uint64_t* bytes);
+// --memory: "256" (a bare number is MiB, as QEMU's -m), "256M", "1G", "1T", "65536K". At least
+// 16 MiB (kMinimumRamBytes), a multiple of 4 KiB, at most kMaxMemoryBytes. InvalidArgument naming
+// the flag and the value otherwise.
+inline constexpr uint64_t kMaxMemoryBytes = 8ull << 40;
+absl::StatusOr<uint64_t> ParseMemorySize(absl::string_view text);
+
+// `value` of `flag` ("--vcpus") within [min, max]; InvalidArgument "--vcpus=0: ..." saying the
+// range and, if given, why it is what it is.
+absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t min, int64_t max,
+                        absl::string_view why = "");
+
+// `path` made absolute against the working directory (no symlink is resolved and nothing needs
+// to exist: "." components and repeated slashes go, ".." stays, as the kernel would walk it).
+// Absolute paths come back as given, minus "." components. The VMM records and reports absolute
+// paths, so they name the same file whoever reads them.
+std::string AbsolutePath(const std::string& path);
+
+// An input file the VMM reads whole (--kernel, --initrd): it must exist, be readable, be a regular
+// file and not be empty. Checked before /dev/kvm is opened, so that a typo is reported as such.
+// `flag` and `given` (the value as typed) lead the message: "--kernel=vmlinuz: no such file".
+absl::Status CheckInputFile(absl::string_view flag, const std::string& given,
+                            const std::string& path);
 
 // absl flags are named with underscores; users type dashes (--cpu-features, --dump-dtb), as with
 // QEMU and Firecracker. Copies argv into `storage`, rewriting the name part of every
 // "--name[=value]" argument so both spellings work.
 void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage);
 
-// Takes every --disk, --cdrom, --ide-disk and --ide-cdrom out of `args` (they repeat, which absl
-// flags do not), in order, as NormalizeFlagNames left them.
+// Takes every --disk, --cdrom, --ide-disk and --ide-cdrom before a "--" out of `args` (they repeat,
+// which absl flags do not), in order, as NormalizeFlagNames left them. Errors as ParseDriveSpec's.
 absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args);
 
-// The three above in order, then absl::ParseCommandLine on what is left (which exits on unknown
-// flags or --help): the flags are set, and the drives are returned in command-line order.
-absl::StatusOr<std::vector<DriveSpec>> ParseFlagsAndDrives(int argc, char** argv);
+// What --help shows of one binary: its flags in groups, each flag's help text and default taken
+// from its ABSL_FLAG definition.
+struct HelpFlag {
+  const char* name;   // as typed: "api-socket"
+  const char* value;  // the placeholder after '=': "PATH"; "" for a switch (a bool flag)
+};
+struct HelpGroup {
+  const char* title;  // "Machine"
+  std::vector<HelpFlag> flags;
+};
+struct ProgramHelp {
+  std::string program;  // "microvm"
+  std::string summary;  // one line: what the binary does
+  std::string usage;    // the synopsis after "usage: "
+  std::vector<HelpGroup> groups;
+  std::string epilogue;  // after the flags (exit statuses, where the docs are)
+};
+
+// The --help text: every flag of `help.groups` with dash names, its help text and its default
+// (omitted when empty). Flags the binary defines but no group lists follow under "Other flags"
+// (a test checks the binaries have none); Abseil's own flags are left to --helpfull.
+std::string HelpText(const ProgramHelp& help);
+
+// The flags defined in this binary outside Abseil, with dash names, sorted.
+std::vector<std::string> DefinedFlagNames();
+
+struct ParsedCommandLine {
+  // --help or -h was given: print HelpText() to stdout and exit 0. Nothing else was parsed.
+  bool help = false;
+  // The drive flags, in command-line order, their paths made absolute (AbsolutePath).
+  std::vector<DriveSpec> drives;
+};
+
+// Parses argv: --help/-h first; then the drive flags (ExtractDriveFlags); then every other
+// "--name=value", "--name value", "--switch", "--switch=false" or "--noswitch" against the
+// binary's flags, names with dashes or underscores. Errors name the flag and the value as typed:
+// an unknown flag (with the nearest known name), a missing value, a value of the wrong type, an
+// argument that is not a flag. Abseil's own flags (--helpfull, --version, --flagfile) go to
+// absl::ParseCommandLine, which may print and exit.
+absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv);
 
 }  // namespace vmm
 

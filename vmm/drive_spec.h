@@ -35,13 +35,34 @@ struct DriveSpec {
   // path is an image file.
   bool host_drive = false;
   std::string path;  // empty for a CD-ROM without a medium
+  // The path as the command line gave it (before it was made absolute; with "host:" if given),
+  // for messages: the user recognises what they typed.
+  std::string given_path;
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
   block::FuaMode fua_mode = block::FuaMode::kNative;
   bool read_only = false;
 };
 
+// Errors name the flag and the text: "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\"".
 absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text,
                                          DriveSpec::Bus bus = DriveSpec::Bus::kScsi);
+
+// The flag a drive comes from: "--disk", "--cdrom", "--ide-disk" or "--ide-cdrom".
+const char* DriveFlag(DriveSpec::Kind kind, DriveSpec::Bus bus);
+inline const char* DriveFlag(const DriveSpec& spec) { return DriveFlag(spec.kind, spec.bus); }
+
+// `status`, an error about the file `path` that `flag` named (typed as `given`), reworded to lead
+// with the flag and the value: a message that starts with `path` (as the block layer's and the
+// loaders' do: "PATH: no such file", "PATH is a directory") has it replaced by "--flag=given"; a
+// leading "open PATH" or "--flag PATH" likewise. A message that mentions `path` elsewhere gets
+// "--flag=given: " in front. One that already starts "--flag=given", any other (not about this
+// input) and an OK status come back unchanged; the code is always kept.
+absl::Status NameTheFlag(absl::string_view flag, const std::string& given, const std::string& path,
+                         const absl::Status& status);
+
+// NameTheFlag for a drive's file: "--ide-cdrom=a.iso: no such file or directory". A message that
+// does not mention the file is prefixed all the same: every error of a drive names its flag.
+absl::Status DriveError(const DriveSpec& spec, const absl::Status& status);
 
 }  // namespace vmm
 

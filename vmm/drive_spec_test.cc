@@ -1,5 +1,6 @@
 #include "vmm/drive_spec.h"
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace vmm {
@@ -69,6 +70,72 @@ TEST(DriveSpecTest, RejectsBadInput) {
   auto unknown = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,turbo");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("turbo"), std::string::npos);
+}
+
+// Issue 17: every message names the flag the drive came from (--ide-cdrom, not --cdrom) and what
+// was typed.
+TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
+  const struct {
+    DriveSpec::Kind kind;
+    DriveSpec::Bus bus;
+    const char* text;
+    const char* message;
+  } cases[] = {
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "",
+       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly])"},
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, ",cache=none",
+       "--ide-disk=,cache=none: needs the image's path"},
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,cache=fast",
+       "--disk=d.img,cache=fast: unknown cache mode \"fast\""},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,unit=2",
+       "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "host:",
+       "--ide-cdrom=host:: host: needs the drive's device node (host:/dev/sr0)"},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,cache=none",
+       "--ide-cdrom=a.iso,cache=none: unknown option \"cache=none\" (--ide-cdrom takes channel=, "
+       "unit=, probe-delay-us=)"},
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,channel=0",
+       "--disk=d.img,channel=0: unknown option \"channel=0\" (channel= and unit= place IDE drives: "
+       "--ide-disk)"},
+  };
+  for (const auto& c : cases) {
+    auto spec = ParseDriveSpec(c.kind, c.text, c.bus);
+    ASSERT_FALSE(spec.ok()) << c.text;
+    EXPECT_TRUE(absl::StartsWith(spec.status().message(), c.message)) << spec.status();
+  }
+}
+
+TEST(DriveSpecTest, ErrorsAboutTheFileLeadWithTheFlag) {
+  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(spec.ok());
+  spec->path = "/srv/dir/a.iso";  // made absolute, as the launchers do
+  EXPECT_EQ(DriveError(*spec, absl::NotFoundError("/srv/dir/a.iso: no such file or directory")).message(),
+            "--ide-cdrom=a.iso: no such file or directory");
+  EXPECT_EQ(DriveError(*spec, absl::PermissionDeniedError("open /srv/dir/a.iso: Permission denied")).message(),
+            "--ide-cdrom=a.iso: Permission denied");
+  EXPECT_EQ(DriveError(*spec, absl::FailedPreconditionError("/srv/dir/a.iso is a directory")).message(),
+            "--ide-cdrom=a.iso is a directory");
+  EXPECT_EQ(DriveError(*spec, absl::InternalError("io_uring_setup: out of memory")).message(),
+            "--ide-cdrom=a.iso: io_uring_setup: out of memory");
+  EXPECT_EQ(DriveError(*spec, absl::NotFoundError("x")).code(), absl::StatusCode::kNotFound);
+  auto host = ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:/dev/sr9");
+  ASSERT_TRUE(host.ok());
+  EXPECT_EQ(DriveError(*host, absl::InvalidArgumentError("/dev/sr9: not a CD-ROM drive")).message(),
+            "--cdrom=host:/dev/sr9: not a CD-ROM drive");
+}
+
+TEST(DriveSpecTest, NameTheFlagLeavesOtherErrorsAlone) {
+  const absl::Status kvm = absl::FailedPreconditionError("/dev/kvm does not exist: no KVM");
+  EXPECT_EQ(NameTheFlag("--kvm-device", "/dev/kvm", "/dev/kvm", kvm).message(),
+            "--kvm-device=/dev/kvm does not exist: no KVM");
+  EXPECT_EQ(NameTheFlag("--kernel", "k", "/abs/k", kvm), kvm);
+  const absl::Status token = absl::InvalidArgumentError("--api-token-file /t: the token is empty");
+  EXPECT_EQ(NameTheFlag("--api-token-file", "/t", "/t", token).message(),
+            "--api-token-file=/t: the token is empty");
+  const absl::Status inside = absl::PermissionDeniedError("cannot open /dev/kvm: Permission denied");
+  EXPECT_EQ(NameTheFlag("--kvm-device", "/dev/kvm", "/dev/kvm", inside).message(),
+            "--kvm-device=/dev/kvm: cannot open /dev/kvm: Permission denied");
+  EXPECT_TRUE(NameTheFlag("--kernel", "k", "/k", absl::OkStatus()).ok());
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -33,20 +32,29 @@
 #include "vmm/thread_stacks.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
+#include "vmm/x86/cpuid.h"
+#include "vmm/x86/mptable.h"
 
-ABSL_FLAG(std::string, kernel, "", "Kernel to boot: a Linux bzImage, or an ELF (PVH note or 64-bit entry).");
+ABSL_FLAG(std::string, kernel, "",
+          "Kernel to boot (required): a Linux bzImage, or an ELF (with a PVH note it is entered in "
+          "32-bit mode, else in long mode).");
 ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
 ABSL_FLAG(std::string, cmdline, "console=ttyS0 reboot=k panic=1", "Kernel command line.");
-ABSL_FLAG(std::string, memory, "256M", "Guest RAM: a number of MiB, or with a K/M/G suffix.");
-ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs (1-40: the MP table's room in the EBDA).");
-ABSL_FLAG(std::string, serial, "stdout", "Serial console output: stdout, none, or file:PATH.");
+ABSL_FLAG(std::string, memory, "256M",
+          "Guest RAM: a number of MiB, or with a K, M, G or T suffix; 16M to 8T.");
+ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs, 1 to 40 (the MP table's room in the EBDA).");
+ABSL_FLAG(std::string, serial, "stdout",
+          "Where the serial console (COM1) goes: stdout, none, or file:PATH.");
 ABSL_FLAG(bool, serial_input, true, "Feed the VMM's stdin to the serial console.");
 ABSL_FLAG(std::string, cpu_features, "",
-          "CPUID features to hide or require, e.g. -xsave,-cx16 (see docs/machine.md).");
-ABSL_FLAG(std::string, dump_dtb, "", "Write the machine's flattened device tree to this file and exit.");
+          "CPUID features to hide (-xsave) or require (+avx2), comma-separated "
+          "(docs/machine.md).");
+ABSL_FLAG(std::string, dump_dtb, "",
+          "Write the machine's flattened device tree to FILE and exit (`dtc -I dtb FILE` shows "
+          "it).");
 ABSL_FLAG(std::string, dump_acpi, "",
-          "Write the machine's ACPI tables to this existing directory (rsdp.dat, xsdt.dat, facp.dat, "
-          "facs.dat, apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
+          "Write the machine's ACPI tables to this existing directory (rsdp.dat, xsdt.dat, "
+          "facp.dat, facs.dat, apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
 ABSL_FLAG(bool, boot_report, false,
           "Print start-up times (to the first serial byte, the --boot-marker text and the test "
           "guest's first ring-3 instruction) and peak RSS on exit, to stderr.");
@@ -54,15 +62,15 @@ ABSL_FLAG(std::string, boot_marker, "",
           "With --boot-report: also time the first appearance of this text in the serial output "
           "(e.g. a line the guest's init prints).");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
-ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues.");
+ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
 ABSL_FLAG(std::string, test_media, "",
           "Tests only: enables the test-control port (0xf5), through which the guest can eject "
           "CD-ROM N (0x10|N) or insert this file into it (0x20|N).");
 ABSL_FLAG(uint32_t, iothreads, 1,
-          "iothreads serving the virtio-scsi request queues (queue i on iothread i % N).");
+          "iothreads serving the virtio-scsi request queues (queue i on iothread i % N), 1 to 64.");
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
-          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; the "
-          "default is QEMU's iothread poll-max-ns).");
+          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; at "
+          "most 1000000000; the default is QEMU's iothread poll-max-ns).");
 ABSL_FLAG(std::string, api_socket, "",
           "Serve the gRPC control API (docs/api.md) on this unix socket, created with mode 0600. "
           "Refused if the path exists and is not a stale socket. Default: no API.");
@@ -79,20 +87,25 @@ ABSL_FLAG(bool, api_tcp_insecure, false,
           "--api-listen-any, anyone who can connect) then controls the VM.");
 ABSL_FLAG(std::string, media_dir, "",
           "The control API takes CD/DVD media from this directory only: paths relative to it, or "
-          "absolute under it; anything else is refused. Without it, any file the VMM can read.");
+          "absolute under it; anything else is refused. Without it, any file the VMM can read "
+          "(a relative path is relative to the VMM's working directory).");
 ABSL_FLAG(bool, api_listen_any, false,
           "Allow --api-tcp on a non-loopback address (anyone who can connect controls the VM).");
-// --disk and --cdrom may repeat; they are taken out of argv before absl parses it (see
-// ExtractDriveFlags). These definitions only document them in --help.
+// --disk, --cdrom, --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the
+// other flags are parsed (see vmm::ExtractDriveFlags). These definitions only document them.
 ABSL_FLAG(std::string, disk, "",
-          "A virtio-scsi disk: PATH[,cache=none|writeback|writethrough|directsync|unsafe]"
-          "[,fua=native|emulate][,readonly]. Repeat for more disks.");
-ABSL_FLAG(std::string, cdrom, "", "A virtio-scsi CD/DVD-ROM with the ISO at PATH (empty: no medium). "
-                                  "Repeatable.");
+          "A virtio-scsi disk: a raw image; cache none, writeback (default), writethrough, "
+          "directsync or unsafe; readonly. Repeat for more disks (LUN 0, 1, ... in order).");
+ABSL_FLAG(std::string, cdrom, "",
+          "A virtio-scsi CD/DVD-ROM holding the ISO at PATH (at least one 2048-byte block); no "
+          "PATH: an empty drive. A host optical drive (/dev/sr0, or host:PATH to insist) is "
+          "passed through (docs/host-cdrom.md). Repeatable.");
 ABSL_FLAG(std::string, ide_disk, "",
-          "An IDE (PIIX3) disk: PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1].");
+          "An IDE (PIIX3) disk, options as --disk; channel and unit place it (default: the first "
+          "free place from the primary master). Repeatable, four IDE drives at most.");
 ABSL_FLAG(std::string, ide_cdrom, "",
-          "An IDE ATAPI CD/DVD-ROM: [PATH][,channel=0|1][,unit=0|1] (default: secondary master).");
+          "An IDE ATAPI CD/DVD-ROM, as --cdrom (default place: the secondary master, as QEMU's "
+          "-cdrom). Repeatable.");
 
 namespace {
 
@@ -103,43 +116,210 @@ int Fail(const std::string& message) {
   return kExitError;
 }
 
+int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
+
+const vmm::ProgramHelp& Help() {
+  static const auto* help = new vmm::ProgramHelp{
+      .program = "microvm",
+      .summary = "runs one KVM microVM (README.md, docs/machine.md).",
+      .usage = "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] [--memory=SIZE] "
+               "[--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
+               "[--api-socket=PATH] [more flags below]",
+      .groups =
+          {
+              {"Machine",
+               {{"kernel", "PATH"},
+                {"initrd", "PATH"},
+                {"cmdline", "TEXT"},
+                {"memory", "SIZE"},
+                {"vcpus", "N"},
+                {"cpu-features", "LIST"},
+                {"serial", "stdout|none|file:PATH"},
+                {"serial-input", ""},
+                {"kvm-device", "PATH"}}},
+              {"Drives (virtio-scsi and IDE)",
+               {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
+                {"cdrom", "[=PATH]"},
+                {"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1]"},
+                {"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1]"},
+                {"scsi-queues", "N"},
+                {"iothreads", "N"},
+                {"poll-max-ns", "NS"}}},
+              {"Control API (docs/api.md)",
+               {{"api-socket", "PATH"},
+                {"api-tcp", "HOST:PORT"},
+                {"api-token-file", "FILE"},
+                {"api-tcp-insecure", ""},
+                {"api-listen-any", ""},
+                {"media-dir", "DIR"}}},
+              {"Sandbox (docs/security.md)",
+               {{"seccomp", "trap|log|off"}, {"jail", "DIR"}, {"jail-user", "UID:GID"}}},
+              {"Debugging and benchmarks",
+               {{"dump-dtb", "FILE"},
+                {"dump-acpi", "DIR"},
+                {"boot-report", ""},
+                {"boot-marker", "TEXT"},
+                {"test-media", "FILE"}}},
+          },
+      .epilogue =
+          "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
+          "status: the guest's debug-exit value; 0 after a guest reset or power-off or an API "
+          "Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
+          "--flag=value: what is wrong\" (docs/errors.md lists them).",
+  };
+  return *help;
+}
+
+// The flags' values, checked and turned into the VM's configuration before anything is opened:
+// every error names its flag and the value as typed (docs/errors.md).
+absl::Status Configure(vmm::VmConfig& config) {
+  const std::string kernel = absl::GetFlag(FLAGS_kernel);
+  if (kernel.empty()) {
+    return absl::InvalidArgumentError(
+        "--kernel=PATH is required: the kernel to boot (a bzImage, or an ELF such as "
+        "bazel-bin/tests/guest/test_guest; microvm --help lists every flag)");
+  }
+  // Absolute from here on: the control API reports them, and the VMM may chdir (--jail).
+  config.kernel_path = vmm::AbsolutePath(kernel);
+  if (absl::Status file = vmm::CheckInputFile("--kernel", kernel, config.kernel_path); !file.ok()) {
+    return file;
+  }
+  const std::string initrd = absl::GetFlag(FLAGS_initrd);
+  if (!initrd.empty()) {
+    config.initrd_path = vmm::AbsolutePath(initrd);
+    if (absl::Status file = vmm::CheckInputFile("--initrd", initrd, config.initrd_path);
+        !file.ok()) {
+      return file;
+    }
+  }
+  auto memory = vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory));
+  if (!memory.ok()) return memory.status();
+  config.memory_bytes = *memory;
+  config.vcpus = absl::GetFlag(FLAGS_vcpus);
+  if (absl::Status range = vmm::CheckRange("--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
+                                           absl::StrCat("the MP table in the EBDA has room for ",
+                                                        vmm::x86::kMpTableMaxCpus, " vCPUs"));
+      !range.ok()) {
+    return range;
+  }
+  config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
+  if (auto features = vmm::x86::ParseCpuFeatures(config.cpu_features); !features.ok()) {
+    absl::string_view message = features.status().message();
+    absl::ConsumePrefix(&message, "--cpu-features: ");
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--cpu-features=%s: %s", config.cpu_features, message));
+  }
+  // Checked whether or not a drive uses them: a value out of range is a mistake either way.
+  config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
+  config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
+  for (const absl::Status& range : {
+           vmm::CheckRange("--scsi-queues", config.storage.scsi_queues, 1, 1024,
+                           "virtio-scsi request queues"),
+           vmm::CheckRange("--iothreads", config.storage.iothreads, 1, 64),
+           vmm::CheckRange("--poll-max-ns", config.storage.poll_max_ns, 0, 1'000'000'000,
+                           "0 turns polling off"),
+       }) {
+    if (!range.ok()) return range;
+  }
+  config.cmdline = absl::GetFlag(FLAGS_cmdline);
+  config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
+  config.test_media_path = absl::GetFlag(FLAGS_test_media);
+  config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
+  return absl::OkStatus();
+}
+
+// An error of Vm::Create reworded to name the flag of the file it is about (the loaders and KVM
+// name the file; docs/errors.md). Drive errors already name their flag (vmm::DriveError).
+absl::Status NameTheInput(const vmm::VmConfig& config, const absl::Status& status) {
+  const struct {
+    const char* flag;
+    std::string given;
+    std::string path;
+  } inputs[] = {
+      {"--kernel", absl::GetFlag(FLAGS_kernel), config.kernel_path},
+      {"--initrd", absl::GetFlag(FLAGS_initrd), config.initrd_path},
+      {"--kvm-device", config.kvm_path, config.kvm_path},
+      {"--test-media", config.test_media_path, config.test_media_path},
+  };
+  for (const auto& input : inputs) {
+    absl::Status named = vmm::NameTheFlag(input.flag, input.given, input.path, status);
+    if (named.message() != status.message()) return named;
+  }
+  return status;
+}
+
+// The control API's flags, checked before anything starts; the token file is read here.
+absl::Status ConfigureApi(api::ApiServerOptions& options) {
+  options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
+  options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
+  options.tcp_listen_any = absl::GetFlag(FLAGS_api_listen_any);
+  if (options.tcp_listen_any && options.tcp_address.empty()) {
+    return absl::InvalidArgumentError("--api-listen-any applies to --api-tcp, which is not given");
+  }
+  options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
+  if (options.tcp_insecure && options.tcp_address.empty()) {
+    return absl::InvalidArgumentError(
+        "--api-tcp-insecure applies to --api-tcp, which is not given");
+  }
+  const std::string token_file = absl::GetFlag(FLAGS_api_token_file);
+  if (!token_file.empty()) {
+    if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
+      return absl::InvalidArgumentError(
+          "--api-token-file applies to --api-socket and --api-tcp; neither is given");
+    }
+    auto token =
+        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
+    if (!token.ok()) return vmm::NameTheFlag("--api-token-file", token_file, token_file, token.status());
+    options.auth_token = *std::move(token);
+  }
+  if (!absl::GetFlag(FLAGS_media_dir).empty() && options.unix_socket_path.empty() &&
+      options.tcp_address.empty()) {
+    return absl::InvalidArgumentError(
+        "--media-dir applies to the control API (--api-socket or --api-tcp); neither is given");
+  }
+  return absl::OkStatus();
+}
+
+// An error starting the API server, naming the listener's flag where it is about one.
+absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
+  absl::Status named = vmm::NameTheFlag("--api-socket", options.unix_socket_path,
+                                        options.unix_socket_path, status);
+  if (named.message() != status.message()) return named;
+  return vmm::NameTheFlag("--api-tcp", options.tcp_address, options.tcp_address, status);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
   if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
-    return Fail(std::string(stacks.message()));
+    return Fail(stacks);
   }
-  absl::SetProgramUsageMessage(
-      "Launches a KVM microVM.\n  microvm --kernel=PATH [--initrd=PATH] [--cmdline=...] "
-      "[--memory=256M] [--vcpus=1] [--serial=stdout|none|file:PATH]");
-  auto drives = vmm::ParseFlagsAndDrives(argc, argv);
-  if (!drives.ok()) return Fail(std::string(drives.status().message()));
-  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
-  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
-  if (!sandbox.ok()) return Fail(std::string(sandbox.status().message()));
-
+  auto parsed = vmm::ParseFlagsAndDrives(argc, argv);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (parsed->help) {
+    absl::PrintF("%s", vmm::HelpText(Help()));
+    return 0;
+  }
   vmm::VmConfig config;
   config.launch_time = launch_time;
-  config.kernel_path = absl::GetFlag(FLAGS_kernel);
-  config.initrd_path = absl::GetFlag(FLAGS_initrd);
-  config.cmdline = absl::GetFlag(FLAGS_cmdline);
-  config.vcpus = absl::GetFlag(FLAGS_vcpus);
-  config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
-  config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
-  config.storage.drives = *std::move(drives);
-  config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
-  config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
-  config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
-  config.test_media_path = absl::GetFlag(FLAGS_test_media);
-  config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
+  config.storage.drives = std::move(parsed->drives);
+  if (absl::Status configured = Configure(config); !configured.ok()) return Fail(configured);
+  api::ApiServerOptions api_options;
+  if (absl::Status configured = ConfigureApi(api_options); !configured.ok()) return Fail(configured);
+  // Where the API's media may come from: declared before the VM and the API, destroyed last.
+  std::unique_ptr<vmm::MediaDirectory> media_dir;
+  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
+    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
+    if (!opened.ok()) return Fail(opened.status());
+    media_dir = *std::move(opened);
+  }
+  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
+  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  if (!sandbox.ok()) return Fail(sandbox.status());
   config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
-  if (config.kernel_path.empty()) return Fail("--kernel is required");
-  if (!vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory), &config.memory_bytes)) {
-    return Fail(absl::StrFormat("--memory=%s is not a size (e.g. 256, 256M, 2G)",
-                                absl::GetFlag(FLAGS_memory)));
-  }
 
   vmm::ScopedFd serial_file;
   const std::string serial = absl::GetFlag(FLAGS_serial);
@@ -151,7 +331,8 @@ int main(int argc, char** argv) {
     const std::string path = serial.substr(5);
     serial_file.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!serial_file.valid()) {
-      return Fail(absl::StrFormat("cannot open serial output %s: %s", path, strerror(errno)));
+      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial, path,
+                                  strerror(errno)));
     }
     config.serial_output_fd = serial_file.get();
   } else {
@@ -169,7 +350,7 @@ int main(int argc, char** argv) {
   vmm::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
 
   auto vm = vmm::Vm::Create(config);
-  if (!vm.ok()) return Fail(std::string(vm.status().message()));
+  if (!vm.ok()) return Fail(NameTheInput(config, vm.status()));
   if (auto notice = vmm::Ring3CpuidNotice(vmm::DetectHostKvmKind())) {
     absl::FPrintF(stderr, "microvm: %s\n", *notice);
   }
@@ -177,50 +358,31 @@ int main(int argc, char** argv) {
   const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
   if (!dump_path.empty()) {
     absl::Status status = vmm::fdt::WriteFdtFile((*vm)->device_tree(), dump_path);
-    if (!status.ok()) return Fail(std::string(status.message()));
+    if (!status.ok()) return Fail(vmm::NameTheFlag("--dump-dtb", dump_path, dump_path, status));
     return 0;
   }
   const std::string acpi_dump_dir = absl::GetFlag(FLAGS_dump_acpi);
   if (!acpi_dump_dir.empty()) {
     absl::Status status = vmm::acpi::WriteAcpiFiles((*vm)->acpi_tables(), acpi_dump_dir);
-    if (!status.ok()) return Fail(std::string(status.message()));
+    if (!status.ok()) {
+      return Fail(vmm::NameTheFlag("--dump-acpi", acpi_dump_dir, acpi_dump_dir, status));
+    }
     return 0;
   }
 
   // The control API: after the VM exists, stopped before it is destroyed (declared after it).
-  // Where its media may come from: declared first, destroyed last.
-  std::unique_ptr<vmm::MediaDirectory> media_dir;
-  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
-    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
-    if (!opened.ok()) return Fail(std::string(opened.status().message()));
-    media_dir = *std::move(opened);
-  }
   std::unique_ptr<vmm::VmApiControl> api_control;
   std::unique_ptr<api::ControlServer> api_server;
-  api::ApiServerOptions api_options;
-  api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
-  api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
-  api_options.tcp_listen_any = absl::GetFlag(FLAGS_api_listen_any);
-  if (api_options.tcp_listen_any && api_options.tcp_address.empty()) {
-    return Fail("--api-listen-any applies to --api-tcp, which is not given");
-  }
-  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
-  if (api_options.tcp_insecure && api_options.tcp_address.empty()) {
-    return Fail("--api-tcp-insecure applies to --api-tcp, which is not given");
-  }
-  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
-    if (api_options.unix_socket_path.empty() && api_options.tcp_address.empty()) {
-      return Fail("--api-token-file applies to --api-socket and --api-tcp; neither is given");
-    }
-    auto token =
-        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    api_options.auth_token = *std::move(token);
-  }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());
     auto server = vmm::StartControlApi(api_options, *api_control);
-    if (!server.ok()) return Fail(absl::StrCat("control API: ", server.status().message()));
+    if (!server.ok()) {
+      // Errors that name no flag are the API's own (the plugin): say so.
+      absl::Status named = NameTheApiFlag(api_options, server.status());
+      return Fail(absl::StartsWith(named.message(), "--")
+                      ? named
+                      : absl::Status(named.code(), absl::StrCat("control API: ", named.message())));
+    }
     api_server = *std::move(server);
     if (!api_server->unix_socket_path().empty()) {
       absl::FPrintF(stderr, "microvm: control API on unix:%s\n", api_server->unix_socket_path());

@@ -10,17 +10,18 @@
 #include "absl/strings/str_cat.h"
 #include "block/cache_mode.h"
 #include "block/raw/raw_file_backend.h"
+#include "vmm/cd_medium.h"
 
 namespace vmm {
 
 absl::StatusOr<std::unique_ptr<MediaDirectory>> MediaDirectory::Open(const std::string& path) {
   std::string trimmed = path;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
-  if (trimmed.empty()) return absl::InvalidArgumentError("--media-dir: empty path");
+  if (trimmed.empty()) return absl::InvalidArgumentError("--media-dir=: needs a directory");
   block::ScopedFd fd(open(trimmed.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--media-dir ", trimmed, ": ", std::strerror(errno)));
+        absl::StrCat("--media-dir=", path, ": ", std::strerror(errno)));
   }
   return std::unique_ptr<MediaDirectory>(new MediaDirectory(trimmed, std::move(fd)));
 }
@@ -42,6 +43,9 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
   options.read_only = true;
   auto backend = block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path, options);
   if (!backend.ok()) return backend.status();
+  if (absl::Status size = CheckCdMediumSize((*backend)->info().size_bytes, path); !size.ok()) {
+    return size;
+  }
   return std::shared_ptr<block::BlockBackend>(*std::move(backend));
 }
 

@@ -8,6 +8,7 @@
 #include "devices/scsi/cdrom.h"
 #include "devices/scsi/disk.h"
 #include "devices/scsi/target.h"
+#include "vmm/cd_medium.h"
 
 namespace vmm {
 
@@ -17,6 +18,9 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const s
   options.read_only = true;
   auto backend = block::raw::RawFileBackend::Open(path, options);
   if (!backend.ok()) return backend.status();
+  if (absl::Status size = CheckCdMediumSize((*backend)->info().size_bytes, path); !size.ok()) {
+    return size;
+  }
   return std::shared_ptr<block::BlockBackend>(*std::move(backend));
 }
 
@@ -78,8 +82,7 @@ absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool requ
   auto device = block::OpenHostCdromDevice(path);
   if (!device.ok()) {
     if (!required && absl::IsInvalidArgument(device.status())) return false;
-    return absl::Status(device.status().code(),
-                        absl::StrFormat("--cdrom %s: %s", path, device.status().message()));
+    return DriveError(attached.spec, device.status());
   }
   attached.media = std::make_shared<block::RemovableMedia>();
   block::HostCdrom::Options options;
@@ -113,8 +116,7 @@ absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool requ
     attached.host_drive_uevents = attached.host_drive->WatchUevents(uevents_.get());
   }
   if (absl::Status refreshed = attached.host_drive->Refresh(); !refreshed.ok()) {
-    return absl::Status(refreshed.code(),
-                        absl::StrFormat("--cdrom %s: %s", path, refreshed.message()));
+    return DriveError(attached.spec, refreshed);
   }
   return true;
 }
@@ -144,10 +146,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       raw.read_only = spec.read_only;
       raw.fua_mode = spec.fua_mode;
       auto backend = block::raw::RawFileBackend::Open(spec.path, raw);
-      if (!backend.ok()) {
-        return absl::Status(backend.status().code(),
-                            absl::StrFormat("--disk %s: %s", spec.path, backend.status().message()));
-      }
+      if (!backend.ok()) return DriveError(spec, backend.status());
       auto drive = block::Drive::CreateFixed(options, *std::move(backend));
       if (!drive.ok()) return drive.status();
       attached.drive = *std::move(drive);
@@ -168,7 +167,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         if (!*attached_host) {
           // A block device that is no CD-ROM drive (a loop device holding an ISO): an image.
           auto medium = OpenMedium(spec.path);
-          if (!medium.ok()) return medium.status();
+          if (!medium.ok()) return DriveError(spec, medium.status());
           attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
         }
       } else if (spec.probe_delay_us) {
@@ -183,13 +182,10 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         if (!host.ok()) return host.status();
         attached.host_drive = *std::move(host);
         absl::Status refreshed = attached.host_drive->Refresh();
-        if (!refreshed.ok()) return refreshed;
+        if (!refreshed.ok()) return DriveError(spec, refreshed);
       } else {
         auto medium = OpenMedium(spec.path);
-        if (!medium.ok()) {
-          return absl::Status(medium.status().code(), absl::StrFormat("--cdrom %s: %s", spec.path,
-                                                                      medium.status().message()));
-        }
+        if (!medium.ok()) return DriveError(spec, medium.status());
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }
       auto drive = block::Drive::CreateRemovable(options, attached.media);

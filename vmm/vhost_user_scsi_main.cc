@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -35,14 +35,19 @@
 #include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/thread_stacks.h"
 
-ABSL_FLAG(std::string, socket, "", "The vhost-user socket to listen on (QEMU: -chardev socket,path=...).");
+ABSL_FLAG(std::string, socket, "",
+          "The vhost-user socket to listen on (required; QEMU: -chardev socket,path=...). Created "
+          "with mode 0600.");
 ABSL_FLAG(uint32_t, scsi_queues, 64,
-          "virtio-scsi request queues the device offers, at most 254: QEMU's num_queues (by default "
+          "virtio-scsi request queues the device offers, 1 to 254: QEMU's num_queues (by default "
           "one per vCPU) may not exceed it. Rings the front end does not set up cost nothing.");
-ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i on i % N).");
+ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i on i % N), 1 to 64.");
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
-          "Adaptive polling of the rings and block completions before an iothread sleeps (0: off).");
-ABSL_FLAG(std::string, api_socket, "", "Serve the gRPC control API (media, stats) on this unix socket.");
+          "Adaptive polling of the rings and block completions before an iothread sleeps, in ns "
+          "(0: off; at most 1000000000).");
+ABSL_FLAG(std::string, api_socket, "",
+          "Serve the gRPC control API (media, stats; docs/api.md) on this unix socket (mode "
+          "0600).");
 ABSL_FLAG(std::string, api_tcp, "",
           "Serve the control API on HOST:PORT (loopback only). Needs --api-token-file (or "
           "--api-tcp-insecure).");
@@ -54,11 +59,14 @@ ABSL_FLAG(bool, api_tcp_insecure, false,
           "the back end.");
 ABSL_FLAG(std::string, media_dir, "",
           "The control API takes CD/DVD media from this directory only (docs/api.md).");
-// --disk and --cdrom may repeat; they are taken out of argv before absl parses it.
+// --disk and --cdrom may repeat; they are taken out of argv before the other flags are parsed.
+// These definitions only document them.
 ABSL_FLAG(std::string, disk, "",
-          "A disk: PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate]"
-          "[,readonly]. Repeat for more (LUN 0, 1, ...).");
-ABSL_FLAG(std::string, cdrom, "", "A CD/DVD-ROM with the ISO at PATH (empty: no medium). Repeats.");
+          "A disk: a raw image; cache none, writeback (default), writethrough, directsync or "
+          "unsafe; readonly. Repeat for more (LUN 0, 1, ... in order).");
+ABSL_FLAG(std::string, cdrom, "",
+          "A CD/DVD-ROM holding the ISO at PATH (at least one 2048-byte block); no PATH: an empty "
+          "drive; a host optical drive is passed through (docs/host-cdrom.md). Repeatable.");
 
 namespace {
 
@@ -67,11 +75,92 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
+
+const vmm::ProgramHelp& Help() {
+  static const auto* help = new vmm::ProgramHelp{
+      .program = "vhost-user-scsi",
+      .summary = "serves virtio-scsi to a vhost-user front end such as QEMU's "
+                 "vhost-user-scsi-pci (docs/vhost-user-scsi.md).",
+      .usage = "vhost-user-scsi --socket=PATH --disk=IMAGE [--cdrom[=ISO]]... "
+               "[--scsi-queues=N --iothreads=M]\n                       [--api-socket=PATH]",
+      .groups =
+          {
+              {"Vhost-user", {{"socket", "PATH"}}},
+              {"Drives (LUN 0, 1, ... in order)",
+               {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
+                {"cdrom", "[=PATH]"},
+                {"scsi-queues", "N"},
+                {"iothreads", "N"},
+                {"poll-max-ns", "NS"}}},
+              {"Control API (docs/api.md)",
+               {{"api-socket", "PATH"},
+                {"api-tcp", "HOST:PORT"},
+                {"api-token-file", "FILE"},
+                {"api-tcp-insecure", ""},
+                {"media-dir", "DIR"}}},
+              {"Sandbox (docs/security.md)",
+               {{"seccomp", "trap|log|off"}, {"jail", "DIR"}, {"jail-user", "UID:GID"}}},
+          },
+      .epilogue =
+          "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
+          "status: 0 when the front end disconnects or on SIGINT/SIGTERM; 1 for an error, printed "
+          "as \"vhost-user-scsi: --flag=value: what is wrong\" (docs/errors.md lists them).",
+  };
+  return *help;
+}
+
+// The flags' values, checked before anything is opened; errors name the flag and the value.
+absl::Status Configure(const std::vector<vmm::DriveSpec>& drives, vmm::StorageConfig& config) {
+  if (absl::GetFlag(FLAGS_socket).empty()) {
+    return absl::InvalidArgumentError(
+        "--socket=PATH is required: the vhost-user socket the front end connects to");
+  }
+  if (drives.empty()) {
+    return absl::InvalidArgumentError("no drives: give at least one --disk or --cdrom");
+  }
+  for (const vmm::DriveSpec& spec : drives) {
+    if (spec.bus != vmm::DriveSpec::Bus::kScsi) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          vmm::DriveFlag(spec), "=", spec.given_path,
+          ": IDE drives belong to microvm; this back end serves virtio-scsi (--disk, --cdrom)"));
+    }
+  }
+  config.drives = drives;
+  config.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  config.iothreads = absl::GetFlag(FLAGS_iothreads);
+  config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
+  // vhost-user addresses rings with 8 bits (SET_VRING_KICK/CALL): control, event and 254 more.
+  for (const absl::Status& range : {
+           vmm::CheckRange("--scsi-queues", config.scsi_queues, 1, 254,
+                           "vhost-user ring indices are 8 bits"),
+           vmm::CheckRange("--iothreads", config.iothreads, 1, 64),
+           vmm::CheckRange("--poll-max-ns", config.poll_max_ns, 0, 1'000'000'000,
+                           "0 turns polling off"),
+       }) {
+    if (!range.ok()) return range;
+  }
+  if (absl::GetFlag(FLAGS_api_tcp_insecure) && absl::GetFlag(FLAGS_api_tcp).empty()) {
+    return absl::InvalidArgumentError(
+        "--api-tcp-insecure applies to --api-tcp, which is not given");
+  }
+  const bool api = !absl::GetFlag(FLAGS_api_socket).empty() || !absl::GetFlag(FLAGS_api_tcp).empty();
+  if (!absl::GetFlag(FLAGS_api_token_file).empty() && !api) {
+    return absl::InvalidArgumentError(
+        "--api-token-file applies to --api-socket and --api-tcp; neither is given");
+  }
+  if (!absl::GetFlag(FLAGS_media_dir).empty() && !api) {
+    return absl::InvalidArgumentError(
+        "--media-dir applies to the control API (--api-socket or --api-tcp); neither is given");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<block::ScopedFd> Listen(const std::string& path) {
   // The socket hands out guest memory and the disks: owner only, like the API socket. The
   // iothreads already run, so no process-wide umask: it is bound in a private directory and
   // moved into place once it is mode 0600 (api::StagedUnixSocket).
-  auto staged = api::StagedUnixSocket::Create(path, "vhost-user socket");
+  auto staged = api::StagedUnixSocket::Create(path, "--socket");
   if (!staged.ok()) return staged.status();
   block::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return block::ErrnoStatus(errno, "socket(AF_UNIX)");
@@ -91,34 +180,45 @@ absl::StatusOr<block::ScopedFd> Listen(const std::string& path) {
 int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
   if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
-    return Fail(std::string(stacks.message()));
+    return Fail(stacks);
   }
-  absl::SetProgramUsageMessage(
-      "Serves virtio-scsi to a vhost-user front end.\n  vhost-user-scsi --socket=PATH "
-      "--disk=IMAGE [--cdrom=ISO] [--scsi-queues=N --iothreads=M] [--api-socket=PATH]");
-  auto drives = vmm::ParseFlagsAndDrives(argc, argv);
-  if (!drives.ok()) return Fail(std::string(drives.status().message()));
+  auto parsed = vmm::ParseFlagsAndDrives(argc, argv);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (parsed->help) {
+    absl::PrintF("%s", vmm::HelpText(Help()));
+    return 0;
+  }
+  vmm::StorageConfig config;
+  if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
+    return Fail(configured);
+  }
   // Before any thread starts: every thread inherits the process's filter (docs/security.md).
   auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
-  if (!sandbox.ok()) return Fail(std::string(sandbox.status().message()));
+  if (!sandbox.ok()) return Fail(sandbox.status());
+
+  // The control API's token and media directory: read and opened before anything is served.
+  api::ApiServerOptions api_options;
+  api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
+  api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
+  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
+  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
+    auto token =
+        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
+    if (!token.ok()) {
+      return Fail(vmm::NameTheFlag("--api-token-file", token_file, token_file, token.status()));
+    }
+    api_options.auth_token = *std::move(token);
+  }
+  std::unique_ptr<vmm::MediaDirectory> media_dir;
+  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
+    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
+    if (!opened.ok()) return Fail(opened.status());
+    media_dir = *std::move(opened);
+  }
 
   // A front end that goes away mid-write must cost an error, not the process.
   signal(SIGPIPE, SIG_IGN);
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
-  if (socket_path.empty()) return Fail("--socket is required");
-  if (drives->empty()) return Fail("no drives: give at least one --disk or --cdrom");
-  for (const vmm::DriveSpec& spec : *drives) {
-    if (spec.bus != vmm::DriveSpec::Bus::kScsi) return Fail("IDE drives cannot be served here");
-  }
-  vmm::StorageConfig config;
-  config.drives = *drives;
-  config.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
-  // vhost-user addresses rings with 8 bits (SET_VRING_KICK/CALL): control, event and 254 more.
-  if (config.scsi_queues == 0 || config.scsi_queues > 254) {
-    return Fail("--scsi-queues must be between 1 and 254 (vhost-user ring indices are 8 bits)");
-  }
-  config.iothreads = absl::GetFlag(FLAGS_iothreads);
-  config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
   // SIGINT/SIGTERM end the server through a signalfd: block them before any thread starts.
@@ -130,54 +230,37 @@ int main(int argc, char** argv) {
   block::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC));
 
   auto storage = vmm::Storage::Create(config);
-  if (!storage.ok()) return Fail(std::string(storage.status().message()));
+  if (!storage.ok()) return Fail(storage.status());
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> device = (*storage)->TakeScsiDevice();
   if (device == nullptr) return Fail("no virtio-scsi device was built");
 
   auto listener = Listen(socket_path);
-  if (!listener.ok()) return Fail(std::string(listener.status().message()));
+  if (!listener.ok()) {
+    return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, listener.status()));
+  }
   devices::virtio::vhost_user::VhostUserServer server(*std::move(listener), *device);
 
   std::vector<std::string> names;
   for (const vmm::AttachedDrive& drive : (*storage)->drives()) names.push_back(drive.name);
-  std::unique_ptr<vmm::MediaDirectory> media_dir;
-  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
-    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
-    if (!opened.ok()) {
-      unlink(socket_path.c_str());
-      return Fail(std::string(opened.status().message()));
-    }
-    media_dir = *std::move(opened);
-  }
   vmm::BackendApiControl control(
       **storage,
       absl::StrFormat("vhost-user-scsi on %s: %s", socket_path, absl::StrJoin(names, ", ")),
       launch_time, [&server] { server.Stop(); }, media_dir.get());
   std::unique_ptr<api::ApiServer> api_server;
-  api::ApiServerOptions api_options;
-  api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
-  api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
-  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
-  if (api_options.tcp_insecure && api_options.tcp_address.empty()) {
-    unlink(socket_path.c_str());
-    return Fail("--api-tcp-insecure applies to --api-tcp, which is not given");
-  }
-  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
-    auto token =
-        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
-    if (!token.ok() || (api_options.unix_socket_path.empty() && api_options.tcp_address.empty())) {
-      unlink(socket_path.c_str());
-      return Fail(token.ok() ? "--api-token-file applies to --api-socket and --api-tcp; neither "
-                               "is given"
-                             : std::string(token.status().message()));
-    }
-    api_options.auth_token = *std::move(token);
-  }
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     auto started = api::ApiServer::Start(api_options, control);
     if (!started.ok()) {
       unlink(socket_path.c_str());  // the vhost-user socket made above: nothing will serve it
-      return Fail(absl::StrCat("control API: ", started.status().message()));
+      absl::Status named = vmm::NameTheFlag("--api-socket", api_options.unix_socket_path,
+                                            api_options.unix_socket_path, started.status());
+      if (named.message() == started.status().message()) {
+        named = vmm::NameTheFlag("--api-tcp", api_options.tcp_address, api_options.tcp_address,
+                                 started.status());
+      }
+      // Errors that name no flag are the API's own: say so.
+      return Fail(absl::StartsWith(named.message(), "--")
+                      ? named
+                      : absl::Status(named.code(), absl::StrCat("control API: ", named.message())));
     }
     api_server = *std::move(started);
     if (!api_server->unix_socket_path().empty()) {

@@ -8,7 +8,7 @@ ABSL_FLAG(std::string, seccomp, "trap",
           "process with a report naming it), log (allowed, logged by the kernel), off.");
 ABSL_FLAG(std::string, jail, "",
           "Once every file is open, chroot into this directory (an empty one is best); API "
-          "media paths then resolve inside it (or use --media-dir).");
+          "media paths then resolve inside it, relative ones from its root (or use --media-dir).");
 ABSL_FLAG(std::string, jail_user, "",
           "With --jail: run as UID:GID (numbers, not root), which also drops every capability.");
 

@@ -1,0 +1,275 @@
+// The launchers and vmmctl as a user meets them, no /dev/kvm needed (issue 17):
+//   - `microvm --help` and `vhost-user-scsi --help` list every flag, with dashes, exit 0; every
+//     flag README.md (and docs/vhost-user-scsi.md) names is among them;
+//   - every row of docs/errors.md is checked: rows marked "run" are run here (message and exit
+//     status), the others name a test, which must exist.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+
+namespace tests {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string Runfile(const std::string& path) {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/", path);
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// The binaries the docs' commands name.
+const std::map<std::string, std::string>& Binaries() {
+  static const auto* binaries = new std::map<std::string, std::string>{
+      {"microvm", Runfile("vmm/microvm")},
+      {"vhost-user-scsi", Runfile("vmm/vhost-user-scsi")},
+      {"vmmctl", Runfile("api/vmmctl")},
+  };
+  return *binaries;
+}
+
+// The flags a --help text lists: "  --name" at the start of a line, up to '=', '[' or the end.
+std::set<std::string> HelpFlags(const std::string& help) {
+  std::set<std::string> flags;
+  static const std::regex kFlagLine(R"(^  (?:-h, )?--([a-z0-9-]+))");
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    std::smatch match;
+    const std::string text(line);
+    if (std::regex_search(text, match, kFlagLine)) flags.insert(match[1]);
+  }
+  return flags;
+}
+
+// The flags the first column of a markdown flag table names ("| `--boot-report [--boot-marker
+// TEXT]` | ..."): every "--name" in it.
+std::set<std::string> TableFlags(const std::string& markdown) {
+  std::set<std::string> flags;
+  static const std::regex kFlag(R"(--([a-z0-9][a-z0-9-]*))");
+  for (absl::string_view line : absl::StrSplit(markdown, '\n')) {
+    if (!absl::StartsWith(line, "| `--")) continue;
+    const std::string first(line.substr(1, line.find(" | ") - 1));
+    for (auto it = std::sregex_iterator(first.begin(), first.end(), kFlag);
+         it != std::sregex_iterator(); ++it) {
+      flags.insert((*it)[1]);
+    }
+  }
+  return flags;
+}
+
+class HelpTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HelpTest, ListsEveryFlagWithDashesAndExitsZero) {
+  const std::string binary = Binaries().at(GetParam());
+  for (const char* help : {"--help", "-h"}) {
+    ProcessResult result = RunProcess({binary, help});
+    ASSERT_TRUE(result.exited) << help;
+    EXPECT_EQ(result.exit_status, 0) << help << "\n" << result.err;
+    EXPECT_TRUE(absl::StartsWith(result.out, absl::StrCat(GetParam(), ": "))) << result.out;
+    EXPECT_THAT(result.out, Not(HasSubstr("Other flags"))) << "a flag no help group lists";
+    EXPECT_THAT(result.out, Not(HasSubstr("(not defined in this binary)")));
+    const std::set<std::string> flags = HelpFlags(result.out);
+    for (const char* flag : {"api-socket", "api-tcp", "api-token-file", "api-tcp-insecure",
+                             "media-dir", "disk", "cdrom", "scsi-queues", "iothreads",
+                             "poll-max-ns", "seccomp", "jail", "jail-user", "help"}) {
+      EXPECT_EQ(flags.count(flag), 1u)
+          << "--" << flag << " missing from " << GetParam() << " --help";
+    }
+    for (const std::string& flag : flags) EXPECT_EQ(flag.find('_'), std::string::npos) << flag;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, HelpTest, ::testing::Values("microvm", "vhost-user-scsi"));
+
+// Acceptance of issue 17: `microvm --help | grep -c -- '--'` lists every flag the README names.
+TEST(DocFlagsTest, EveryFlagTheReadmeNamesIsInMicrovmHelp) {
+  const std::set<std::string> readme = TableFlags(Read(Runfile("README.md")));
+  ASSERT_GE(readme.size(), 25u) << "README's flag table was not found";
+  ProcessResult result = RunProcess({Binaries().at("microvm"), "--help"});
+  const std::set<std::string> help = HelpFlags(result.out);
+  for (const std::string& flag : readme) {
+    EXPECT_EQ(help.count(flag), 1u)
+        << "README names --" << flag << "; microvm --help does not list it";
+  }
+}
+
+TEST(DocFlagsTest, EveryFlagItsDocNamesIsInVhostUserScsiHelp) {
+  const std::set<std::string> doc = TableFlags(Read(Runfile("docs/vhost-user-scsi.md")));
+  ASSERT_GE(doc.size(), 10u) << "docs/vhost-user-scsi.md's flag table was not found";
+  ProcessResult result = RunProcess({Binaries().at("vhost-user-scsi"), "--help"});
+  const std::set<std::string> help = HelpFlags(result.out);
+  for (const std::string& flag : doc) {
+    EXPECT_EQ(help.count(flag), 1u)
+        << "the doc names --" << flag << "; vhost-user-scsi --help does not";
+  }
+}
+
+// One row of a docs/errors.md table.
+struct Row {
+  int line = 0;
+  std::string input, message, exit, checked_by;
+};
+
+// The first `code span` of a cell, or "".
+std::string Code(const std::string& cell) {
+  const size_t open = cell.find('`');
+  if (open == std::string::npos) return "";
+  const size_t close = cell.find('`', open + 1);
+  return close == std::string::npos ? "" : cell.substr(open + 1, close - open - 1);
+}
+
+std::vector<Row> ErrorRows() {
+  std::vector<Row> rows;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(Read(Runfile("docs/errors.md")), '\n')) {
+    ++number;
+    if (!absl::StartsWith(line, "| ") || absl::StartsWith(line, "| Input") ||
+        absl::StartsWith(line, "| ---")) {
+      continue;
+    }
+    // Cells are separated by " | "; a "\|" inside a cell is a literal bar.
+    std::string text(absl::StripSuffix(absl::StripPrefix(line, "| "), " |"));
+    std::vector<std::string> cells = absl::StrSplit(text, " | ");
+    EXPECT_EQ(cells.size(), 4u) << "docs/errors.md:" << number << ": not four columns";
+    if (cells.size() != 4) continue;
+    rows.push_back({number, cells[0], cells[1], cells[2], cells[3]});
+  }
+  return rows;
+}
+
+class ErrorsDocTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(std::getenv("TEST_TMPDIR"), "/errors-doc");
+    ASSERT_EQ(std::system(("rm -rf " + dir_ + " && mkdir -p " + dir_ + "/dir").c_str()), 0);
+    Write("kernel", std::string(8192, 'x'));
+    Write("disk.img", std::string(1 << 20, '\0'));
+    Write("disc.iso", std::string(64 << 10, '\0'));
+    Write("small.iso", std::string(100, '\0'));
+    Write("empty.iso", "");
+    Write("token", "not-a-secret\n");
+    ASSERT_EQ(chmod((dir_ + "/token").c_str(), 0644), 0);
+    unsetenv("VMMCTL_API");
+    unsetenv("MICROVM_API_TOKEN_FILE");
+  }
+
+  void Write(const std::string& name, const std::string& contents) {
+    std::ofstream(dir_ + "/" + name, std::ios::binary) << contents;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(ErrorsDocTest, EveryRowIsChecked) {
+  const std::vector<Row> rows = ErrorRows();
+  ASSERT_GE(rows.size(), 60u) << "docs/errors.md's tables were not found";
+  char cwd[4096];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  int run = 0;
+  for (const Row& row : rows) {
+    SCOPED_TRACE(absl::StrCat("docs/errors.md:", row.line, ": ", row.input));
+    if (row.checked_by == "run") {
+      const std::string command = Code(row.input);
+      std::vector<std::string> argv = absl::StrSplit(command, ' ', absl::SkipEmpty());
+      ASSERT_FALSE(argv.empty());
+      ASSERT_EQ(Binaries().count(argv[0]), 1u) << "not one of the binaries: " << argv[0];
+      argv[0] = Binaries().at(argv[0]);
+      std::string expected = Code(row.message);
+      ASSERT_FALSE(expected.empty()) << "no `message`";
+      // Every run in a fresh directory state: nothing a row leaves behind (a socket) is seen by
+      // the next.
+      ASSERT_EQ(chdir(dir_.c_str()), 0);
+      ProcessOptions options;
+      options.timeout = absl::Seconds(30);
+      ProcessResult result = RunProcess(argv, options);
+      ASSERT_EQ(chdir(cwd), 0);
+      unlink((dir_ + "/s.sock").c_str());
+      EXPECT_FALSE(result.timed_out);
+      EXPECT_TRUE(result.exited) << "signal " << result.term_signal;
+      EXPECT_EQ(std::to_string(result.exit_status), row.exit) << result.err;
+      EXPECT_TRUE(absl::StartsWith(result.err, expected))
+          << "stderr:   " << result.err << "expected: " << expected;
+      ++run;
+      continue;
+    }
+    // "`//pkg:target` Name" or "`//pkg:target` Suite.Name": the test exists in pkg/target.cc.
+    const std::string label = Code(row.checked_by);
+    ASSERT_TRUE(absl::StartsWith(label, "//") && absl::StrContains(label, ':'))
+        << "Checked by must be \"run\" or `//package:test` TestName: " << row.checked_by;
+    const std::vector<std::string> parts = absl::StrSplit(label.substr(2), ':');
+    const std::string source = Read(Runfile(absl::StrCat(parts[0], "/", parts[1], ".cc")));
+    ASSERT_FALSE(source.empty()) << label << ".cc is not among the test's data";
+    std::string name(
+        absl::StripLeadingAsciiWhitespace(row.checked_by.substr(row.checked_by.rfind('`') + 1)));
+    name = name.substr(0, name.find(' '));
+    std::string suite;
+    if (const size_t dot = name.find('.'); dot != std::string::npos) {
+      suite = name.substr(0, dot);
+      name = name.substr(dot + 1);
+    }
+    const std::string declared =
+        suite.empty() ? absl::StrCat(", ", name, ")") : absl::StrCat("(", suite, ", ", name, ")");
+    EXPECT_THAT(source, HasSubstr(declared)) << label << " has no test " << name;
+  }
+  EXPECT_GE(run, 50);
+}
+
+// README.md and docs/ link only to documents in the repository, by relative paths: no link to a
+// file that is not there (PLATFORM.md was one), none to a path on some machine.
+TEST(DocLinksTest, MarkdownLinksNameDocumentsInTheRepository) {
+  std::vector<std::string> documents = {"README.md"};
+  const std::string docs = Runfile("docs");
+  for (const auto& entry : std::filesystem::directory_iterator(docs)) {
+    if (entry.path().extension() == ".md") {
+      documents.push_back("docs/" + entry.path().filename().string());
+    }
+  }
+  ASSERT_GE(documents.size(), 10u);
+  static const std::regex kLink(R"(\]\(([^)\s#]+)(#[^)]*)?\))");
+  for (const std::string& document : documents) {
+    const std::string text = Read(Runfile(document));
+    EXPECT_EQ(text.find("/work/"), std::string::npos)
+        << document << " names a path on a build machine";
+    const std::string directory = std::filesystem::path(document).parent_path().string();
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), kLink);
+         it != std::sregex_iterator(); ++it) {
+      const std::string target = (*it)[1];
+      if (absl::StartsWith(target, "http://") || absl::StartsWith(target, "https://")) continue;
+      EXPECT_NE(target[0], '/') << document << " links to the absolute path " << target;
+      // Sources and scripts: not among this test's data.
+      if (!absl::EndsWith(target, ".md")) continue;
+      const std::string resolved =
+          std::filesystem::path(directory.empty() ? target : directory + "/" + target)
+              .lexically_normal();
+      // Only README.md and docs/ are among this test's data (a package's own README is not).
+      if (resolved != "README.md" && !absl::StartsWith(resolved, "docs/")) continue;
+      EXPECT_TRUE(std::filesystem::exists(Runfile(resolved)))
+          << document << " links to " << target << ", which is not in the repository";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tests

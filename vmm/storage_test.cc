@@ -1,0 +1,232 @@
+// The VMM's storage without KVM: the CD/DVD medium size rule at every entry (--cdrom, --ide-cdrom,
+// --media-dir, the control API's Insert), the drive errors' wording, and the paths the API reports
+// (issue 17). The API is the real server over BackendApiControl, as vhost-user-scsi runs it.
+#include "vmm/storage.h"
+
+#include <grpcpp/grpcpp.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "api/api_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "proto/vmm/v1/vmm.grpc.pb.h"
+#include "vmm/backend_api.h"
+#include "vmm/cd_medium.h"
+#include "vmm/drive_spec.h"
+#include "vmm/media_directory.h"
+
+namespace vmm {
+namespace {
+
+using ::testing::HasSubstr;
+
+class StorageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Under /tmp: the API's socket path must fit sun_path.
+    char name[] = "/tmp/storage_test.XXXXXX";
+    ASSERT_NE(mkdtemp(name), nullptr);
+    dir_ = name;
+    WriteFile("empty.iso", 0);
+    WriteFile("small.iso", 2047);
+    WriteFile("one-block.iso", 2048);
+    WriteFile("disc.iso", 64 << 10);
+    WriteFile("disk.img", 1 << 20);
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  void WriteFile(const std::string& name, size_t size) {
+    std::ofstream(dir_ + "/" + name, std::ios::binary) << std::string(size, 'c');
+  }
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  // The drive as the launchers parse it: typed as `text`, the path made absolute.
+  DriveSpec Drive(DriveSpec::Kind kind, DriveSpec::Bus bus, const std::string& text) const {
+    DriveSpec spec = *ParseDriveSpec(kind, text, bus);
+    if (!spec.path.empty() && spec.path[0] != '/') spec.path = Path(spec.path);
+    return spec;
+  }
+
+  absl::StatusOr<std::unique_ptr<Storage>> Create(const DriveSpec& spec) {
+    StorageConfig config;
+    config.drives = {spec};
+    return Storage::Create(config);
+  }
+
+  std::string dir_;
+};
+
+TEST_F(StorageTest, CdMediumSizeRule) {
+  EXPECT_TRUE(CheckCdMediumSize(2048, "a.iso").ok());
+  const absl::Status small = CheckCdMediumSize(2047, "a.iso");
+  EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      small.message(),
+      "a.iso: 2047 bytes is too small for a CD/DVD medium (the minimum is one 2048-byte block)");
+}
+
+TEST_F(StorageTest, OpenMediumRefusesLessThanOneBlock) {
+  for (const char* name : {"empty.iso", "small.iso"}) {
+    auto medium = Storage::OpenMedium(Path(name));
+    ASSERT_FALSE(medium.ok()) << name;
+    EXPECT_EQ(medium.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(medium.status().message()),
+                HasSubstr("the minimum is one 2048-byte block"));
+  }
+  auto one = Storage::OpenMedium(Path("one-block.iso"));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ((*one)->info().size_bytes, 2048u);
+
+  auto directory = MediaDirectory::Open(dir_);
+  ASSERT_TRUE(directory.ok()) << directory.status();
+  auto relative = (*directory)->OpenMedium("small.iso");
+  ASSERT_FALSE(relative.ok());
+  EXPECT_EQ(relative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(relative.status().message(),
+            "small.iso: 2047 bytes is too small for a CD/DVD medium (the minimum is one 2048-byte "
+            "block)");
+  EXPECT_TRUE((*directory)->OpenMedium("one-block.iso").ok());
+}
+
+TEST_F(StorageTest, DriveErrorsNameTheirFlag) {
+  const struct {
+    DriveSpec::Kind kind;
+    DriveSpec::Bus bus;
+    const char* text;
+    absl::StatusCode code;
+    const char* message;
+  } cases[] = {
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "empty.iso",
+       absl::StatusCode::kInvalidArgument,
+       "--cdrom=empty.iso: 0 bytes is too small for a CD/DVD medium (the minimum is one 2048-byte "
+       "block)"},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "small.iso",
+       absl::StatusCode::kInvalidArgument,
+       "--ide-cdrom=small.iso: 2047 bytes is too small for a CD/DVD medium"},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "missing.iso", absl::StatusCode::kNotFound,
+       "--ide-cdrom=missing.iso: no such file or directory"},
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, "missing.img", absl::StatusCode::kNotFound,
+       "--ide-disk=missing.img: no such file or directory"},
+      {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, ".", absl::StatusCode::kFailedPrecondition,
+       "--disk=. is a directory"},
+  };
+  for (const auto& c : cases) {
+    auto storage = Create(Drive(c.kind, c.bus, c.text));
+    ASSERT_FALSE(storage.ok()) << c.text;
+    EXPECT_EQ(storage.status().code(), c.code) << storage.status();
+    EXPECT_TRUE(absl::StartsWith(storage.status().message(), c.message)) << storage.status();
+  }
+  // One block is a medium.
+  auto storage = Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "one-block.iso"));
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  EXPECT_EQ((*storage)->drives()[0].media->Current()->source, Path("one-block.iso"));
+}
+
+// The control API's Insert goes through the same rule (INVALID_ARGUMENT, the size and the
+// minimum), and a relative path is made absolute against the VMM's working directory.
+class StorageApiTest : public StorageTest {
+ protected:
+  void SetUp() override {
+    StorageTest::SetUp();
+    StorageConfig config;
+    config.drives = {Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, ""),
+                     Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img")};
+    auto storage = Storage::Create(config);
+    ASSERT_TRUE(storage.ok()) << storage.status();
+    storage_ = *std::move(storage);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Stop();
+    server_.reset();
+    control_.reset();
+    storage_.reset();
+    StorageTest::TearDown();
+  }
+
+  void Start(const MediaDirectory* media_dir = nullptr) {
+    control_ = std::make_unique<BackendApiControl>(
+        *storage_, "test", absl::Now(), [] {}, media_dir);
+    api::ApiServerOptions options;
+    options.unix_socket_path = Path("api.sock");
+    auto server = api::ApiServer::Start(options, *control_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    media_ = vmm::v1::MediaService::NewStub(grpc::CreateChannel(
+        "unix:" + options.unix_socket_path, grpc::InsecureChannelCredentials()));
+  }
+
+  grpc::Status Insert(const std::string& path, vmm::v1::DriveStatus* out) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    vmm::v1::InsertRequest request;
+    request.set_drive("cd0");
+    request.set_path(path);
+    return media_->Insert(&context, request, out);
+  }
+
+  std::unique_ptr<Storage> storage_;
+  std::unique_ptr<BackendApiControl> control_;
+  std::unique_ptr<api::ApiServer> server_;
+  std::unique_ptr<vmm::v1::MediaService::Stub> media_;
+};
+
+TEST_F(StorageApiTest, InsertRefusesMediaSmallerThanOneBlock) {
+  Start();
+  vmm::v1::DriveStatus status;
+  for (const auto& [name, size] :
+       {std::pair<std::string, int>{"empty.iso", 0}, {"small.iso", 2047}}) {
+    const grpc::Status refused = Insert(Path(name), &status);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_EQ(refused.error_message(),
+              "insert: " + Path(name) + ": " + std::to_string(size) +
+                  " bytes is too small for a CD/DVD medium (the minimum is one 2048-byte block)");
+  }
+  EXPECT_FALSE(storage_->drives()[0].media->Current()->present);
+  ASSERT_TRUE(Insert(Path("one-block.iso"), &status).ok());
+  EXPECT_EQ(status.size_bytes(), 2048u);
+}
+
+TEST_F(StorageApiTest, InsertWithAMediaDirectoryRefusesThemToo) {
+  auto directory = MediaDirectory::Open(dir_);
+  ASSERT_TRUE(directory.ok());
+  Start(directory->get());
+  vmm::v1::DriveStatus status;
+  const grpc::Status refused = Insert("small.iso", &status);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("insert: small.iso: 2047 bytes is too small"));
+  // Relative to the directory, and reported as given there.
+  ASSERT_TRUE(Insert("disc.iso", &status).ok());
+  EXPECT_EQ(status.source(), "disc.iso");
+}
+
+TEST_F(StorageApiTest, RelativePathsAreReportedAbsolute) {
+  Start();
+  char cwd[PATH_MAX];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(dir_.c_str()), 0);
+  vmm::v1::DriveStatus status;
+  const grpc::Status inserted = Insert("./disc.iso", &status);
+  ASSERT_EQ(chdir(cwd), 0);
+  ASSERT_TRUE(inserted.ok()) << inserted.error_message();
+  EXPECT_EQ(status.source(), Path("disc.iso"));
+  // The disk's source is the absolute path the launcher made of "disk.img".
+  grpc::ClientContext context;
+  vmm::v1::ListDrivesResponse drives;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ASSERT_TRUE(media_->ListDrives(&context, vmm::v1::ListDrivesRequest(), &drives).ok());
+  ASSERT_EQ(drives.drives_size(), 2);
+  EXPECT_EQ(drives.drives(1).source(), Path("disk.img"));
+}
+
+}  // namespace
+}  // namespace vmm
