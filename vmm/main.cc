@@ -19,9 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "api/api_token.h"
 #include "api/control_server.h"
 #include "vmm/acpi/machine_acpi.h"
+#include "vmm/api_flags.h"
 #include "vmm/command_line.h"
 #include "vmm/control_api.h"
 #include "vmm/drive_spec.h"
@@ -71,26 +71,6 @@ ABSL_FLAG(uint32_t, iothreads, 1,
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; at "
           "most 1000000000; the default is QEMU's iothread poll-max-ns).");
-ABSL_FLAG(std::string, api_socket, "",
-          "Serve the gRPC control API (docs/api.md) on this unix socket, created with mode 0600. "
-          "Refused if the path exists and is not a stale socket. Default: no API.");
-ABSL_FLAG(std::string, api_tcp, "",
-          "Serve the control API over TCP on HOST:PORT (127.0.0.1:7000, [::1]:7000; port 0 picks "
-          "one). Needs --api-token-file (or --api-tcp-insecure). Loopback only unless "
-          "--api-listen-any: the traffic is not encrypted.");
-ABSL_FLAG(std::string, api_token_file, "",
-          "Every control-API call must carry the secret in this file (gRPC metadata "
-          "\"authorization: Bearer <token>\"; vmmctl --api-token-file), on every listener. The "
-          "file must belong to the VMM's user and be readable by it alone (mode 0600).");
-ABSL_FLAG(bool, api_tcp_insecure, false,
-          "DANGEROUS: allow --api-tcp without --api-token-file; every local user (with "
-          "--api-listen-any, anyone who can connect) then controls the VM.");
-ABSL_FLAG(std::string, media_dir, "",
-          "The control API takes CD/DVD media from this directory only: paths relative to it, or "
-          "absolute under it; anything else is refused. Without it, any file the VMM can read "
-          "(a relative path is relative to the VMM's working directory).");
-ABSL_FLAG(bool, api_listen_any, false,
-          "Allow --api-tcp on a non-loopback address (anyone who can connect controls the VM).");
 // --disk, --cdrom, --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the
 // other flags are parsed (see vmm::ExtractDriveFlags). These definitions only document them.
 ABSL_FLAG(std::string, disk, "",
@@ -249,38 +229,6 @@ absl::Status NameTheInput(const vmm::VmConfig& config, const absl::Status& statu
   return status;
 }
 
-// The control API's flags, checked before anything starts; the token file is read here.
-absl::Status ConfigureApi(api::ApiServerOptions& options) {
-  options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
-  options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
-  options.tcp_listen_any = absl::GetFlag(FLAGS_api_listen_any);
-  if (options.tcp_listen_any && options.tcp_address.empty()) {
-    return absl::InvalidArgumentError("--api-listen-any applies to --api-tcp, which is not given");
-  }
-  options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
-  if (options.tcp_insecure && options.tcp_address.empty()) {
-    return absl::InvalidArgumentError(
-        "--api-tcp-insecure applies to --api-tcp, which is not given");
-  }
-  const std::string token_file = absl::GetFlag(FLAGS_api_token_file);
-  if (!token_file.empty()) {
-    if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
-      return absl::InvalidArgumentError(
-          "--api-token-file applies to --api-socket and --api-tcp; neither is given");
-    }
-    auto token =
-        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
-    if (!token.ok()) return vmm::NameTheFlag("--api-token-file", token_file, token_file, token.status());
-    options.auth_token = *std::move(token);
-  }
-  if (!absl::GetFlag(FLAGS_media_dir).empty() && options.unix_socket_path.empty() &&
-      options.tcp_address.empty()) {
-    return absl::InvalidArgumentError(
-        "--media-dir applies to the control API (--api-socket or --api-tcp); neither is given");
-  }
-  return absl::OkStatus();
-}
-
 // An error starting the API server, naming the listener's flag where it is about one.
 absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
   absl::Status named = vmm::NameTheFlag("--api-socket", options.unix_socket_path,
@@ -306,15 +254,12 @@ int main(int argc, char** argv) {
   config.launch_time = launch_time;
   config.storage.drives = std::move(parsed->drives);
   if (absl::Status configured = Configure(config); !configured.ok()) return Fail(configured);
-  api::ApiServerOptions api_options;
-  if (absl::Status configured = ConfigureApi(api_options); !configured.ok()) return Fail(configured);
-  // Where the API's media may come from: declared before the VM and the API, destroyed last.
-  std::unique_ptr<vmm::MediaDirectory> media_dir;
-  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
-    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
-    if (!opened.ok()) return Fail(opened.status());
-    media_dir = *std::move(opened);
-  }
+  // The API's options, token and media directory (declared before the VM and the API: the
+  // directory is destroyed last).
+  auto api_flags = vmm::ApiFlagsFromCommandLine();
+  if (!api_flags.ok()) return Fail(api_flags.status());
+  api::ApiServerOptions& api_options = api_flags->options;
+  std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
   // Before any thread starts: every thread inherits the process's filter (docs/security.md).
   auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
   if (!sandbox.ok()) return Fail(sandbox.status());

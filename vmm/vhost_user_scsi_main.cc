@@ -24,10 +24,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "api/api_server.h"
-#include "api/api_token.h"
 #include "api/listen_address.h"
 #include "block/scoped_fd.h"
 #include "devices/virtio/vhost_user/server.h"
+#include "vmm/api_flags.h"
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
 #include "vmm/media_directory.h"
@@ -45,20 +45,6 @@ ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
           "Adaptive polling of the rings and block completions before an iothread sleeps, in ns "
           "(0: off; at most 1000000000).");
-ABSL_FLAG(std::string, api_socket, "",
-          "Serve the gRPC control API (media, stats; docs/api.md) on this unix socket (mode "
-          "0600).");
-ABSL_FLAG(std::string, api_tcp, "",
-          "Serve the control API on HOST:PORT (loopback only). Needs --api-token-file (or "
-          "--api-tcp-insecure).");
-ABSL_FLAG(std::string, api_token_file, "",
-          "Every control-API call must carry the secret in this file (docs/api.md), on every "
-          "listener. The file must belong to this process's user and be readable by it alone.");
-ABSL_FLAG(bool, api_tcp_insecure, false,
-          "DANGEROUS: allow --api-tcp without --api-token-file; every local user then controls "
-          "the back end.");
-ABSL_FLAG(std::string, media_dir, "",
-          "The control API takes CD/DVD media from this directory only (docs/api.md).");
 // --disk and --cdrom may repeat; they are taken out of argv before the other flags are parsed.
 // These definitions only document them.
 ABSL_FLAG(std::string, disk, "",
@@ -96,6 +82,7 @@ const vmm::ProgramHelp& Help() {
               {"Control API (docs/api.md)",
                {{"api-socket", "PATH"},
                 {"api-tcp", "HOST:PORT"},
+                {"api-listen-any", ""},
                 {"api-token-file", "FILE"},
                 {"api-tcp-insecure", ""},
                 {"media-dir", "DIR"}}},
@@ -140,19 +127,6 @@ absl::Status Configure(const std::vector<vmm::DriveSpec>& drives, vmm::StorageCo
        }) {
     if (!range.ok()) return range;
   }
-  if (absl::GetFlag(FLAGS_api_tcp_insecure) && absl::GetFlag(FLAGS_api_tcp).empty()) {
-    return absl::InvalidArgumentError(
-        "--api-tcp-insecure applies to --api-tcp, which is not given");
-  }
-  const bool api = !absl::GetFlag(FLAGS_api_socket).empty() || !absl::GetFlag(FLAGS_api_tcp).empty();
-  if (!absl::GetFlag(FLAGS_api_token_file).empty() && !api) {
-    return absl::InvalidArgumentError(
-        "--api-token-file applies to --api-socket and --api-tcp; neither is given");
-  }
-  if (!absl::GetFlag(FLAGS_media_dir).empty() && !api) {
-    return absl::InvalidArgumentError(
-        "--media-dir applies to the control API (--api-socket or --api-tcp); neither is given");
-  }
   return absl::OkStatus();
 }
 
@@ -196,25 +170,12 @@ int main(int argc, char** argv) {
   auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
   if (!sandbox.ok()) return Fail(sandbox.status());
 
-  // The control API's token and media directory: read and opened before anything is served.
-  api::ApiServerOptions api_options;
-  api_options.unix_socket_path = absl::GetFlag(FLAGS_api_socket);
-  api_options.tcp_address = absl::GetFlag(FLAGS_api_tcp);
-  api_options.tcp_insecure = absl::GetFlag(FLAGS_api_tcp_insecure);
-  if (const std::string token_file = absl::GetFlag(FLAGS_api_token_file); !token_file.empty()) {
-    auto token =
-        api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
-    if (!token.ok()) {
-      return Fail(vmm::NameTheFlag("--api-token-file", token_file, token_file, token.status()));
-    }
-    api_options.auth_token = *std::move(token);
-  }
-  std::unique_ptr<vmm::MediaDirectory> media_dir;
-  if (!absl::GetFlag(FLAGS_media_dir).empty()) {
-    auto opened = vmm::MediaDirectory::Open(absl::GetFlag(FLAGS_media_dir));
-    if (!opened.ok()) return Fail(opened.status());
-    media_dir = *std::move(opened);
-  }
+  // The control API's options, token and media directory: read and opened before anything is
+  // served.
+  auto api_flags = vmm::ApiFlagsFromCommandLine();
+  if (!api_flags.ok()) return Fail(api_flags.status());
+  api::ApiServerOptions& api_options = api_flags->options;
+  std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
 
   // A front end that goes away mid-write must cost an error, not the process.
   signal(SIGPIPE, SIG_IGN);
