@@ -14,7 +14,7 @@
 namespace block {
 
 // Owns a file descriptor and closes it on destruction. Move-only. The lowest layer (block/) holds
-// it; vmm/ and devices/ use it through vmm/scoped_fd.h.
+// it; vmm/ and devices/ use it through vmm/machine/scoped_fd.h.
 class ScopedFd {
  public:
   ScopedFd() = default;

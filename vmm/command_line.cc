@@ -22,8 +22,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "vmm/layout.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/layout.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace vmm {
 namespace {

@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace vmm {
 

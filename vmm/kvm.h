@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/scoped_fd.h"
 
 // Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns an
 // absl::Status that names the call and the errno, so callers never see raw -1s.

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace vmm {
 namespace {

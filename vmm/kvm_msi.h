@@ -8,7 +8,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "vmm/kvm.h"
-#include "vmm/msi.h"
+#include "vmm/machine/msi.h"
 
 namespace vmm {
 

@@ -11,7 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 #include "vmm/kvm.h"
 #include "vmm/vm_exit.h"
 

@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 #include "vmm/kvm.h"
 #include "vmm/vm_exit.h"
 

@@ -11,13 +11,13 @@
 #include "absl/strings/str_format.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/pci/bar_allocator.h"
-#include "devices/pci/kvm_ioevent_registrar.h"
+#include "vmm/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/virtio/virtio_pci.h"
 #include "vmm/acpi/machine_acpi.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/kvm_msi.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/legacy/acpi_pm.h"
 #include "vmm/legacy/i8042.h"
 #include "vmm/legacy/port_devices.h"
@@ -226,7 +226,7 @@ absl::Status Vm::SetUpPci() {
       .io = {devices::pci::kX86IoWindow.base, devices::pci::kX86IoWindow.size},
       .mmio32 = {devices::pci::kX86Mmio32Window.base, devices::pci::kX86Mmio32Window.size}};
   msi_ = std::make_unique<KvmMsiController>(*vm_fd_);
-  ioevents_ = std::make_unique<devices::pci::KvmIoEventRegistrar>(*vm_fd_);
+  ioevents_ = std::make_unique<KvmIoEventRegistrar>(*vm_fd_);
 
   auto storage = Storage::Create(config_.storage);
   if (!storage.ok()) return storage.status();

@@ -7,7 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace vmm {
 

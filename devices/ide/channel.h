@@ -22,8 +22,8 @@
 #include "devices/ide/task_file.h"
 #include "devices/iothread.h"
 #include "devices/scsi/cdrom.h"
-#include "vmm/guest_memory.h"
-#include "vmm/irq_line.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/irq_line.h"
 
 namespace devices::ide {
 

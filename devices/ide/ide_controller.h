@@ -17,9 +17,9 @@
 #include "devices/pci/pci_device.h"
 #include "devices/scsi/cdrom.h"
 #include "devices/scsi/logical_unit.h"
-#include "vmm/bus.h"
-#include "vmm/guest_memory.h"
-#include "vmm/irq_line.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/irq_line.h"
 
 namespace devices::ide {
 

@@ -17,9 +17,9 @@
 #include "devices/ide/atapi.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/pci/pci_root_bus.h"
-#include "vmm/bus.h"
-#include "vmm/guest_memory.h"
-#include "vmm/irq_line.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/irq_line.h"
 
 // Test support: a controller on real port and MMIO buses with guest memory, PCI enumeration and
 // two recording IRQ lines, and a small host-side ATA/ATAPI driver that does what a guest driver

@@ -20,7 +20,7 @@
 #include "devices/scsi/cdrom.h"
 #include "devices/scsi/logical_unit.h"
 #include "devices/scsi/task.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace devices::ide {
 

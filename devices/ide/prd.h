@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace devices::ide {
 

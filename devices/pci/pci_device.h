@@ -14,7 +14,7 @@
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 
 namespace devices::pci {
 

@@ -12,8 +12,8 @@
 #include "absl/synchronization/mutex.h"
 #include "devices/pci/pci_device.h"
 #include "devices/pci/pci_regs.h"
-#include "vmm/bus.h"
-#include "vmm/machine_description.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/machine_description.h"
 
 namespace devices::pci {
 

@@ -10,7 +10,7 @@
 #include "devices/pci/pci_regs.h"
 #include "devices/pci/testing/fake_msi.h"
 #include "gtest/gtest.h"
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 
 namespace devices::pci {
 namespace {

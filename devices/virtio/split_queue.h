@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace devices::virtio {
 

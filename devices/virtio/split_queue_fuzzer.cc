@@ -35,7 +35,7 @@
 
 #include "devices/virtio/split_queue.h"
 #include "devices/virtio/test_random.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace {
 

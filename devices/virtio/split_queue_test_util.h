@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "devices/virtio/split_queue.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace devices::virtio::testing {
 

@@ -14,9 +14,9 @@
 #include "devices/pci/ioevent_registrar.h"
 #include "devices/pci/pci_device.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/guest_memory.h"
-#include "vmm/msi.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/msi.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace devices::virtio {
 

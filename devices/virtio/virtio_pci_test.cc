@@ -10,14 +10,14 @@
 
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/ioevent_registrar.h"
-#include "devices/pci/kvm_ioevent_registrar.h"
+#include "vmm/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_regs.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/pci/testing/fake_msi.h"
 #include "devices/virtio/virtio_device.h"
 #include "gtest/gtest.h"
-#include "vmm/bus.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/guest_memory.h"
 #include "vmm/kvm.h"
 #include "vmm/kvm_msi.h"
 
@@ -812,7 +812,7 @@ TEST(VirtioPciKvmTest, DoorbellsAndVectorsOnKvm) {
   ASSERT_TRUE(vm.ok()) << vm.status();
   ASSERT_TRUE(vm->CreateIrqchip().ok());
   vmm::KvmMsiController msi(*vm);
-  pci::KvmIoEventRegistrar registrar(*vm);
+  vmm::KvmIoEventRegistrar registrar(*vm);
   auto memory = vmm::GuestMemory::CreateX86(16 << 20);
   ASSERT_TRUE(memory.ok());
   vmm::Bus pio("pio");

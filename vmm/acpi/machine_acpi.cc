@@ -10,7 +10,7 @@
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
 #include "vmm/host_file.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/legacy/acpi_pm.h"
 
 namespace vmm::acpi {

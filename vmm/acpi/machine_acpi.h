@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
-#include "vmm/machine_description.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/machine_description.h"
 
 // The machine's ACPI tables, built from the same MachineDescription as its device tree
 // (docs/machine.md "ACPI tables").

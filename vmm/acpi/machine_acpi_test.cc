@@ -14,10 +14,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "vmm/acpi/tables.h"
-#include "vmm/guest_memory.h"
-#include "vmm/layout.h"
-#include "vmm/machine_description.h"
-#include "vmm/machine_description_testing.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/layout.h"
+#include "vmm/machine/machine_description.h"
+#include "vmm/machine/machine_description_testing.h"
 
 namespace vmm::acpi {
 namespace {

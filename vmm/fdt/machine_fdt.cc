@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vmm/host_file.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::fdt {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/machine_description.h"
+#include "vmm/machine/machine_description.h"
 
 namespace vmm::fdt {
 

@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/layout.h"
-#include "vmm/machine_description.h"
-#include "vmm/machine_description_testing.h"
+#include "vmm/machine/layout.h"
+#include "vmm/machine/machine_description.h"
+#include "vmm/machine/machine_description_testing.h"
 
 namespace vmm::fdt {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 
 namespace vmm::legacy {
 

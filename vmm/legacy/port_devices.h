@@ -5,7 +5,7 @@
 #include <functional>
 #include <span>
 
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 
 namespace vmm::legacy {
 

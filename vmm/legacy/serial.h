@@ -9,8 +9,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/bus.h"
-#include "vmm/irq_line.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/irq_line.h"
 
 namespace vmm::legacy {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 // Helpers shared by the kernel, initrd and boot-structure writers. Internal to //vmm/loader.
 namespace vmm::loader {

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/loader/test_images.h"
 
 namespace vmm::loader {

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace vmm::loader {
 

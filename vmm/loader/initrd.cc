@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/loader/boot_util.h"
 #include "vmm/loader/image_file.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 #include "vmm/loader/kernel_loader.h"
 
 namespace vmm::loader {

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/loader/boot_params.h"
 #include "vmm/loader/boot_util.h"
 #include "vmm/loader/elf.h"

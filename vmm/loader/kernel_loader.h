@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace vmm::loader {
 

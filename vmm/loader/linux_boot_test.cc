@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/test_images.h"

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "vmm/guest_memory.h"
-#include "vmm/layout.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/layout.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/start_info.h"
 

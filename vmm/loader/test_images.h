@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 // Builders for synthetic kernel images, for the //vmm/loader tests. They write the formats from the
 // specs (ELF-64, the Linux boot protocol's bzImage layout) with only what the loader reads.

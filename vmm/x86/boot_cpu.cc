@@ -3,7 +3,7 @@
 #include <array>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 #include "vmm/kvm.h"
 
 // The CPU state a kernel expects at its entry point, and the tables that state refers to.

@@ -1,7 +1,7 @@
 #include "vmm/x86/boot_cpu.h"
 
 #include "gtest/gtest.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 namespace {

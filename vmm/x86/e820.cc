@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace vmm::x86 {
 

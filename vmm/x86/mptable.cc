@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "vmm/guest_memory.h"
-#include "vmm/layout.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 

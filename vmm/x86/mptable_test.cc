@@ -6,8 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/guest_memory.h"
-#include "vmm/layout.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::x86 {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/msi.h"
+#include "vmm/machine/msi.h"
 
 namespace devices::pci::testing {
 

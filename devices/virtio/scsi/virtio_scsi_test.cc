@@ -16,7 +16,7 @@
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue_test_util.h"
 #include "gtest/gtest.h"
-#include "vmm/scoped_fd.h"
+#include "vmm/machine/scoped_fd.h"
 
 namespace devices::virtio::scsi {
 namespace {

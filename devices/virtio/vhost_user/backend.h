@@ -15,7 +15,7 @@
 #include "devices/virtio/vhost_user/message.h"
 #include "devices/virtio/vhost_user/protocol.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 namespace devices::virtio::vhost_user {
 

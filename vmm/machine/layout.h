@@ -1,5 +1,5 @@
-#ifndef VMM_LAYOUT_H_
-#define VMM_LAYOUT_H_
+#ifndef VMM_MACHINE_LAYOUT_H_
+#define VMM_MACHINE_LAYOUT_H_
 
 #include <cstdint>
 
@@ -63,4 +63,4 @@ inline constexpr uint8_t kIdeSecondaryIrq = 15;  // only with --test-media (test
 
 }  // namespace vmm
 
-#endif  // VMM_LAYOUT_H_
+#endif  // VMM_MACHINE_LAYOUT_H_

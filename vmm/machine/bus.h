@@ -1,5 +1,5 @@
-#ifndef VMM_BUS_H_
-#define VMM_BUS_H_
+#ifndef VMM_MACHINE_BUS_H_
+#define VMM_MACHINE_BUS_H_
 
 #include <cstdint>
 #include <map>
@@ -58,4 +58,4 @@ class Bus {
 
 }  // namespace vmm
 
-#endif  // VMM_BUS_H_
+#endif  // VMM_MACHINE_BUS_H_

@@ -1,4 +1,4 @@
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm {
 

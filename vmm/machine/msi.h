@@ -1,5 +1,5 @@
-#ifndef VMM_MSI_H_
-#define VMM_MSI_H_
+#ifndef VMM_MACHINE_MSI_H_
+#define VMM_MACHINE_MSI_H_
 
 #include <cstdint>
 #include <memory>
@@ -32,4 +32,4 @@ class MsiController {
 
 }  // namespace vmm
 
-#endif  // VMM_MSI_H_
+#endif  // VMM_MACHINE_MSI_H_

@@ -1,5 +1,5 @@
-#ifndef VMM_GUEST_MEMORY_H_
-#define VMM_GUEST_MEMORY_H_
+#ifndef VMM_MACHINE_GUEST_MEMORY_H_
+#define VMM_MACHINE_GUEST_MEMORY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -125,4 +125,4 @@ class GuestMemory {
 
 }  // namespace vmm
 
-#endif  // VMM_GUEST_MEMORY_H_
+#endif  // VMM_MACHINE_GUEST_MEMORY_H_

@@ -1,4 +1,4 @@
-#include "vmm/bus.h"
+#include "vmm/machine/bus.h"
 
 #include <array>
 #include <vector>

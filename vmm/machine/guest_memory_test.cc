@@ -1,4 +1,4 @@
-#include "vmm/guest_memory.h"
+#include "vmm/machine/guest_memory.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -15,7 +15,7 @@
 #include <limits>
 
 #include "gtest/gtest.h"
-#include "vmm/layout.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm {
 namespace {

@@ -1,8 +1,8 @@
-#ifndef VMM_MACHINE_DESCRIPTION_TESTING_H_
-#define VMM_MACHINE_DESCRIPTION_TESTING_H_
+#ifndef VMM_MACHINE_MACHINE_DESCRIPTION_TESTING_H_
+#define VMM_MACHINE_MACHINE_DESCRIPTION_TESTING_H_
 
-#include "vmm/layout.h"
-#include "vmm/machine_description.h"
+#include "vmm/machine/layout.h"
+#include "vmm/machine/machine_description.h"
 
 // Test fixtures for the builders that take a MachineDescription (device tree, ACPI tables).
 namespace vmm::fixtures {
@@ -34,4 +34,4 @@ inline void AddLegacyPortDevices(MachineDescription& machine) {
 
 }  // namespace vmm::fixtures
 
-#endif  // VMM_MACHINE_DESCRIPTION_TESTING_H_
+#endif  // VMM_MACHINE_MACHINE_DESCRIPTION_TESTING_H_

@@ -1,5 +1,5 @@
-#ifndef VMM_SCOPED_FD_H_
-#define VMM_SCOPED_FD_H_
+#ifndef VMM_MACHINE_SCOPED_FD_H_
+#define VMM_MACHINE_SCOPED_FD_H_
 
 #include "block/scoped_fd.h"
 
@@ -9,4 +9,4 @@ using ScopedFd = block::ScopedFd;
 
 }  // namespace vmm
 
-#endif  // VMM_SCOPED_FD_H_
+#endif  // VMM_MACHINE_SCOPED_FD_H_

@@ -1,5 +1,5 @@
-#ifndef VMM_MACHINE_DESCRIPTION_H_
-#define VMM_MACHINE_DESCRIPTION_H_
+#ifndef VMM_MACHINE_MACHINE_DESCRIPTION_H_
+#define VMM_MACHINE_MACHINE_DESCRIPTION_H_
 
 #include <cstdint>
 #include <optional>
@@ -46,4 +46,4 @@ struct MachineDescription {
 
 }  // namespace vmm
 
-#endif  // VMM_MACHINE_DESCRIPTION_H_
+#endif  // VMM_MACHINE_MACHINE_DESCRIPTION_H_

@@ -1,5 +1,5 @@
-#ifndef VMM_IRQ_LINE_H_
-#define VMM_IRQ_LINE_H_
+#ifndef VMM_MACHINE_IRQ_LINE_H_
+#define VMM_MACHINE_IRQ_LINE_H_
 
 namespace vmm {
 
@@ -13,4 +13,4 @@ class IrqLine {
 
 }  // namespace vmm
 
-#endif  // VMM_IRQ_LINE_H_
+#endif  // VMM_MACHINE_IRQ_LINE_H_
