@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "api/api_token.h"
+#include "api/host_path.h"
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
@@ -477,10 +478,11 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     if (requested.empty()) return InvalidArgument("insert: the path of the medium is empty");
     // A relative path is relative to the VMM's working directory (or to --media-dir, which
     // resolves it itself): made absolute here, so that the medium's source names the file for
-    // every reader, wherever they are.
+    // every reader, wherever they are. Under --jail that directory is the jail's root.
     const bool as_given =
         core_.control().MediaPathsConfined() || requested.find('\0') != std::string::npos;
-    const std::string path = as_given ? requested : AbsoluteMediumPath(requested);
+    const std::string path =
+        as_given || requested[0] == '/' ? requested : AbsolutePath(requested);
     if (path.size() >= PATH_MAX) {
       return InvalidArgument(absl::StrFormat(
           "insert: the path %s is %d bytes long; the limit is %d (PATH_MAX)", Quote(path),
@@ -649,20 +651,6 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     return absl::Status(code, absl::StrFormat("insert: %s: %s", Quote(path, kPathShown), message));
   }
 
-  // `path` (relative) joined to the VMM's working directory, "." components dropped; as given if
-  // the working directory is unknown. Under --jail that directory is the jail's root.
-  static std::string AbsoluteMediumPath(const std::string& path) {
-    if (path[0] == '/') return path;
-    char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
-    std::string joined = cwd;
-    for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-      if (part == ".") continue;
-      if (joined.back() != '/') joined.push_back('/');
-      absl::StrAppend(&joined, part);
-    }
-    return joined;
-  }
 
   ApiCore& core_;
 };

@@ -199,21 +199,6 @@ absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t min, int6
                       why.empty() ? "" : absl::StrCat(" (", why, ")")));
 }
 
-std::string AbsolutePath(const std::string& path) {
-  if (path.empty()) return path;
-  std::string joined = path;
-  if (path[0] != '/') {
-    char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;  // no working directory: as given
-    joined = absl::StrCat(cwd, "/", path);
-  }
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(joined, '/', absl::SkipEmpty())) {
-    if (part != ".") parts.push_back(part);
-  }
-  return absl::StrCat("/", absl::StrJoin(parts, "/"));
-}
-
 absl::Status CheckInputFile(absl::string_view flag, const std::string& given,
                             const std::string& path) {
   const std::string named = absl::StrCat(flag, "=", given);

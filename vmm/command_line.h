@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "api/host_path.h"
 #include "vmm/drive_spec.h"
 
 namespace vmm {
@@ -27,11 +28,8 @@ absl::StatusOr<uint64_t> ParseMemorySize(absl::string_view text);
 absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t min, int64_t max,
                         absl::string_view why = "");
 
-// `path` made absolute against the working directory (no symlink is resolved and nothing needs
-// to exist: "." components and repeated slashes go, ".." stays, as the kernel would walk it).
-// Absolute paths come back as given, minus "." components. The VMM records and reports absolute
-// paths, so they name the same file whoever reads them.
-std::string AbsolutePath(const std::string& path);
+// The control API's path rule (api/host_path.h), which the launchers' paths follow too.
+using api::AbsolutePath;
 
 // An input file the VMM reads whole (--kernel, --initrd): it must exist, be readable, be a regular
 // file and not be empty. Checked before /dev/kvm is opened, so that a typo is reported as such.
