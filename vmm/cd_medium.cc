@@ -11,4 +11,20 @@ absl::Status CheckCdMediumSize(uint64_t size_bytes, const std::string& path) {
       size_bytes, kCdBlockBytes));
 }
 
+block::raw::RawFileOptions CdMediumFileOptions() {
+  block::raw::RawFileOptions options;
+  options.cache_mode = block::CacheMode::kWriteback;
+  options.read_only = true;
+  return options;
+}
+
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> AsCdMedium(
+    absl::StatusOr<std::shared_ptr<block::BlockBackend>> opened, const std::string& path) {
+  if (!opened.ok()) return opened.status();
+  if (absl::Status size = CheckCdMediumSize((*opened)->info().size_bytes, path); !size.ok()) {
+    return size;
+  }
+  return opened;
+}
+
 }  // namespace vmm

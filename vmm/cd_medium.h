@@ -2,9 +2,13 @@
 #define VMM_CD_MEDIUM_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "block/backend.h"
+#include "block/raw/raw_file_backend.h"
 
 namespace vmm {
 
@@ -17,6 +21,14 @@ inline constexpr uint64_t kCdBlockBytes = 2048;
 // one rule for --cdrom, --ide-cdrom and the control API's Insert. InvalidArgument naming `path`,
 // the size and the minimum. A longer image's tail short of a whole block is never addressed.
 absl::Status CheckCdMediumSize(uint64_t size_bytes, const std::string& path);
+
+// How every CD/DVD image is opened (--cdrom, --ide-cdrom, the API's Insert with or without
+// --media-dir): read-only, through the page cache.
+block::raw::RawFileOptions CdMediumFileOptions();
+
+// The image `opened` from `path` as a medium, or its open error, or CheckCdMediumSize's.
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> AsCdMedium(
+    absl::StatusOr<std::shared_ptr<block::BlockBackend>> opened, const std::string& path);
 
 }  // namespace vmm
 

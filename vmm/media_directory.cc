@@ -8,7 +8,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "block/cache_mode.h"
 #include "block/raw/raw_file_backend.h"
 #include "vmm/cd_medium.h"
 
@@ -38,15 +37,9 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
     }
     relative = path.substr(prefix.size());
   }
-  block::raw::RawFileOptions options;
-  options.cache_mode = block::CacheMode::kWriteback;
-  options.read_only = true;
-  auto backend = block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path, options);
-  if (!backend.ok()) return backend.status();
-  if (absl::Status size = CheckCdMediumSize((*backend)->info().size_bytes, path); !size.ok()) {
-    return size;
-  }
-  return std::shared_ptr<block::BlockBackend>(*std::move(backend));
+  return AsCdMedium(
+      block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path, CdMediumFileOptions()),
+      path);
 }
 
 }  // namespace vmm

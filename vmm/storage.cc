@@ -13,15 +13,7 @@
 namespace vmm {
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const std::string& path) {
-  block::raw::RawFileOptions options;
-  options.cache_mode = block::CacheMode::kWriteback;
-  options.read_only = true;
-  auto backend = block::raw::RawFileBackend::Open(path, options);
-  if (!backend.ok()) return backend.status();
-  if (absl::Status size = CheckCdMediumSize((*backend)->info().size_bytes, path); !size.ok()) {
-    return size;
-  }
-  return std::shared_ptr<block::BlockBackend>(*std::move(backend));
+  return AsCdMedium(block::raw::RawFileBackend::Open(path, CdMediumFileOptions()), path);
 }
 
 const AttachedDrive* Storage::Find(const std::string& name) const {
@@ -77,13 +69,27 @@ absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
 
 }  // namespace
 
-absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool required) {
-  const std::string& path = attached.spec.path;
-  auto device = block::OpenHostCdromDevice(path);
-  if (!device.ok()) {
-    if (!required && absl::IsInvalidArgument(device.status())) return false;
-    return DriveError(attached.spec, device.status());
+absl::StatusOr<std::unique_ptr<block::CdromDevice>> Storage::HostDriveOf(AttachedDrive& attached) {
+  const DriveSpec& spec = attached.spec;
+  if (spec.path.empty()) return nullptr;
+  if (spec.probe_delay_us) {
+    // The ISO behind a simulated host drive (benchmarks): probed at start, never per request.
+    auto device = std::make_unique<block::SimulatedCdromDevice>(
+        spec.path, std::chrono::microseconds(*spec.probe_delay_us));
+    attached.simulated_drive = device.get();
+    return device;
   }
+  if (!spec.host_drive && !IsBlockDevice(spec.path)) return nullptr;
+  auto device = block::OpenHostCdromDevice(spec.path);
+  // A block device that is no CD-ROM drive (a loop device holding an ISO) is an image, unless
+  // host:PATH insisted on a drive.
+  if (!device.ok() && !spec.host_drive && absl::IsInvalidArgument(device.status())) return nullptr;
+  return device;
+}
+
+absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
+                                      std::unique_ptr<block::CdromDevice> device,
+                                      bool watch_uevents) {
   attached.media = std::make_shared<block::RemovableMedia>();
   block::HostCdrom::Options options;
   // The disc itself: read through io_uring like an image. The drive is opened O_NONBLOCK (the raw
@@ -93,12 +99,12 @@ absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool requ
   options.on_error = [name = attached.name](const absl::Status& status) {
     ReportHostDriveError(name, status);
   };
-  auto host = block::HostCdrom::Create(*std::move(device), attached.media.get(), options);
+  auto host = block::HostCdrom::Create(std::move(device), attached.media.get(), options);
   if (!host.ok()) return host.status();
   attached.host_drive = *std::move(host);
   // Kernel uevents tell of host media changes; without netlink (a sandbox or a namespace without
   // uevents) the drive is still probed at start, after tray commands and after a failed read.
-  if (uevents_ == nullptr) {
+  if (watch_uevents && uevents_ == nullptr) {
     auto monitor = block::UeventMonitor::Open();
     if (monitor.ok()) {
       auto thread = block::UeventThread::Start(monitor->get(), [](const absl::Status& status) {
@@ -112,13 +118,13 @@ absl::StatusOr<bool> Storage::AttachHostDrive(AttachedDrive& attached, bool requ
       ReportHostDriveError(attached.name, monitor.status());
     }
   }
-  if (uevents_ != nullptr) {
+  if (watch_uevents && uevents_ != nullptr) {
     attached.host_drive_uevents = attached.host_drive->WatchUevents(uevents_.get());
   }
   if (absl::Status refreshed = attached.host_drive->Refresh(); !refreshed.ok()) {
     return DriveError(attached.spec, refreshed);
   }
-  return true;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& config) {
@@ -159,30 +165,14 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       attached.name = absl::StrFormat("cd%d", cdroms++);
       options.name = attached.name;
       options.read_only = true;
+      auto host_device = HostDriveOf(attached);
+      if (!host_device.ok()) return DriveError(spec, host_device.status());
       if (spec.path.empty()) {
         attached.media = std::make_shared<block::RemovableMedia>();
-      } else if (!spec.probe_delay_us && (spec.host_drive || IsBlockDevice(spec.path))) {
-        auto attached_host = storage->AttachHostDrive(attached, spec.host_drive);
-        if (!attached_host.ok()) return attached_host.status();
-        if (!*attached_host) {
-          // A block device that is no CD-ROM drive (a loop device holding an ISO): an image.
-          auto medium = OpenMedium(spec.path);
-          if (!medium.ok()) return DriveError(spec, medium.status());
-          attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
-        }
-      } else if (spec.probe_delay_us) {
-        // The ISO behind a simulated host drive: probed once here (Refresh), never per request.
-        attached.media = std::make_shared<block::RemovableMedia>();
-        auto device = std::make_unique<block::SimulatedCdromDevice>(
-            spec.path, std::chrono::microseconds(*spec.probe_delay_us));
-        attached.simulated_drive = device.get();
-        block::HostCdrom::Options host_options;
-        host_options.backend_factory = &Storage::OpenMedium;
-        auto host = block::HostCdrom::Create(std::move(device), attached.media.get(), host_options);
-        if (!host.ok()) return host.status();
-        attached.host_drive = *std::move(host);
-        absl::Status refreshed = attached.host_drive->Refresh();
-        if (!refreshed.ok()) return DriveError(spec, refreshed);
+      } else if (*host_device != nullptr) {
+        absl::Status passed = storage->AttachHostDrive(attached, *std::move(host_device),
+                                                       /*watch_uevents=*/!spec.probe_delay_us);
+        if (!passed.ok()) return passed;
       } else {
         auto medium = OpenMedium(spec.path);
         if (!medium.ok()) return DriveError(spec, medium.status());

@@ -69,9 +69,13 @@ class Storage {
 
  private:
   Storage() = default;
-  // Opens `spec`'s host drive and publishes what it holds; `required` (host:PATH) turns "not a
-  // CD-ROM drive" into an error instead of a null result (the path is then an image file).
-  absl::StatusOr<bool> AttachHostDrive(AttachedDrive& attached, bool required);
+  // The host optical drive behind a CD-ROM's path: the simulated one of probe-delay-us, a real
+  // drive (host:PATH, or a block device that answers as one), or null for an image file.
+  static absl::StatusOr<std::unique_ptr<block::CdromDevice>> HostDriveOf(AttachedDrive& attached);
+  // Passes `device` through: a HostCdrom keeps the drive's media in step with it, from uevents
+  // too when `watch_uevents`, and publishes what the drive holds now.
+  absl::Status AttachHostDrive(AttachedDrive& attached, std::unique_ptr<block::CdromDevice> device,
+                               bool watch_uevents);
 
   // Kernel uevents for passed-through drives (declared before drives_: destroyed after them).
   std::unique_ptr<block::UeventMonitor> uevents_;
