@@ -12,7 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block {
 
@@ -62,8 +62,8 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   static absl::StatusOr<std::unique_ptr<BlockQueue>> Create(std::shared_ptr<Drive::Shared> shared,
                                                             CompletionHandler handler);
 
-  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, ScopedFd epoll_fd,
-             ScopedFd event_fd)
+  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, sys_util::ScopedFd epoll_fd,
+             sys_util::ScopedFd event_fd)
       : shared_(std::move(shared)),
         removable_(shared_->media != nullptr),
         handler_(std::move(handler)),
@@ -135,8 +135,8 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   const std::shared_ptr<Drive::Shared> shared_;
   const bool removable_;
   CompletionHandler handler_;
-  const ScopedFd epoll_fd_;
-  const ScopedFd event_fd_;
+  const sys_util::ScopedFd epoll_fd_;
+  const sys_util::ScopedFd event_fd_;
 
   std::vector<std::unique_ptr<Backing>> backings_;
   Backing* current_ = nullptr;  // the medium requests go to; null until one is seen
@@ -153,9 +153,9 @@ class DriveQueue final : public BlockQueue, private MediaListener {
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
     std::shared_ptr<Drive::Shared> shared, CompletionHandler handler) {
-  ScopedFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
+  sys_util::ScopedFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd.valid()) return absl::ErrnoToStatus(errno, "epoll_create1");
-  ScopedFd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  sys_util::ScopedFd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
   epoll_event event{};
   event.events = EPOLLIN;

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block {
 namespace {
@@ -168,13 +168,13 @@ class FaultInjectingQueue : public BlockQueue {
 
   absl::Status Init() {
     event_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!event_fd_.valid()) return ErrnoStatus(errno, "eventfd");
+    if (!event_fd_.valid()) return sys_util::ErrnoStatus(errno, "eventfd");
     // CLOCK_MONOTONIC with absolute deadlines: immune to wall-clock steps, and a deadline already
     // past fires at once.
     timer_fd_.Reset(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK));
-    if (!timer_fd_.valid()) return ErrnoStatus(errno, "timerfd_create");
+    if (!timer_fd_.valid()) return sys_util::ErrnoStatus(errno, "timerfd_create");
     epoll_fd_.Reset(::epoll_create1(EPOLL_CLOEXEC));
-    if (!epoll_fd_.valid()) return ErrnoStatus(errno, "epoll_create1");
+    if (!epoll_fd_.valid()) return sys_util::ErrnoStatus(errno, "epoll_create1");
 
     // The inner queue completes into reaped_; ProcessCompletions() decides what the caller sees.
     // Collecting instead of calling our handler from inside the inner ProcessCompletions() keeps
@@ -189,7 +189,7 @@ class FaultInjectingQueue : public BlockQueue {
       event.events = EPOLLIN;  // level-triggered: readable for as long as any source is
       event.data.fd = fd;
       if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
-        return ErrnoStatus(errno, "epoll_ctl(ADD)");
+        return sys_util::ErrnoStatus(errno, "epoll_ctl(ADD)");
       }
     }
     return absl::OkStatus();
@@ -237,9 +237,9 @@ class FaultInjectingQueue : public BlockQueue {
   FaultInjectingBackend* const backend_;
   FaultInjectingBackend::RuleCache rule_cache_;
   CompletionHandler handler_;
-  ScopedFd event_fd_;
-  ScopedFd timer_fd_;
-  ScopedFd epoll_fd_;
+  sys_util::ScopedFd event_fd_;
+  sys_util::ScopedFd timer_fd_;
+  sys_util::ScopedFd epoll_fd_;
   size_t in_flight_ = 0;
   // Requests at the inner backend, by inner cookie. A slot's torn_buffers keeps its heap array
   // when slots_ grows (vector move), so the inner backend's span stays valid.

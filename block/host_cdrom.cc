@@ -15,7 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/thread.h"
 
 namespace block {
 namespace {
@@ -35,7 +36,7 @@ std::string KernelName(const std::string& path) {
 // The real drive: ioctls on an fd of the device node, opened O_RDONLY | O_NONBLOCK.
 class LinuxCdromDevice : public CdromDevice {
  public:
-  LinuxCdromDevice(std::string path, std::string kernel_name, ScopedFd fd)
+  LinuxCdromDevice(std::string path, std::string kernel_name, sys_util::ScopedFd fd)
       : path_(std::move(path)), kernel_name_(std::move(kernel_name)), fd_(std::move(fd)) {}
 
   const std::string& path() const override { return path_; }
@@ -49,7 +50,7 @@ class LinuxCdromDevice : public CdromDevice {
  private:
   const std::string path_;
   const std::string kernel_name_;
-  const ScopedFd fd_;
+  const sys_util::ScopedFd fd_;
 };
 
 // Errors of a read that say the disc may be gone (sr fails reads of a removed or changed disc with
@@ -120,7 +121,7 @@ const char* HostDriveStatusName(HostDriveStatus status) {
 // ---- LinuxCdromDevice ---------------------------------------------------------------------------
 
 absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  sys_util::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     int error = errno;
     if (error == ENOENT) {
@@ -131,11 +132,11 @@ absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::stri
       return absl::NotFoundError(
           absl::StrCat("host CD-ROM ", path, ": no such device: ", std::strerror(error)));
     }
-    return ErrnoStatus(error, absl::StrCat("host CD-ROM ", path, ": open"));
+    return sys_util::ErrnoStatus(error, absl::StrCat("host CD-ROM ", path, ": open"));
   }
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("host CD-ROM ", path, ": fstat"));
+    return sys_util::ErrnoStatus(errno, absl::StrCat("host CD-ROM ", path, ": fstat"));
   }
   if (!S_ISBLK(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -157,7 +158,7 @@ absl::StatusOr<HostDriveStatus> LinuxCdromDevice::DriveStatus() {
   // TEST UNIT READY / GET EVENT STATUS NOTIFICATION to the drive: a real command, hence probed
   // only on demand.
   int status = ::ioctl(fd_.get(), CDROM_DRIVE_STATUS, CDSL_CURRENT);
-  if (status < 0) return ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_DRIVE_STATUS"));
+  if (status < 0) return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_DRIVE_STATUS"));
   switch (status) {
     case CDS_NO_INFO: return HostDriveStatus::kNoInfo;
     case CDS_NO_DISC: return HostDriveStatus::kNoDisc;
@@ -174,11 +175,11 @@ absl::StatusOr<uint64_t> LinuxCdromDevice::CapacityBytes() {
   // A fresh open, not our long-lived fd: the sr driver re-reads the capacity of a changed disc when
   // the device is opened (drivers/scsi/sr.c, sr_block_open -> disk_check_media_change ->
   // sr_revalidate_disk), and our fd was opened before the change. O_NONBLOCK as at Open().
-  ScopedFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, absl::StrCat(path_, ": open"));
+  sys_util::ScopedFd fd(::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": open"));
   uint64_t bytes = 0;
   if (::ioctl(fd.get(), BLKGETSIZE64, &bytes) != 0) {
-    return ErrnoStatus(errno, absl::StrCat(path_, ": BLKGETSIZE64"));
+    return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": BLKGETSIZE64"));
   }
   return bytes;
 }
@@ -187,7 +188,7 @@ absl::Status LinuxCdromDevice::LockDoor(bool locked) {
   // cdrom.c refuses to unlock (EBUSY) while someone else has the drive open unless the caller has
   // CAP_SYS_ADMIN; the backend reading the disc is such an opener. Best effort by design.
   if (::ioctl(fd_.get(), CDROM_LOCKDOOR, locked ? 1 : 0) != 0) {
-    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_LOCKDOOR ", locked ? 1 : 0));
+    return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_LOCKDOOR ", locked ? 1 : 0));
   }
   return absl::OkStatus();
 }
@@ -199,14 +200,14 @@ absl::Status LinuxCdromDevice::Eject() {
   // whenever another opener existed). Failure to unlock is not final: the eject says what happened.
   (void)::ioctl(fd_.get(), CDROM_LOCKDOOR, 0);
   if (::ioctl(fd_.get(), CDROMEJECT, 0) != 0) {
-    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROMEJECT"));
+    return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": CDROMEJECT"));
   }
   return absl::OkStatus();
 }
 
 absl::Status LinuxCdromDevice::CloseTray() {
   if (::ioctl(fd_.get(), CDROMCLOSETRAY, 0) != 0) {
-    return ErrnoStatus(errno, absl::StrCat(path_, ": CDROMCLOSETRAY"));
+    return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": CDROMCLOSETRAY"));
   }
   return absl::OkStatus();
 }
@@ -229,7 +230,10 @@ absl::StatusOr<std::unique_ptr<HostCdrom>> HostCdrom::Create(std::unique_ptr<Cdr
     return absl::InvalidArgumentError("HostCdrom needs a backend factory");
   }
   std::unique_ptr<HostCdrom> cdrom(new HostCdrom(std::move(device), media, std::move(options)));
-  cdrom->worker_ = std::thread([raw = cdrom.get()] { raw->WorkerLoop(); });
+  absl::StatusOr<std::thread> worker =
+      sys_util::StartThread({.name = "host-cd"}, [raw = cdrom.get()] { raw->WorkerLoop(); });
+  if (!worker.ok()) return worker.status();
+  cdrom->worker_ = *std::move(worker);
   media->FollowHostDrive(cdrom->device_->path());
   media->AddListener(cdrom.get());
   return cdrom;

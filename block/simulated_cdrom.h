@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "block/host_cdrom.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block {
 
@@ -32,7 +32,7 @@ class SimulatedCdromDevice : public CdromDevice {
   absl::StatusOr<uint64_t> CapacityBytes() override {
     Probe();
     struct stat st {};
-    if (stat(path_.c_str(), &st) != 0) return ErrnoStatus(errno, path_);
+    if (stat(path_.c_str(), &st) != 0) return sys_util::ErrnoStatus(errno, path_);
     return static_cast<uint64_t>(st.st_size);
   }
   absl::Status LockDoor(bool) override { return absl::OkStatus(); }

@@ -2,7 +2,6 @@
 
 #include <linux/netlink.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,7 +12,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/thread.h"
 
 namespace block {
 namespace {
@@ -29,22 +30,6 @@ constexpr size_t kMaxMessage = 8192;
 constexpr int kReceiveBuffer = 1 << 20;
 
 constexpr absl::string_view kUdevMagic("libudev\0", 8);
-
-// Closes a descriptor on scope exit unless released: for the fds created before their owner is.
-class FdGuard {
- public:
-  explicit FdGuard(int fd) : fd_(fd) {}
-  ~FdGuard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FdGuard(const FdGuard&) = delete;
-  FdGuard& operator=(const FdGuard&) = delete;
-  int get() const { return fd_; }
-  int Release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -111,15 +96,13 @@ absl::StatusOr<Uevent> ParseUevent(absl::string_view message) {
   return event;
 }
 
-UeventMonitor::UeventMonitor(int fd, bool require_kernel_sender)
-    : fd_(fd), require_kernel_sender_(require_kernel_sender) {}
+UeventMonitor::UeventMonitor(sys_util::ScopedFd fd, bool require_kernel_sender)
+    : fd_(std::move(fd)), require_kernel_sender_(require_kernel_sender) {}
 
-UeventMonitor::~UeventMonitor() {
-  if (fd_ >= 0) ::close(fd_);
-}
+UeventMonitor::~UeventMonitor() = default;
 
 absl::StatusOr<std::unique_ptr<UeventMonitor>> UeventMonitor::Open() {
-  FdGuard fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+  sys_util::ScopedFd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                       NETLINK_KOBJECT_UEVENT));
   if (fd.get() < 0) {
     return absl::UnavailableError(
@@ -140,11 +123,11 @@ absl::StatusOr<std::unique_ptr<UeventMonitor>> UeventMonitor::Open() {
         "no host media notifications: bind(NETLINK_KOBJECT_UEVENT, group 1): ",
         std::strerror(errno)));
   }
-  return std::unique_ptr<UeventMonitor>(new UeventMonitor(fd.Release(), true));
+  return std::unique_ptr<UeventMonitor>(new UeventMonitor(std::move(fd), true));
 }
 
 std::unique_ptr<UeventMonitor> UeventMonitor::CreateForTesting(int fd) {
-  return std::unique_ptr<UeventMonitor>(new UeventMonitor(fd, false));
+  return std::unique_ptr<UeventMonitor>(new UeventMonitor(sys_util::ScopedFd(fd), false));
 }
 
 UeventMonitor::WatchId UeventMonitor::Watch(std::string device_name, Handler handler) {
@@ -186,7 +169,7 @@ absl::Status UeventMonitor::ProcessEvents() {
     header.msg_namelen = sizeof(sender);
     header.msg_iov = &iov;
     header.msg_iovlen = 1;
-    ssize_t n = ::recvmsg(fd_, &header, MSG_DONTWAIT);
+    ssize_t n = ::recvmsg(fd_.get(), &header, MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
@@ -197,7 +180,7 @@ absl::Status UeventMonitor::ProcessEvents() {
         Dispatch(lost);
         continue;
       }
-      return ErrnoStatus(errno, "recvmsg(uevent socket)");
+      return sys_util::ErrnoStatus(errno, "recvmsg(uevent socket)");
     }
     if (n == 0) {
       // A closed stream socket (only possible with a test fd); nothing more will come.
@@ -229,35 +212,35 @@ uint64_t UeventMonitor::messages_rejected() const {
   return rejected_;
 }
 
-UeventThread::UeventThread(UeventMonitor* monitor, int stop_fd,
+UeventThread::UeventThread(UeventMonitor* monitor, sys_util::ScopedFd stop_fd,
                            std::function<void(const absl::Status&)> on_error)
-    : monitor_(monitor), stop_fd_(stop_fd), on_error_(std::move(on_error)) {}
+    : monitor_(monitor), stop_fd_(std::move(stop_fd)), on_error_(std::move(on_error)) {}
 
 absl::StatusOr<std::unique_ptr<UeventThread>> UeventThread::Start(
     UeventMonitor* monitor, std::function<void(const absl::Status&)> on_error) {
-  FdGuard stop_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (stop_fd.get() < 0) return ErrnoStatus(errno, "eventfd");
+  absl::StatusOr<sys_util::ScopedFd> stop_fd = sys_util::MakeEventFd();
+  if (!stop_fd.ok()) return stop_fd.status();
   std::unique_ptr<UeventThread> thread(
-      new UeventThread(monitor, stop_fd.Release(), std::move(on_error)));
-  thread->thread_ = std::thread([raw = thread.get()] { raw->Run(); });
+      new UeventThread(monitor, *std::move(stop_fd), std::move(on_error)));
+  absl::StatusOr<std::thread> started =
+      sys_util::StartThread({.name = "uevent"}, [raw = thread.get()] { raw->Run(); });
+  if (!started.ok()) return started.status();
+  thread->thread_ = *std::move(started);
   return thread;
 }
 
 UeventThread::~UeventThread() {
-  uint64_t one = 1;
-  // An eventfd write of 1 cannot fail short of overflow; ignore the result deliberately.
-  (void)!::write(stop_fd_, &one, sizeof(one));
+  sys_util::SignalEventFd(stop_fd_.get());
   if (thread_.joinable()) thread_.join();
-  ::close(stop_fd_);
 }
 
 void UeventThread::Run() {
   while (true) {
-    pollfd fds[2] = {{monitor_->fd(), POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{monitor_->fd(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
     int ready = ::poll(fds, 2, -1);
     if (ready < 0) {
       if (errno == EINTR) continue;
-      if (on_error_) on_error_(ErrnoStatus(errno, "poll(uevent socket)"));
+      if (on_error_) on_error_(sys_util::ErrnoStatus(errno, "poll(uevent socket)"));
       return;
     }
     if (fds[1].revents != 0) return;

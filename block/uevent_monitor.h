@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block {
 
@@ -78,7 +79,7 @@ class UeventMonitor {
   UeventMonitor& operator=(const UeventMonitor&) = delete;
 
   // Pollable (readable when messages wait).
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
   // Calls `handler` for every uevent about `device_name` ("sr0"), and for lost-event notices.
   WatchId Watch(std::string device_name, Handler handler);
@@ -101,10 +102,9 @@ class UeventMonitor {
     Handler handler;
   };
 
-  UeventMonitor(int fd, bool require_kernel_sender);
+  UeventMonitor(sys_util::ScopedFd fd, bool require_kernel_sender);
 
-  // Owned: closed by the destructor. (block/ has no shared fd wrapper and must not use vmm's.)
-  const int fd_;
+  const sys_util::ScopedFd fd_;
   // Netlink sockets: accept only messages whose source port id is 0 (the kernel). Any root process
   // could otherwise multicast forged events to group 1.
   const bool require_kernel_sender_;
@@ -131,13 +131,13 @@ class UeventThread {
   UeventThread& operator=(const UeventThread&) = delete;
 
  private:
-  UeventThread(UeventMonitor* monitor, int stop_fd,
+  UeventThread(UeventMonitor* monitor, sys_util::ScopedFd stop_fd,
                std::function<void(const absl::Status&)> on_error);
   void Run();
 
   UeventMonitor* const monitor_;
-  // Owned eventfd, written by the destructor to wake poll(), closed after the join.
-  const int stop_fd_;
+  // Written by the destructor to wake poll().
+  const sys_util::ScopedFd stop_fd_;
   const std::function<void(const absl::Status&)> on_error_;
   std::thread thread_;
 };

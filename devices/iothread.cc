@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/thread.h"
 
 namespace devices {
 namespace {
@@ -30,16 +32,6 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-void Signal(int fd) {
-  const uint64_t one = 1;
-  (void)!write(fd, &one, sizeof(one));
-}
-
-void Drain(int fd) {
-  uint64_t value;
-  (void)!read(fd, &value, sizeof(value));
 }
 
 }  // namespace
@@ -62,31 +54,20 @@ absl::Status IoThread::Start() {
   if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wakeup_.get(), &event) != 0) {
     return absl::InternalError(absl::StrFormat("%s: epoll_ctl: %s", name_, strerror(errno)));
   }
-  absl::Notification started;
-  absl::Status start_status;
-  thread_ = std::thread([this, &started, &start_status] {
-    thread_id_.store(std::this_thread::get_id());
-    // Thread names are at most 15 characters.
-    pthread_setname_np(pthread_self(), name_.substr(0, 15).c_str());
-    if (options_.on_start) start_status = options_.on_start();
-    const bool run = start_status.ok();
-    started.Notify();
-    if (run) Loop();
-  });
-  started.WaitForNotification();
-  if (!start_status.ok()) {
-    thread_.join();
-    thread_id_.store(std::thread::id());
-    return absl::InternalError(
-        absl::StrFormat("%s: starting the thread: %s", name_, start_status.message()));
-  }
+  absl::StatusOr<std::thread> thread =
+      sys_util::StartThread({.name = name_, .on_start = options_.on_start}, [this] {
+        thread_id_.store(std::this_thread::get_id());
+        Loop();
+      });
+  if (!thread.ok()) return absl::InternalError(thread.status().message());
+  thread_ = *std::move(thread);
   return absl::OkStatus();
 }
 
 void IoThread::Stop() {
   if (!thread_.joinable()) return;
   stopping_.store(true);
-  Signal(wakeup_.get());
+  sys_util::SignalEventFd(wakeup_.get());
   thread_.join();
   thread_id_.store(std::thread::id());
 }
@@ -109,7 +90,7 @@ void IoThread::Post(absl::AnyInvocable<void()> fn) {
     absl::MutexLock lock(&posted_mutex_);
     posted_.push_back(std::move(fn));
   }
-  Signal(wakeup_.get());
+  sys_util::SignalEventFd(wakeup_.get());
 }
 
 absl::Status IoThread::AddFd(int fd, absl::AnyInvocable<void()> on_readable, Trigger trigger) {
@@ -233,12 +214,15 @@ void IoThread::Loop() {
     }
     if (count < 0) {
       if (errno == EINTR) continue;
+      // Cannot happen with a valid epoll fd and buffer; were it to, the thread's queues would stop
+      // being served, so say so rather than end in silence.
+      absl::FPrintF(stderr, "%s: epoll_wait: %s; the iothread stops\n", name_, strerror(errno));
       break;
     }
     for (int i = 0; i < count; ++i) {
       const int fd = events[i].data.fd;
       if (fd == wakeup_.get()) {
-        Drain(fd);
+        sys_util::DrainEventFd(fd);
         RunPosted();
         continue;
       }

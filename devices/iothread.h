@@ -15,7 +15,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices {
 
@@ -90,8 +90,8 @@ class IoThread {
 
   const std::string name_;
   const IoThreadOptions options_;
-  vmm::ScopedFd epoll_;
-  vmm::ScopedFd wakeup_;  // eventfd: posted work or stop
+  sys_util::ScopedFd epoll_;
+  sys_util::ScopedFd wakeup_;  // eventfd: posted work or stop
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   std::atomic<bool> stopping_{false};

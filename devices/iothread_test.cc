@@ -36,7 +36,7 @@ IoThreadOptions LongPollWindow() {
 TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
   IoThread thread("test-io");
   ASSERT_TRUE(thread.Start().ok());
-  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   absl::Notification fired;
   std::atomic<bool> on_thread{false};
   thread.RunSync([&] {
@@ -61,7 +61,7 @@ TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
 TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
   IoThread thread("test-io");
   ASSERT_TRUE(thread.Start().ok());
-  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE));
   std::atomic<int> calls{0};
   thread.RunSync([&] {
     ASSERT_TRUE(thread
@@ -123,7 +123,7 @@ TEST(IoThreadTest, AdaptivePollingGrowsWhenPollsFindWork) {
   IoThread thread("test-poll", LongPollWindow());
   std::atomic<int> pending{0};
   std::atomic<int> found_by_polling{0};
-  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   ASSERT_TRUE(thread
                   .AddFd(event.get(),
                          [&] {
@@ -157,7 +157,7 @@ TEST(IoThreadTest, PollingHooksSuppressNotificationsWithoutLosingWork) {
   std::atomic<bool> notify{true};
   std::atomic<int> begins{0};
   std::atomic<int> ends{0};
-  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   auto consume = [&] {
     const int items = queued.exchange(0);
     done += items;
@@ -209,7 +209,7 @@ TEST(IoThreadTest, WakeUpStartsPollingBeforeHandlers) {
   bool polling = false;  // touched only on the loop thread
   std::atomic<int> handled{0};
   std::atomic<int> handled_while_polling{0};
-  vmm::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   ASSERT_TRUE(thread
                   .AddFd(event.get(),
                          [&] {

@@ -23,7 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "vmm/machine/layout.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 namespace {
@@ -215,7 +215,7 @@ absl::Status CheckInputFile(absl::string_view flag, const std::string& given,
         named, S_ISDIR(st.st_mode) ? ": a directory, not a file" : ": not a regular file"));
   }
   // O_NONBLOCK: nothing here may wait (the file was regular a moment ago; it may not be now).
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     const int error = errno;
     return absl::ErrnoToStatus(error,

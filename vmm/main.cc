@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
   config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
-  vmm::ScopedFd serial_file;
+  sys_util::ScopedFd serial_file;
   const std::string serial = absl::GetFlag(FLAGS_serial);
   if (serial == "stdout") {
     config.serial_output_fd = STDOUT_FILENO;
@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  vmm::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
 
   auto vm = vmm::Vm::Create(config);
   if (!vm.ok()) return Fail(NameTheInput(config, vm.status()));

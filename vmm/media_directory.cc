@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<MediaDirectory>> MediaDirectory::Open(const std::
   std::string trimmed = path;
   while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
   if (trimmed.empty()) return absl::InvalidArgumentError("--media-dir=: needs a directory");
-  block::ScopedFd fd(open(trimmed.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  sys_util::ScopedFd fd(open(trimmed.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--media-dir=", path, ": ", std::strerror(errno)));

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "block/backend.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 
@@ -28,10 +28,10 @@ class MediaDirectory {
   const std::string& path() const { return path_; }
 
  private:
-  MediaDirectory(std::string path, block::ScopedFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  MediaDirectory(std::string path, sys_util::ScopedFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
 
   std::string path_;  // as given, without trailing slashes
-  block::ScopedFd fd_;
+  sys_util::ScopedFd fd_;
 };
 
 }  // namespace vmm

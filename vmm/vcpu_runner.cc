@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/thread.h"
 
 namespace vmm {
 namespace {
@@ -53,7 +54,16 @@ void VcpuRunner::InstallKickSignalHandler() {
   sigaction(KickSignal(), &action, nullptr);
 }
 
-void VcpuRunner::Start() { thread_ = std::thread([this] { Loop(); }); }
+void VcpuRunner::Start() {
+  absl::StatusOr<std::thread> thread = sys_util::StartThread(
+      {.name = absl::StrFormat("vcpu%u", vcpu_.id()), .on_start = on_start_}, [this] { Loop(); });
+  if (!thread.ok()) {
+    // Its confinement failed: the VM stops as for a fatal error before the vCPU ever ran.
+    exit_latch_.Trigger({VmExit::Kind::kFatal, 1, std::string(thread.status().message())});
+    return;
+  }
+  thread_ = *std::move(thread);
+}
 
 void VcpuRunner::Kick() { pthread_kill(thread_.native_handle(), KickSignal()); }
 
@@ -129,16 +139,6 @@ bool VcpuRunner::ParkWhilePaused() {
 }
 
 void VcpuRunner::Loop() {
-  // Named for ps, /proc and the seccomp report (at most 15 characters).
-  pthread_setname_np(pthread_self(), absl::StrFormat("vcpu%u", vcpu_.id()).c_str());
-  if (on_start_) {
-    if (absl::Status status = on_start_(); !status.ok()) {
-      exit_latch_.Trigger({VmExit::Kind::kFatal, 1,
-                           absl::StrFormat("vCPU %u: confining its thread: %s", vcpu_.id(),
-                                           status.message())});
-      return;
-    }
-  }
   while (!stop_requested_.load(std::memory_order_relaxed)) {
     // Paused: out of KVM_RUN (the kick made it return), parked until Resume() or Stop().
     if (pause_requested_.load(std::memory_order_acquire)) {

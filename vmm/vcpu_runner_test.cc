@@ -12,7 +12,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "vmm/machine/bus.h"
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 #include "vmm/vm_exit.h"
 
 namespace vmm {

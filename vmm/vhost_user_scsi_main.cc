@@ -25,7 +25,7 @@
 #include "absl/time/clock.h"
 #include "api/api_server.h"
 #include "api/listen_address.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/server.h"
 #include "vmm/api_flags.h"
 #include "vmm/backend_api.h"
@@ -130,21 +130,21 @@ absl::Status Configure(const std::vector<vmm::DriveSpec>& drives, vmm::StorageCo
   return absl::OkStatus();
 }
 
-absl::StatusOr<block::ScopedFd> Listen(const std::string& path) {
+absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
   // The socket hands out guest memory and the disks: owner only, like the API socket. The
   // iothreads already run, so no process-wide umask: it is bound in a private directory and
   // moved into place once it is mode 0600 (api::StagedUnixSocket).
   auto staged = api::StagedUnixSocket::Create(path, "--socket");
   if (!staged.ok()) return staged.status();
-  block::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!listener.valid()) return block::ErrnoStatus(errno, "socket(AF_UNIX)");
+  sys_util::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return sys_util::ErrnoStatus(errno, "socket(AF_UNIX)");
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, staged->bind_path().data(), staged->bind_path().size());
   if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    return block::ErrnoStatus(errno, absl::StrCat("binding ", path));
+    return sys_util::ErrnoStatus(errno, absl::StrCat("binding ", path));
   }
-  if (listen(listener.get(), 1) != 0) return block::ErrnoStatus(errno, absl::StrCat("listening on ", path));
+  if (listen(listener.get(), 1) != 0) return sys_util::ErrnoStatus(errno, absl::StrCat("listening on ", path));
   if (absl::Status published = staged->Publish(); !published.ok()) return published;
   return listener;
 }
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  block::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC));
+  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC));
 
   auto storage = vmm::Storage::Create(config);
   if (!storage.ok()) return Fail(storage.status());
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   }
 
   // A signal stops the server; the watcher itself ends when the server stops for another reason.
-  block::ScopedFd watcher_stop(eventfd(0, EFD_CLOEXEC));
+  sys_util::ScopedFd watcher_stop(eventfd(0, EFD_CLOEXEC));
   std::thread signal_watcher([&] {
     pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
     while (poll(fds, 2, -1) < 0 && errno == EINTR) {

@@ -11,12 +11,12 @@
 #include "absl/strings/str_format.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/pci/bar_allocator.h"
-#include "vmm/kvm_ioevent_registrar.h"
+#include "vmm/kvm/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/virtio/virtio_pci.h"
 #include "vmm/acpi/machine_acpi.h"
 #include "vmm/fdt/machine_fdt.h"
-#include "vmm/kvm_msi.h"
+#include "vmm/kvm/kvm_msi.h"
 #include "vmm/machine/layout.h"
 #include "vmm/legacy/acpi_pm.h"
 #include "vmm/legacy/i8042.h"
@@ -29,6 +29,7 @@
 #include "vmm/x86/boot_cpu.h"
 #include "vmm/x86/cpuid.h"
 #include "vmm/x86/mptable.h"
+#include "vmm/sys_util/thread.h"
 
 namespace vmm {
 namespace {
@@ -426,7 +427,13 @@ VmExit Vm::Run(int signal_fd) {
   }
   std::thread input_thread;
   if (config_.serial_input_fd >= 0) {
-    input_thread = std::thread([this] { ForwardSerialInput(exit_latch_.fd()); });
+    absl::StatusOr<std::thread> started =
+        sys_util::StartThread({.name = "serial-input"}, [this] { ForwardSerialInput(exit_latch_.fd()); });
+    if (started.ok()) {
+      input_thread = *std::move(started);
+    } else {
+      absl::FPrintF(stderr, "microvm: no serial input: %s\n", started.status().message());
+    }
   }
   while (!exit_latch_.triggered()) {
     pollfd fds[2] = {{exit_latch_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};

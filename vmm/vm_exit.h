@@ -7,7 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 
@@ -38,7 +38,7 @@ class ExitLatch {
   int fd() const { return event_fd_.get(); }
 
  private:
-  ScopedFd event_fd_;
+  sys_util::ScopedFd event_fd_;
   mutable absl::Mutex mutex_;
   std::optional<VmExit> exit_ ABSL_GUARDED_BY(mutex_);
   std::atomic<bool> triggered_{false};

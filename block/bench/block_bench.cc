@@ -26,7 +26,7 @@
 #include "block/cache_mode.h"
 #include "block/drive.h"
 #include "block/raw/raw_file_backend.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 ABSL_FLAG(std::string, file, "/var/tmp/microvm-block-bench.img",
           "Benchmark file (created and preallocated with data if missing or too small).");
@@ -48,7 +48,7 @@ bool Preallocate(const std::string& path, uint64_t bytes) {
       st.st_blocks * 512ull >= bytes) {
     return true;
   }
-  block::ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  sys_util::ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
   if (!fd.valid()) return false;
   std::vector<uint8_t> chunk(1 << 20);
   std::mt19937_64 random(42);

@@ -21,7 +21,7 @@
 #include "block/backend.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/raw_file_backend.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
 
@@ -31,7 +31,7 @@ namespace {
 std::string MakeFile(const std::string& name, uint64_t size) {
   const char* dir = std::getenv("TEST_TMPDIR");
   const std::string path = std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-  ScopedFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   EXPECT_TRUE(fd.valid()) << path;
   std::vector<char> data(size, 'x');
   EXPECT_EQ(pwrite(fd.get(), data.data(), size, 0), static_cast<ssize_t>(size));
@@ -50,8 +50,8 @@ std::optional<bool> PageDirty(int fd, uint64_t offset) {
   volatile char touch = *static_cast<volatile char*>(map);  // map the page cache page
   (void)touch;
   std::optional<bool> dirty;
-  ScopedFd pagemap(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
-  ScopedFd kpageflags(open("/proc/kpageflags", O_RDONLY | O_CLOEXEC));
+  sys_util::ScopedFd pagemap(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  sys_util::ScopedFd kpageflags(open("/proc/kpageflags", O_RDONLY | O_CLOEXEC));
   constexpr uint64_t kPfnMask = (uint64_t{1} << 55) - 1;
   uint64_t entry = 0, flags = 0;
   if (pagemap.valid() && kpageflags.valid() &&
@@ -113,7 +113,7 @@ TEST(KernelFactsTest, IoUringWritevHonoursRwfDsync) {
 // statx(2) STATX_DIOALIGN (Linux 6.1) on this file system, and what the backend made of it.
 TEST(KernelFactsTest, StatxDioAlign) {
   const std::string path = MakeFile("dioalign.img", 1 << 20);
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct statx stx {};
   ASSERT_EQ(statx(fd.get(), "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx), 0);
   const bool reported = (stx.stx_mask & STATX_DIOALIGN) != 0;

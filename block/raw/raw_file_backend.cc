@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "block/raw/aligned_buffer.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace block::raw {
 namespace {
@@ -117,7 +118,7 @@ struct Op {
 class RawFileQueue final : public BlockQueue {
  public:
   RawFileQueue(std::shared_ptr<const RawFileBackend> backend, std::unique_ptr<UringOps> ring,
-               ScopedFd event_fd, CompletionHandler handler)
+               sys_util::ScopedFd event_fd, CompletionHandler handler)
       : backend_(std::move(backend)),
         fd_(backend_->fd()),
         info_(backend_->info()),
@@ -183,11 +184,8 @@ class RawFileQueue final : public BlockQueue {
   void SubmitPrepared();
   void HandleCqe(const CqeResult& cqe);
   void Finish(uint32_t index, int error);
-  void Kick() { eventfd_write(event_fd_.get(), 1); }
-  void DrainEventFd() {
-    eventfd_t value;
-    eventfd_read(event_fd_.get(), &value);  // EAGAIN (nothing signalled) is fine: non-blocking
-  }
+  void Kick() { sys_util::SignalEventFd(event_fd_.get()); }
+  void DrainEventFd() { sys_util::DrainEventFd(event_fd_.get()); }
 
   const std::shared_ptr<const RawFileBackend> backend_;
   const int fd_;
@@ -195,7 +193,7 @@ class RawFileQueue final : public BlockQueue {
   const bool direct_io_;
   const uint32_t memory_alignment_;
   CompletionHandler handler_;
-  ScopedFd event_fd_;
+  sys_util::ScopedFd event_fd_;
   // Slots, reused; an index is the SQE's user_data. unique_ptr keeps each Op in place while the
   // vector grows.
   std::vector<std::unique_ptr<Op>> ops_;
@@ -530,7 +528,7 @@ void RawFileQueue::ProcessCompletions() {
 
 }  // namespace
 
-RawFileBackend::RawFileBackend(Token, std::string path, ScopedFd fd, BackendInfo info,
+RawFileBackend::RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info,
                                bool direct_io, uint32_t memory_alignment, unsigned ring_entries)
     : path_(std::move(path)),
       fd_(std::move(fd)),
@@ -554,7 +552,7 @@ int ImageOpenFlags(const RawFileOptions& options) {
 
 absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
     const std::string& path, const RawFileOptions& options) {
-  ScopedFd fd(open(path.c_str(), ImageOpenFlags(options)));
+  sys_util::ScopedFd fd(open(path.c_str(), ImageOpenFlags(options)));
   const int error = fd.valid() ? 0 : errno;
   return FromOpenedFile(std::move(fd), error, path, options);
 }
@@ -565,7 +563,7 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::OpenBeneath(
   open_how how {};
   how.flags = static_cast<uint64_t>(ImageOpenFlags(options));
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  ScopedFd fd(static_cast<int>(syscall(SYS_openat2, dir_fd, relative_path.c_str(), &how, sizeof(how))));
+  sys_util::ScopedFd fd(static_cast<int>(syscall(SYS_openat2, dir_fd, relative_path.c_str(), &how, sizeof(how))));
   const int error = fd.valid() ? 0 : errno;
   // EXDEV: the path leads out of the directory (RESOLVE_BENEATH); ELOOP: through a magic link.
   if (error == EXDEV || error == ELOOP) {
@@ -576,7 +574,7 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::OpenBeneath(
 }
 
 absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
-    ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options) {
+    sys_util::ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options) {
   if (options.ring_entries == 0) {
     return absl::InvalidArgumentError("ring_entries must be at least 1");
   }
@@ -667,7 +665,7 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(Completi
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueueWithRing(
     CompletionHandler handler, std::unique_ptr<UringOps> ring) {
-  ScopedFd event_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  sys_util::ScopedFd event_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
   if (absl::Status status = ring->RegisterEventFd(event_fd.get()); !status.ok()) return status;
   return std::unique_ptr<BlockQueue>(std::make_unique<RawFileQueue>(

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "block/backend.h"
 #include "block/cache_mode.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "block/raw/uring_ops.h"
 
 namespace block::raw {
@@ -70,16 +70,16 @@ class RawFileBackend final : public BlockBackend,
     explicit Token() = default;
     friend class RawFileBackend;
   };
-  RawFileBackend(Token, std::string path, ScopedFd fd, BackendInfo info, bool direct_io,
+  RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info, bool direct_io,
                  uint32_t memory_alignment, unsigned ring_entries);
 
  private:
   // Open's and OpenBeneath's common part: `fd` as open returned it (invalid: `open_error`).
   static absl::StatusOr<std::shared_ptr<RawFileBackend>> FromOpenedFile(
-      ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options);
+      sys_util::ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options);
 
   std::string path_;
-  ScopedFd fd_;
+  sys_util::ScopedFd fd_;
   BackendInfo info_;
   bool direct_io_;
   uint32_t memory_alignment_;

@@ -24,7 +24,7 @@
 #include "block/cache_mode.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/recording_ring.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "block/raw/uring_ops.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
@@ -46,7 +46,7 @@ uint8_t Pattern(uint64_t offset, uint8_t seed) {
 
 std::string MakeFile(const std::string& name, uint64_t size, uint8_t seed = 1) {
   const std::string path = TempPath(name);
-  ScopedFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   EXPECT_TRUE(fd.valid()) << path;
   std::vector<uint8_t> data(size);
   for (uint64_t i = 0; i < size; ++i) data[i] = Pattern(i, seed);
@@ -56,7 +56,7 @@ std::string MakeFile(const std::string& name, uint64_t size, uint8_t seed = 1) {
 }
 
 std::vector<uint8_t> ReadFile(const std::string& path, uint64_t offset, uint64_t length) {
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   std::vector<uint8_t> data(length);
   EXPECT_EQ(pread(fd.get(), data.data(), length, offset), static_cast<ssize_t>(length));
   return data;
@@ -769,7 +769,7 @@ TEST(RawFileBackendTest, OpenBeneathStaysInItsDirectory) {
   const std::string outside = MakeFile("outside.img", 4096);
   (void)unlink((dir + "/escape").c_str());
   ASSERT_EQ(symlink(outside.c_str(), (dir + "/escape").c_str()), 0);
-  ScopedFd dir_fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  sys_util::ScopedFd dir_fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   ASSERT_TRUE(dir_fd.valid());
   RawFileOptions read_only;
   read_only.read_only = true;

@@ -16,7 +16,7 @@
 #include "devices/virtio/virtio_device.h"
 #include "vmm/machine/guest_memory.h"
 #include "vmm/machine/msi.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio {
 
@@ -139,7 +139,7 @@ class VirtioPciTransport : public pci::PciDevice {
 
   struct Queue {
     uint16_t max_size = 0;
-    vmm::ScopedFd notify;  // eventfd, fixed for the transport's life
+    sys_util::ScopedFd notify;  // eventfd, fixed for the transport's life
     std::unique_ptr<QueueInterrupt> interrupt;
     std::atomic<uint16_t> vector{kNoVector};  // MSI-X vector for the queue; written under mutex_
     // Guarded by the transport's mutex_ (not expressible on a nested struct).

@@ -10,7 +10,7 @@
 
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/ioevent_registrar.h"
-#include "vmm/kvm_ioevent_registrar.h"
+#include "vmm/kvm/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_regs.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/pci/testing/fake_msi.h"
@@ -18,8 +18,8 @@
 #include "gtest/gtest.h"
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
-#include "vmm/kvm.h"
-#include "vmm/kvm_msi.h"
+#include "vmm/kvm/kvm.h"
+#include "vmm/kvm/kvm_msi.h"
 
 namespace devices::virtio {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
-#include "vmm/host_file.h"
+#include "vmm/sys_util/host_file.h"
 #include "vmm/machine/layout.h"
 #include "vmm/legacy/acpi_pm.h"
 
@@ -391,7 +391,7 @@ absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directo
   for (const AcpiTable& table : tables.tables) {
     const std::string name =
         table.signature == "RSD PTR " ? "rsdp" : absl::AsciiStrToLower(table.signature);
-    absl::Status status = WriteHostFile(absl::StrCat(directory, "/", name, ".dat"), table.bytes,
+    absl::Status status = sys_util::WriteHostFile(absl::StrCat(directory, "/", name, ".dat"), table.bytes,
                                         "ACPI table file");
     if (!status.ok()) return status;
   }

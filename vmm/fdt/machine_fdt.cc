@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "vmm/host_file.h"
+#include "vmm/sys_util/host_file.h"
 #include "vmm/machine/layout.h"
 
 namespace vmm::fdt {
@@ -375,7 +375,7 @@ absl::Status WriteFdtFile(const std::vector<uint8_t>& blob, const std::string& p
     return absl::InvalidArgumentError(
         absl::StrCat("refusing to write ", path, ": the data is not a flattened device tree"));
   }
-  return WriteHostFile(path, blob, "device tree file");
+  return sys_util::WriteHostFile(path, blob, "device tree file");
 }
 
 }  // namespace vmm::fdt

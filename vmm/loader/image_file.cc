@@ -13,7 +13,7 @@
 namespace vmm::loader {
 
 absl::StatusOr<ImageFile> ImageFile::Open(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  sys_util::ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     const int error = errno;
     switch (error) {

@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "vmm/machine/guest_memory.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm::loader {
 
@@ -37,10 +37,10 @@ class ImageFile {
                              GuestAddress address) const;
 
  private:
-  ImageFile(ScopedFd fd, uint64_t size, std::string path)
+  ImageFile(sys_util::ScopedFd fd, uint64_t size, std::string path)
       : fd_(std::move(fd)), size_(size), path_(std::move(path)) {}
 
-  ScopedFd fd_;
+  sys_util::ScopedFd fd_;
   uint64_t size_;
   std::string path_;
 };

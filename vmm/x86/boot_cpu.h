@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "vmm/machine/guest_memory.h"
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 
 // The CPU state a kernel expects at its entry point, and the tables that state refers to.
 namespace vmm::x86 {

@@ -14,6 +14,7 @@
 #include "devices/scsi/lun.h"
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace devices::virtio::scsi {
 
@@ -28,15 +29,6 @@ namespace {
 constexpr uint32_t kMaxConfigCdbSize = 255;
 constexpr uint32_t kMaxConfigSenseSize = 65535;
 constexpr uint16_t kControlQueueSize = 128;
-
-// One read takes an eventfd's whole count, and never blocks, whatever the descriptor's flags: a
-// vhost-user front end's kick eventfd may be a blocking one it reads itself, and a plain read of a
-// count it just zeroed would hang the iothread (RWF_NOWAIT: EAGAIN instead).
-void DrainEventFd(int fd) {
-  uint64_t value;
-  iovec buffer = {&value, sizeof(value)};
-  [[maybe_unused]] ssize_t got = preadv2(fd, &buffer, 1, -1, RWF_NOWAIT);
-}
 
 // Splits `buffers` after `prefix` bytes: the first part into `head`, the rest into `tail`.
 // Requires TotalLength(buffers) >= prefix.
@@ -105,7 +97,7 @@ class VirtioScsi::RequestWorker {
   int notify_fd() const { return notify_fd_; }
 
   void OnNotify() {
-    DrainEventFd(notify_fd_);
+    sys_util::DrainEventFd(notify_fd_);
     ProcessAvailable();
   }
 
@@ -200,7 +192,7 @@ class VirtioScsi::RequestWorker {
 
   void Break(absl::string_view why) {
     broken_ = true;
-    absl::FPrintF(stderr, "virtio-scsi: request queue needs reset: %s\n", why);
+    device_.guest_errors_.Warning("a request queue needs a reset: %s", why);
     events_->NeedsReset();
   }
 
@@ -312,7 +304,7 @@ class VirtioScsi::ControlWorker {
   int notify_fd() const { return notify_fd_; }
 
   void OnNotify() {
-    DrainEventFd(notify_fd_);
+    sys_util::DrainEventFd(notify_fd_);
     if (broken_) return;
     bool pushed = false;
     // As on the request queues: consume everything, then re-arm notifications (avail_event with
@@ -322,13 +314,17 @@ class VirtioScsi::ControlWorker {
       while (true) {
         absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
         if (!chain.ok()) {
-          Break();
+          Break(chain.status().message());
           return;
         }
         if (!chain->has_value()) break;
         std::optional<uint32_t> written = Handle(**chain);
-        if (!written || !queue_.PushUsed((*chain)->head, *written).ok()) {
-          Break();
+        if (!written) {
+          Break("a control request too malformed to answer");
+          return;
+        }
+        if (absl::Status pushed_used = queue_.PushUsed((*chain)->head, *written); !pushed_used.ok()) {
+          Break(pushed_used.message());
           return;
         }
         pushed = true;
@@ -338,8 +334,9 @@ class VirtioScsi::ControlWorker {
   }
 
  private:
-  void Break() {
+  void Break(absl::string_view why) {
     broken_ = true;
+    device_.guest_errors_.Warning("the control queue needs a reset: %s", why);
     events_->NeedsReset();
   }
 

@@ -14,6 +14,7 @@
 #include "devices/iothread.h"
 #include "devices/scsi/target.h"
 #include "devices/virtio/virtio_device.h"
+#include "vmm/sys_util/rate_limited_log.h"
 
 namespace devices::virtio::scsi {
 
@@ -30,6 +31,8 @@ struct VirtioScsiOptions {
   uint16_t queue_size = 256;
   // Runs first on each iothread (IoThreadOptions::on_start).
   std::function<absl::Status()> iothread_start;
+  // Where the errors a guest can cause at will go (a queue broken by the driver), rate-limited.
+  sys_util::LogOptions guest_error_log;
 };
 
 // A virtio-scsi host adapter (virtio 1.2 §5.6) in front of SCSI targets. Each request queue is
@@ -72,6 +75,7 @@ class VirtioScsi : public VirtioDevice {
   uint32_t IothreadFor(uint32_t request_queue) const;
 
   const VirtioScsiOptions options_;
+  sys_util::RateLimitedLog guest_errors_{"virtio-scsi", options_.guest_error_log};
   const std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets_;
   std::vector<std::unique_ptr<IoThread>> iothreads_;
   // One per iothread; touched only on its iothread once activated.

@@ -16,7 +16,7 @@
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue_test_util.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio::scsi {
 namespace {
@@ -186,7 +186,7 @@ class VirtioScsiTest : public ::testing::Test {
   RecordingEvents events_;
   std::vector<CountingInterrupt> interrupts_;
   std::vector<std::unique_ptr<DriverQueue>> drivers_;
-  std::vector<vmm::ScopedFd> notify_fds_;
+  std::vector<sys_util::ScopedFd> notify_fds_;
   GuestAllocator allocator_{GuestAddress(0x200000), GuestAddress(16 << 20)};
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/rate_limited_log.h"
 
 namespace devices::virtio::vhost_user {
 namespace {
@@ -130,7 +131,7 @@ class VhostUserBackend::Notifier : public VirtioInterrupt {
     // path of QEMU's non-blocking eventfds stays one write).
     AddToEventFd(target->fd.get(), /*check_room=*/target->blocking);
   }
-  void Set(block::ScopedFd fd) {
+  void Set(sys_util::ScopedFd fd) {
     if (!fd.valid()) {
       target_.store(nullptr, std::memory_order_release);
       return;
@@ -142,7 +143,7 @@ class VhostUserBackend::Notifier : public VirtioInterrupt {
 
  private:
   struct Target {
-    block::ScopedFd fd;
+    sys_util::ScopedFd fd;
     bool blocking;  // the description's O_NONBLOCK was clear when the front end sent it
   };
   std::atomic<std::shared_ptr<const Target>> target_;
@@ -156,12 +157,14 @@ class VhostUserBackend::Events : public VirtioDeviceEvents {
   explicit Events(std::vector<std::shared_ptr<Notifier>> errs) : errs_(std::move(errs)) {}
   void ConfigChanged() override {}
   void NeedsReset() override {
-    std::fprintf(stderr, "vhost-user: the device needs a reset (the guest broke a ring rule)\n");
+    log_.Warning("the device needs a reset (the guest broke a ring rule)");
     for (const auto& err : errs_) err->Signal();
   }
 
  private:
   const std::vector<std::shared_ptr<Notifier>> errs_;
+  // A guest that breaks its rings after every reset must not flood the host's log.
+  sys_util::RateLimitedLog log_{"vhost-user"};
 };
 
 VhostUserBackend::VhostUserBackend(VirtioDevice& device)
@@ -491,7 +494,7 @@ absl::Status VhostUserBackend::SetRingFd(Message& message) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: ring %u came with %u file descriptors", name, index, message.fds.size()));
   }
-  block::ScopedFd fd = no_fd ? block::ScopedFd() : std::move(message.fds[0]);
+  sys_util::ScopedFd fd = no_fd ? sys_util::ScopedFd() : std::move(message.fds[0]);
   if (fd.valid()) {
     if (absl::Status checked = CheckEventFd(fd.get(), name, index); !checked.ok()) return checked;
   }
@@ -666,8 +669,8 @@ void VhostUserBackend::Disconnect() {
   protocol_features_on_ = false;
   ResetRings(/*enabled=*/false);  // until the next front end's SET_FEATURES says otherwise
   for (Ring& ring : rings_) {
-    ring.call->Set(block::ScopedFd());
-    ring.err->Set(block::ScopedFd());
+    ring.call->Set(sys_util::ScopedFd());
+    ring.err->Set(sys_util::ScopedFd());
   }
   features_ = 0;
   protocol_features_ = 0;

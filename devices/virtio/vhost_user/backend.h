@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/message.h"
 #include "devices/virtio/vhost_user/protocol.h"
 #include "devices/virtio/virtio_device.h"
@@ -78,7 +78,7 @@ class VhostUserBackend {
     uint16_t size = 0;
     std::optional<VringAddress> address;
     uint16_t base = 0;          // next index to consume when (re)started
-    block::ScopedFd kick;       // started while valid
+    sys_util::ScopedFd kick;       // started while valid
     bool enabled = false;
     std::shared_ptr<Notifier> call;
     std::shared_ptr<Notifier> err;

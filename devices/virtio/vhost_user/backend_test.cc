@@ -69,7 +69,7 @@ class FakeDevice : public VirtioDevice {
 class FrontEnd {
  public:
   FrontEnd() {
-    memfd_ = block::ScopedFd(memfd_create("vhost-user-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    memfd_ = sys_util::ScopedFd(memfd_create("vhost-user-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
     EXPECT_EQ(ftruncate(memfd_.get(), kMemoryBytes), 0);
     // As QEMU's memory-backend-memfd: the back end accepts only memory that cannot shrink.
     EXPECT_EQ(fcntl(memfd_.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
@@ -101,7 +101,7 @@ class FrontEnd {
   }
 
  private:
-  block::ScopedFd memfd_;
+  sys_util::ScopedFd memfd_;
   std::optional<vmm::GuestMemory> memory_;
 };
 
@@ -119,13 +119,13 @@ Message MakeEmpty(Request request) {
   return message;
 }
 
-Message RingFd(Request request, uint32_t index, block::ScopedFd fd) {
+Message RingFd(Request request, uint32_t index, sys_util::ScopedFd fd) {
   Message message = Make<uint64_t>(request, fd.valid() ? index : (index | kVringNoFd));
   if (fd.valid()) message.fds.push_back(std::move(fd));
   return message;
 }
 
-block::ScopedFd NewEventFd() { return block::ScopedFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)); }
+sys_util::ScopedFd NewEventFd() { return sys_util::ScopedFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)); }
 
 uint64_t ReplyU64(const VhostUserBackend::Result& result) {
   EXPECT_TRUE(result.reply.has_value());
@@ -297,7 +297,7 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   ExpectError(Make(Request::kSetVringBase, VringState{0, 0x10000}));
   ExpectError(Make(Request::kGetVringBase, VringState{255, 0}));
   // Descriptor counts and flags on ring fds.
-  ExpectError(RingFd(Request::kSetVringKick, 0, block::ScopedFd()));  // polling mode
+  ExpectError(RingFd(Request::kSetVringKick, 0, sys_util::ScopedFd()));  // polling mode
   Message two_fds = RingFd(Request::kSetVringCall, 0, NewEventFd());
   two_fds.fds.push_back(NewEventFd());
   ExpectError(std::move(two_fds));
@@ -319,7 +319,7 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   // ring access) is refused: an unsealed memfd of the right size.
   Message unsealed = front_.MemTable();
   unsealed.fds.clear();
-  block::ScopedFd loose(memfd_create("unsealed", MFD_CLOEXEC));
+  sys_util::ScopedFd loose(memfd_create("unsealed", MFD_CLOEXEC));
   ASSERT_EQ(ftruncate(loose.get(), kMemoryBytes), 0);
   unsealed.fds.push_back(std::move(loose));
   ExpectError(std::move(unsealed));
@@ -400,9 +400,9 @@ TEST_F(VhostUserBackendTest, RingDescriptorsMustBeEventFds) {
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   close(pipe_fds[0]);  // a reader that is gone: a write would raise SIGPIPE
-  ExpectError(RingFd(Request::kSetVringCall, 0, block::ScopedFd(pipe_fds[1])));
-  ExpectError(RingFd(Request::kSetVringKick, 0, block::ScopedFd(dup(front_.memfd()))));
-  ExpectError(RingFd(Request::kSetVringErr, 0, block::ScopedFd(dup(front_.memfd()))));
+  ExpectError(RingFd(Request::kSetVringCall, 0, sys_util::ScopedFd(pipe_fds[1])));
+  ExpectError(RingFd(Request::kSetVringKick, 0, sys_util::ScopedFd(dup(front_.memfd()))));
+  ExpectError(RingFd(Request::kSetVringErr, 0, sys_util::ScopedFd(dup(front_.memfd()))));
 }
 
 // The descriptors share their open file description with the front end: the back end leaves its
@@ -413,9 +413,9 @@ TEST_F(VhostUserBackendTest, BlockingEventFdsAreLeftAsTheFrontEndMadeThem) {
   const Request requests[] = {Request::kSetVringKick, Request::kSetVringCall,
                               Request::kSetVringErr};
   for (const Request request : requests) {
-    block::ScopedFd front_end(eventfd(0, EFD_CLOEXEC));  // blocking, as the front end's own
+    sys_util::ScopedFd front_end(eventfd(0, EFD_CLOEXEC));  // blocking, as the front end's own
     const int flags = fcntl(front_end.get(), F_GETFL);
-    ExpectOk(RingFd(request, 0, block::ScopedFd(dup(front_end.get()))));
+    ExpectOk(RingFd(request, 0, sys_util::ScopedFd(dup(front_end.get()))));
     EXPECT_EQ(fcntl(front_end.get(), F_GETFL), flags) << static_cast<int>(request);
     EXPECT_EQ(fcntl(front_end.get(), F_GETFL) & O_NONBLOCK, 0) << static_cast<int>(request);
   }
@@ -432,16 +432,16 @@ TEST_F(VhostUserBackendTest, AFullBlockingEventFdNeverBlocksTheBackEnd) {
   Negotiate(/*protocol_features=*/false);
   SetUpRing(0);
   auto full_blocking = [] {
-    block::ScopedFd fd(eventfd(0, EFD_CLOEXEC));
+    sys_util::ScopedFd fd(eventfd(0, EFD_CLOEXEC));
     EXPECT_EQ(eventfd_write(fd.get(), kFull), 0);
     return fd;
   };
-  block::ScopedFd kick = full_blocking();
-  block::ScopedFd call = full_blocking();
-  block::ScopedFd second_call = full_blocking();
-  block::ScopedFd empty_call(eventfd(0, EFD_CLOEXEC));
-  ExpectOk(RingFd(Request::kSetVringKick, 0, block::ScopedFd(dup(kick.get()))));
-  ExpectOk(RingFd(Request::kSetVringCall, 0, block::ScopedFd(dup(call.get()))));
+  sys_util::ScopedFd kick = full_blocking();
+  sys_util::ScopedFd call = full_blocking();
+  sys_util::ScopedFd second_call = full_blocking();
+  sys_util::ScopedFd empty_call(eventfd(0, EFD_CLOEXEC));
+  ExpectOk(RingFd(Request::kSetVringKick, 0, sys_util::ScopedFd(dup(kick.get()))));
+  ExpectOk(RingFd(Request::kSetVringCall, 0, sys_util::ScopedFd(dup(call.get()))));
 
   // Run on a thread of its own: a write that blocks would hang it, and the test then unblocks it
   // by reading the counters (and fails) instead of hanging.
@@ -451,9 +451,9 @@ TEST_F(VhostUserBackendTest, AFullBlockingEventFdNeverBlocksTheBackEnd) {
     ASSERT_EQ(device_.last.queues.size(), 1u);
     device_.last.queues[0].interrupt->Signal();
     // Swapped while the ring runs: the back end signals the new descriptor once.
-    ExpectOk(RingFd(Request::kSetVringCall, 0, block::ScopedFd(dup(second_call.get()))));
+    ExpectOk(RingFd(Request::kSetVringCall, 0, sys_util::ScopedFd(dup(second_call.get()))));
     device_.last.queues[0].interrupt->Signal();
-    ExpectOk(RingFd(Request::kSetVringCall, 0, block::ScopedFd(dup(empty_call.get()))));
+    ExpectOk(RingFd(Request::kSetVringCall, 0, sys_util::ScopedFd(dup(empty_call.get()))));
     finished = true;
   });
   for (int i = 0; i < 3000 && !finished; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -507,7 +507,7 @@ TEST_F(VhostUserBackendTest, ResetDeviceAndDisconnectForgetTheRings) {
 class Connection {
  public:
   explicit Connection(const std::string& path) {
-    fd_ = block::ScopedFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    fd_ = sys_util::ScopedFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
@@ -532,7 +532,7 @@ class Connection {
   }
 
  private:
-  block::ScopedFd fd_;
+  sys_util::ScopedFd fd_;
   bool connected_ = false;
 };
 
@@ -561,7 +561,7 @@ class VhostUserServerTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(directory), nullptr);
     directory_ = directory;
     path_ = directory_ + "/socket";
-    block::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sys_util::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     std::strncpy(address.sun_path, path_.c_str(), sizeof(address.sun_path) - 1);
@@ -600,8 +600,8 @@ class VhostUserServerTest : public ::testing::Test {
                     VringAddress{ring, 0, front.UserAddress(config.descriptor_table),
                                  front.UserAddress(config.used_ring),
                                  front.UserAddress(config.available_ring), 0});
-    block::ScopedFd kick = NewEventFd();
-    block::ScopedFd call = NewEventFd();
+    sys_util::ScopedFd kick = NewEventFd();
+    sys_util::ScopedFd call = NewEventFd();
     connection.Send<uint64_t>(Request::kSetVringKick, ring, {kick.get()});
     connection.Send<uint64_t>(Request::kSetVringCall, ring, {call.get()});
     // A round trip: everything above has been handled once the reply arrives.
@@ -721,13 +721,13 @@ TEST_F(VhostUserServerTest, StopEndsATricklingMessage) {
 TEST(ReadMessageTest, DeadlineAndStopBoundAMessage) {
   int pair[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
-  block::ScopedFd front(pair[0]), back(pair[1]);
+  sys_util::ScopedFd front(pair[0]), back(pair[1]);
   const Header header{static_cast<uint32_t>(Request::kGetFeatures), kVersion, 0};
   ASSERT_EQ(send(front.get(), &header, 3, MSG_NOSIGNAL), 3);  // part of a header, then nothing
   auto message = ReadMessage(back.get(), ReadLimits{absl::Now() + absl::Milliseconds(200), -1});
   EXPECT_EQ(message.status().code(), absl::StatusCode::kDeadlineExceeded) << message.status();
 
-  block::ScopedFd stop(eventfd(1, EFD_CLOEXEC));
+  sys_util::ScopedFd stop(eventfd(1, EFD_CLOEXEC));
   message = ReadMessage(back.get(), ReadLimits{absl::InfiniteFuture(), stop.get()});
   EXPECT_EQ(message.status().code(), absl::StatusCode::kCancelled) << message.status();
 }

@@ -27,7 +27,7 @@ absl::Status AwaitReadable(int socket, const ReadLimits& limits) {
     pollfd fds[2] = {{socket, POLLIN, 0}, {limits.stop_fd, POLLIN, 0}};
     const int ready = poll(fds, limits.stop_fd >= 0 ? 2 : 1, timeout_ms);
     if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return block::ErrnoStatus(errno, "vhost-user: poll");
+    if (ready < 0) return sys_util::ErrnoStatus(errno, "vhost-user: poll");
     if (limits.stop_fd >= 0 && fds[1].revents != 0) {
       return absl::CancelledError("vhost-user: stopping inside a message");
     }
@@ -44,7 +44,7 @@ absl::Status ReadFull(int socket, uint8_t* data, size_t length, const ReadLimits
     const ssize_t got = recv(socket, data + done, length - done, MSG_DONTWAIT);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return block::ErrnoStatus(errno, "vhost-user: reading the socket");
+    if (got < 0) return sys_util::ErrnoStatus(errno, "vhost-user: reading the socket");
     if (got == 0) {
       return absl::DataLossError(absl::StrFormat(
           "vhost-user: the front end closed the connection inside a message (%u of %u bytes)",
@@ -78,7 +78,7 @@ absl::Status WriteFull(int socket, const uint8_t* data, size_t length, std::span
     }
     const ssize_t sent = sendmsg(socket, &header, MSG_NOSIGNAL);
     if (sent < 0 && errno == EINTR) continue;
-    if (sent < 0) return block::ErrnoStatus(errno, "vhost-user: writing the socket");
+    if (sent < 0) return sys_util::ErrnoStatus(errno, "vhost-user: writing the socket");
     fds_sent = true;
     done += static_cast<size_t>(sent);
   }
@@ -101,7 +101,7 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits&
   do {
     got = recvmsg(socket, &header, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   } while (got < 0 && errno == EINTR);
-  if (got < 0) return block::ErrnoStatus(errno, "vhost-user: reading the socket");
+  if (got < 0) return sys_util::ErrnoStatus(errno, "vhost-user: reading the socket");
   if (got == 0) return std::nullopt;
 
   // Take ownership of every descriptor before any check can fail, so none leaks.

@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/strings/str_format.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/protocol.h"
 
 namespace devices::virtio::vhost_user {
@@ -23,7 +23,7 @@ namespace devices::virtio::vhost_user {
 struct Message {
   Header header;
   std::vector<uint8_t> payload;
-  std::vector<block::ScopedFd> fds;
+  std::vector<sys_util::ScopedFd> fds;
 
   Request request() const { return static_cast<Request>(header.request); }
   bool need_reply() const { return (header.flags & kFlagNeedReply) != 0; }

@@ -11,6 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace devices::virtio::vhost_user {
 namespace {
@@ -20,7 +21,7 @@ constexpr absl::Duration kMessageTimeout = absl::Seconds(10);
 
 }  // namespace
 
-VhostUserServer::VhostUserServer(block::ScopedFd listener, VirtioDevice& device)
+VhostUserServer::VhostUserServer(sys_util::ScopedFd listener, VirtioDevice& device)
     : listener_(std::move(listener)),
       stop_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       backend_(device) {}
@@ -28,7 +29,7 @@ VhostUserServer::VhostUserServer(block::ScopedFd listener, VirtioDevice& device)
 VhostUserServer::~VhostUserServer() = default;
 
 void VhostUserServer::Stop() {
-  [[maybe_unused]] int written = eventfd_write(stop_.get(), 1);
+  sys_util::SignalEventFd(stop_.get());
 }
 
 absl::Status VhostUserServer::Run() {
@@ -37,14 +38,14 @@ absl::Status VhostUserServer::Run() {
     pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      return block::ErrnoStatus(errno, "vhost-user: poll");
+      return sys_util::ErrnoStatus(errno, "vhost-user: poll");
     }
     if (fds[1].revents != 0) return absl::OkStatus();
     if (fds[0].revents == 0) continue;
-    block::ScopedFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    sys_util::ScopedFd connection(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
     if (!connection.valid()) {
       if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN) continue;
-      return block::ErrnoStatus(errno, "vhost-user: accept");
+      return sys_util::ErrnoStatus(errno, "vhost-user: accept");
     }
     ++connections_;
     // A front end that stalls inside a message or stops reading replies is dropped rather than

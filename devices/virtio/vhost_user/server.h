@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "block/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/backend.h"
 #include "devices/virtio/virtio_device.h"
 
@@ -19,7 +19,7 @@ namespace devices::virtio::vhost_user {
 class VhostUserServer {
  public:
   // `listener` is a bound, listening AF_UNIX SOCK_STREAM socket; `device` outlives the server.
-  VhostUserServer(block::ScopedFd listener, VirtioDevice& device);
+  VhostUserServer(sys_util::ScopedFd listener, VirtioDevice& device);
   ~VhostUserServer();
 
   // Accepts and serves until Stop(). Returns an error only when the listening socket fails.
@@ -34,8 +34,8 @@ class VhostUserServer {
   // Serves one connection until it ends or Stop(); logs why it ended.
   void Serve(int connection);
 
-  block::ScopedFd listener_;
-  block::ScopedFd stop_;  // eventfd
+  sys_util::ScopedFd listener_;
+  sys_util::ScopedFd stop_;  // eventfd
   VhostUserBackend backend_;
   std::atomic<uint64_t> connections_{0};
 };

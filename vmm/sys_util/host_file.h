@@ -1,5 +1,5 @@
-#ifndef VMM_HOST_FILE_H_
-#define VMM_HOST_FILE_H_
+#ifndef VMM_SYS_UTIL_HOST_FILE_H_
+#define VMM_SYS_UTIL_HOST_FILE_H_
 
 #include <cstdint>
 #include <span>
@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 
-namespace vmm {
+namespace sys_util {
 
 // Creates (or truncates) the host file `path`, mode 0644, and writes all of `bytes` to it, retrying
 // short writes and EINTR. A deferred write error that only close() reports (NFS, a full disk) is
@@ -16,6 +16,6 @@ namespace vmm {
 absl::Status WriteHostFile(const std::string& path, std::span<const uint8_t> bytes,
                            const std::string& what);
 
-}  // namespace vmm
+}  // namespace sys_util
 
-#endif  // VMM_HOST_FILE_H_
+#endif  // VMM_SYS_UTIL_HOST_FILE_H_

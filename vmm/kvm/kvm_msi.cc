@@ -1,4 +1,4 @@
-#include "vmm/kvm_msi.h"
+#include "vmm/kvm/kvm_msi.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 namespace {
@@ -22,7 +22,7 @@ constexpr uint32_t kMaxGsi = 4096;
 
 class KvmMsiController::Vector : public MsiVector {
  public:
-  Vector(KvmMsiController& controller, uint32_t gsi, ScopedFd event)
+  Vector(KvmMsiController& controller, uint32_t gsi, sys_util::ScopedFd event)
       : controller_(controller), gsi_(gsi), event_(std::move(event)) {}
   ~Vector() override {
     (void)controller_.vm_.UnregisterIrqfd(event_.get(), gsi_);
@@ -41,7 +41,7 @@ class KvmMsiController::Vector : public MsiVector {
  private:
   KvmMsiController& controller_;
   const uint32_t gsi_;
-  ScopedFd event_;
+  sys_util::ScopedFd event_;
 };
 
 KvmMsiController::KvmMsiController(VmFd& vm) : vm_(vm), next_gsi_(kIoapicPins) {}
@@ -53,7 +53,7 @@ absl::StatusOr<std::unique_ptr<MsiVector>> KvmMsiController::AllocateVector() {
     if (next_gsi_ >= kMaxGsi) return absl::ResourceExhaustedError("no GSI left for an MSI vector");
     gsi = next_gsi_++;
   }
-  ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!event.valid()) return absl::InternalError("eventfd for an MSI vector failed");
   absl::Status status = vm_.RegisterIrqfd(event.get(), gsi);
   if (!status.ok()) return status;

@@ -1,4 +1,4 @@
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/strings/str_format.h"
-#include "vmm/kvm_abi.h"
+#include "vmm/kvm/kvm_abi.h"
 
 namespace vmm {
 namespace {
@@ -61,7 +61,7 @@ class ArrayBuffer {
 }  // namespace
 
 absl::StatusOr<Kvm> Kvm::Open(const std::string& path) {
-  ScopedFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
+  sys_util::ScopedFd fd(open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd.valid()) {
     const int err = errno;
     if (err == ENOENT) {
@@ -118,7 +118,7 @@ absl::StatusOr<VmFd> Kvm::CreateVm() const {
     fd = ioctl(fd_.get(), KVM_CREATE_VM, 0);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return IoctlError("KVM_CREATE_VM");
-  return VmFd(ScopedFd(fd), vcpu_mmap_size_);
+  return VmFd(sys_util::ScopedFd(fd), vcpu_mmap_size_);
 }
 
 absl::Status VmFd::SetUserMemoryRegion(uint32_t slot, uint64_t guest_address, uint64_t size,
@@ -227,7 +227,7 @@ absl::Status VmFd::UnregisterIoeventfd(int event_fd, const IoEventSpec& spec) {
 }
 
 absl::StatusOr<VcpuFd> VmFd::CreateVcpu(uint32_t id) {
-  ScopedFd fd(ioctl(fd_.get(), KVM_CREATE_VCPU, static_cast<unsigned long>(id)));
+  sys_util::ScopedFd fd(ioctl(fd_.get(), KVM_CREATE_VCPU, static_cast<unsigned long>(id)));
   if (!fd.valid()) return IoctlError("KVM_CREATE_VCPU");
   void* run = mmap(nullptr, vcpu_mmap_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (run == MAP_FAILED) return IoctlError("mmap of kvm_run");

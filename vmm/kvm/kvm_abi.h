@@ -1,5 +1,5 @@
-#ifndef VMM_KVM_ABI_H_
-#define VMM_KVM_ABI_H_
+#ifndef VMM_KVM_KVM_ABI_H_
+#define VMM_KVM_KVM_ABI_H_
 
 #include <linux/kvm.h>
 #include <sys/ioctl.h>
@@ -33,4 +33,4 @@ static_assert(sizeof(kvm_irq_routing_entry) == 48);
 
 }  // namespace vmm::kvm_abi
 
-#endif  // VMM_KVM_ABI_H_
+#endif  // VMM_KVM_KVM_ABI_H_

@@ -1,8 +1,8 @@
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 
 #include <sys/eventfd.h>
 
-#include "vmm/kvm_msi.h"
+#include "vmm/kvm/kvm_msi.h"
 
 #include <unistd.h>
 
@@ -58,7 +58,7 @@ TEST(KvmTest, IoeventfdIrqfdAndMsiRouting) {
   auto vm = kvm->CreateVm();
   ASSERT_TRUE(vm.ok());
   ASSERT_TRUE(vm->CreateIrqchip().ok());
-  ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   VmFd::IoEventSpec spec;
   spec.address = 0xc0001000;
   spec.length = 2;

@@ -1,5 +1,5 @@
-#ifndef VMM_KVM_H_
-#define VMM_KVM_H_
+#ifndef VMM_KVM_KVM_H_
+#define VMM_KVM_KVM_H_
 
 #include <linux/kvm.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 // Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns an
 // absl::Status that names the call and the errno, so callers never see raw -1s.
@@ -33,8 +33,8 @@ class Kvm {
   absl::StatusOr<VmFd> CreateVm() const;
 
  private:
-  explicit Kvm(ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
-  ScopedFd fd_;
+  explicit Kvm(sys_util::ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
+  sys_util::ScopedFd fd_;
   size_t vcpu_mmap_size_;
 };
 
@@ -74,8 +74,8 @@ class VmFd {
 
  private:
   friend class Kvm;
-  VmFd(ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
-  ScopedFd fd_;
+  VmFd(sys_util::ScopedFd fd, size_t vcpu_mmap_size) : fd_(std::move(fd)), vcpu_mmap_size_(vcpu_mmap_size) {}
+  sys_util::ScopedFd fd_;
   size_t vcpu_mmap_size_;
 };
 
@@ -118,9 +118,9 @@ class VcpuFd {
 
  private:
   friend class VmFd;
-  VcpuFd(ScopedFd fd, uint32_t id, kvm_run* run, size_t run_size)
+  VcpuFd(sys_util::ScopedFd fd, uint32_t id, kvm_run* run, size_t run_size)
       : fd_(std::move(fd)), id_(id), run_(run), run_size_(run_size) {}
-  ScopedFd fd_;
+  sys_util::ScopedFd fd_;
   uint32_t id_;
   kvm_run* run_;
   size_t run_size_;
@@ -128,4 +128,4 @@ class VcpuFd {
 
 }  // namespace vmm
 
-#endif  // VMM_KVM_H_
+#endif  // VMM_KVM_KVM_H_

@@ -1,8 +1,8 @@
-#ifndef VMM_KVM_IOEVENT_REGISTRAR_H_
-#define VMM_KVM_IOEVENT_REGISTRAR_H_
+#ifndef VMM_KVM_KVM_IOEVENT_REGISTRAR_H_
+#define VMM_KVM_KVM_IOEVENT_REGISTRAR_H_
 
 #include "devices/pci/ioevent_registrar.h"
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 
 namespace vmm {
 
@@ -30,4 +30,4 @@ class KvmIoEventRegistrar : public devices::pci::IoEventRegistrar {
 
 }  // namespace vmm
 
-#endif  // VMM_KVM_IOEVENT_REGISTRAR_H_
+#endif  // VMM_KVM_KVM_IOEVENT_REGISTRAR_H_

@@ -1,4 +1,4 @@
-#include "vmm/host_file.h"
+#include "vmm/sys_util/host_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,13 +6,13 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "vmm/machine/scoped_fd.h"
+#include "vmm/sys_util/scoped_fd.h"
 
-namespace vmm {
+namespace sys_util {
 
 absl::Status WriteHostFile(const std::string& path, std::span<const uint8_t> bytes,
                            const std::string& what) {
-  ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  sys_util::ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", what, " ", path));
   size_t written = 0;
   while (written < bytes.size()) {
@@ -29,4 +29,4 @@ absl::Status WriteHostFile(const std::string& path, std::span<const uint8_t> byt
   return absl::OkStatus();
 }
 
-}  // namespace vmm
+}  // namespace sys_util

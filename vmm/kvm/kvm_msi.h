@@ -1,5 +1,5 @@
-#ifndef VMM_KVM_MSI_H_
-#define VMM_KVM_MSI_H_
+#ifndef VMM_KVM_KVM_MSI_H_
+#define VMM_KVM_KVM_MSI_H_
 
 #include <cstdint>
 #include <map>
@@ -7,7 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/kvm.h"
+#include "vmm/kvm/kvm.h"
 #include "vmm/machine/msi.h"
 
 namespace vmm {
@@ -41,4 +41,4 @@ class KvmMsiController : public MsiController {
 
 }  // namespace vmm
 
-#endif  // VMM_KVM_MSI_H_
+#endif  // VMM_KVM_KVM_MSI_H_

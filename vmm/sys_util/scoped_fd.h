@@ -1,5 +1,5 @@
-#ifndef BLOCK_SCOPED_FD_H_
-#define BLOCK_SCOPED_FD_H_
+#ifndef VMM_SYS_UTIL_SCOPED_FD_H_
+#define VMM_SYS_UTIL_SCOPED_FD_H_
 
 #include <unistd.h>
 
@@ -11,10 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace block {
+namespace sys_util {
 
-// Owns a file descriptor and closes it on destruction. Move-only. The lowest layer (block/) holds
-// it; vmm/ and devices/ use it through vmm/machine/scoped_fd.h.
+// Owns a file descriptor and closes it on destruction. Move-only.
 class ScopedFd {
  public:
   ScopedFd() = default;
@@ -46,6 +45,6 @@ inline absl::Status ErrnoStatus(int error, absl::string_view what) {
   return absl::Status(absl::ErrnoToStatusCode(error), absl::StrCat(what, ": ", std::strerror(error)));
 }
 
-}  // namespace block
+}  // namespace sys_util
 
-#endif  // BLOCK_SCOPED_FD_H_
+#endif  // VMM_SYS_UTIL_SCOPED_FD_H_
