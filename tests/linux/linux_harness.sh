@@ -197,8 +197,10 @@ linux_boot() {  # name "guest args" [qemu args...]
   echo "ran $name ($args): QEMU status $LINUX_STATUS in $LINUX_SECONDS s"
 }
 
+LINUX_FAILED_CHECKS=()  # "name: message" of every failure, for a summary at the end
 linux_fail() {  # name message
   echo "FAIL: $1: $2"
+  LINUX_FAILED_CHECKS+=("$1: $2")
   if [ -n "$LINUX_LOG" ] && [ -f "$LINUX_LOG" ]; then
     sed 's/^/    | /' "$LINUX_LOG"
   fi

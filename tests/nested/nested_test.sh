@@ -54,6 +54,7 @@ for boot in scsi cd-ide lifecycle; do
     l1_faults=$((l1_faults + 1))
     if [ "$attempt" -ge "${NESTED_L1_ATTEMPTS:-3}" ]; then
       echo "FAIL: L1 boot $boot: L1's kernel failed in all $attempt attempts"
+      LINUX_FAILED_CHECKS+=("L1 boot $boot: L1's kernel failed in all $attempt attempts")
       LINUX_FAILURES=$((LINUX_FAILURES + 1))
       break
     fi
@@ -69,4 +70,6 @@ for boot in scsi cd-ide lifecycle; do
 done
 
 echo "nested tier: $NESTED_BOOTS L1 boots in $((SECONDS - started)) s, $LINUX_FAILURES failure(s), $l1_faults L1 kernel failure(s) under the emulation"
+# The failures again, last: a log cut to its tail still says which checks failed.
+for failed_check in "${LINUX_FAILED_CHECKS[@]}"; do echo "  failed: ${failed_check:0:300}"; done
 [ "$LINUX_FAILURES" -eq 0 ]
