@@ -69,15 +69,18 @@ absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<block::CdromDevice>> Storage::HostDriveOf(AttachedDrive& attached) {
+absl::StatusOr<std::unique_ptr<block::CdromDevice>> Storage::HostDriveOf(
+    const AttachedDrive& attached, const SimulatedDriveFactory& simulated_drive) {
   const DriveSpec& spec = attached.spec;
   if (spec.path.empty()) return nullptr;
   if (spec.probe_delay_us) {
     // The ISO behind a simulated host drive (benchmarks): probed at start, never per request.
-    auto device = std::make_unique<block::SimulatedCdromDevice>(
-        spec.path, std::chrono::microseconds(*spec.probe_delay_us));
-    attached.simulated_drive = device.get();
-    return device;
+    if (!simulated_drive) {
+      return absl::InvalidArgumentError(
+          "probe-delay-us simulates a slow host drive for tests and benchmarks; only the test "
+          "build of the launcher has it (bazel build //vmm:microvm_testing)");
+    }
+    return simulated_drive(spec.path, std::chrono::microseconds(*spec.probe_delay_us));
   }
   if (!spec.host_drive && !IsBlockDevice(spec.path)) return nullptr;
   auto device = block::OpenHostCdromDevice(spec.path);
@@ -165,7 +168,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       attached.name = absl::StrFormat("cd%d", cdroms++);
       options.name = attached.name;
       options.read_only = true;
-      auto host_device = HostDriveOf(attached);
+      auto host_device = HostDriveOf(attached, config.simulated_drive);
       if (!host_device.ok()) return DriveError(spec, host_device.status());
       if (spec.path.empty()) {
         attached.media = std::make_shared<block::RemovableMedia>();

@@ -1,6 +1,7 @@
 #ifndef VMM_STORAGE_H_
 #define VMM_STORAGE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,13 +13,18 @@
 #include "block/drive.h"
 #include "block/host_cdrom.h"
 #include "block/media.h"
-#include "block/simulated_cdrom.h"
 #include "block/uevent_monitor.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/virtio/scsi/virtio_scsi.h"
 #include "vmm/drive_spec.h"
 
 namespace vmm {
+
+// Makes a simulated host optical drive over the ISO at `path` whose every status probe takes
+// `probe_delay` (--cdrom/--ide-cdrom=ISO,probe-delay-us=N). Only the test build of the launcher
+// has one (//vmm:microvm_testing); the product carries no simulated drive and refuses the option.
+using SimulatedDriveFactory = std::function<std::unique_ptr<block::CdromDevice>(
+    const std::string& path, std::chrono::microseconds probe_delay)>;
 
 struct StorageConfig {
   std::vector<DriveSpec> drives;
@@ -27,6 +33,8 @@ struct StorageConfig {
   int64_t poll_max_ns = 0;
   // Runs first on every iothread the storage devices start (vmm/sandbox confines it there).
   std::function<absl::Status()> iothread_start;
+  // For probe-delay-us; null in the product.
+  SimulatedDriveFactory simulated_drive;
 };
 
 // One drive as the VMM wired it: the block layer's Drive, its media (CD-ROMs), and where the guest
@@ -42,7 +50,6 @@ struct AttachedDrive {
   // A host optical drive passed through (--cdrom=/dev/sr0, host:PATH), or with probe-delay-us the
   // simulated one: the host CD-ROM backend keeping `media` in step with the drive, and its
   // subscription to the kernel's uevents (null without netlink; destroyed first).
-  block::SimulatedCdromDevice* simulated_drive = nullptr;  // owned by host_drive
   std::shared_ptr<block::HostCdrom> host_drive;
   std::shared_ptr<block::HostCdrom::UeventWatch> host_drive_uevents;
 };
@@ -71,7 +78,8 @@ class Storage {
   Storage() = default;
   // The host optical drive behind a CD-ROM's path: the simulated one of probe-delay-us, a real
   // drive (host:PATH, or a block device that answers as one), or null for an image file.
-  static absl::StatusOr<std::unique_ptr<block::CdromDevice>> HostDriveOf(AttachedDrive& attached);
+  static absl::StatusOr<std::unique_ptr<block::CdromDevice>> HostDriveOf(
+      const AttachedDrive& attached, const SimulatedDriveFactory& simulated_drive);
   // Passes `device` through: a HostCdrom keeps the drive's media in step with it, from uevents
   // too when `watch_uevents`, and publishes what the drive holds now.
   absl::Status AttachHostDrive(AttachedDrive& attached, std::unique_ptr<block::CdromDevice> device,

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "api/api_server.h"
+#include "block/simulated_cdrom.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
@@ -130,6 +131,33 @@ TEST_F(StorageTest, DriveErrorsNameTheirFlag) {
   auto storage = Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "one-block.iso"));
   ASSERT_TRUE(storage.ok()) << storage.status();
   EXPECT_EQ((*storage)->drives()[0].media->Current()->source, Path("one-block.iso"));
+}
+
+// probe-delay-us needs a simulated drive, which only the test build of the launcher supplies: the
+// product (no factory) refuses the option, naming the flag; with a factory the drive is used.
+TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
+  auto refused = Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=1000"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(refused.status().message(),
+                               "--ide-cdrom=disc.iso: probe-delay-us simulates a "
+                               "slow host drive for tests and benchmarks"))
+      << refused.status();
+
+  StorageConfig config;
+  config.drives = {Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=0")};
+  std::string simulated_path;
+  config.simulated_drive = [&](const std::string& path, std::chrono::microseconds) {
+    simulated_path = path;
+    return std::unique_ptr<block::CdromDevice>(
+        std::make_unique<block::SimulatedCdromDevice>(path, std::chrono::microseconds(0)));
+  };
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  EXPECT_EQ(simulated_path, Path("disc.iso"));
+  const AttachedDrive& cd = (*storage)->drives()[0];
+  ASSERT_NE(cd.host_drive, nullptr);
+  EXPECT_EQ(cd.host_drive->stats().probes, 2u);  // status and capacity, once, at start
 }
 
 // The control API's Insert goes through the same rule (INVALID_ARGUMENT, the size and the

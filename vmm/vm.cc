@@ -201,19 +201,6 @@ absl::Status Vm::SetUpLegacyDevices() {
   machine_.devices.push_back(PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
                                         {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
-  if (!config_.test_media_path.empty()) {
-    // Opened now, not when the guest asks: the vCPU thread that handles the port may not open
-    // files (its seccomp filter, docs/security.md). Each insert hands out the same open file.
-    auto medium = Storage::OpenMedium(config_.test_media_path);
-    if (!medium.ok()) return medium.status();
-    test_medium_ = *std::move(medium);
-    status = pio_bus_.Register(
-        kTestControlPort, 1,
-        std::make_shared<legacy::WriteOnlyPort>([this](uint8_t command) { OnTestControl(command); }));
-    if (!status.ok()) return status;
-    machine_.devices.push_back(
-        PortDevice("test-control", {"microvm,test-control"}, {{kTestControlPort, 1}}));
-  }
   return absl::OkStatus();
 }
 
@@ -373,28 +360,6 @@ void Vm::OnPostCode(uint8_t code) {
   if (!report_.first_ring3_instruction) {
     report_.first_ring3_instruction = absl::Now() - config_.launch_time;
   }
-}
-
-void Vm::OnTestControl(uint8_t command) {
-  const std::string name = absl::StrFormat("cd%u", command & 0x0f);
-  const AttachedDrive* drive = storage_ ? storage_->Find(name) : nullptr;
-  if (drive == nullptr || drive->media == nullptr) {
-    absl::FPrintF(stderr, "microvm: test control: no CD-ROM %s\n", name);
-    return;
-  }
-  absl::Status status;
-  switch (command & 0xf0) {
-    case 0x10:
-      status = drive->media->Eject(/*force=*/true);
-      break;
-    case 0x20: {
-      status = drive->media->Insert(test_medium_, config_.test_media_path);
-      break;
-    }
-    default:
-      status = absl::InvalidArgumentError(absl::StrFormat("unknown command 0x%02x", command));
-  }
-  if (!status.ok()) absl::FPrintF(stderr, "microvm: test control: %s\n", status.message());
 }
 
 BootReport Vm::boot_report() const {

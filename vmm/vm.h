@@ -51,10 +51,6 @@ struct VmConfig {
   std::string kvm_path = "/dev/kvm";
   // Disks and CD-ROMs on a virtio-scsi controller, and its queues and iothreads.
   StorageConfig storage;
-  // Test hook (--test-media=PATH): a port at 0xf5 through which the guest asks the VMM to eject
-  // (0x10 | N) or insert this medium into (0x20 | N) CD-ROM N, through the block layer's media
-  // events, as the API does. Only for tests that script a media change from inside the guest.
-  std::string test_media_path;
   // When the process started, for the start-up report.
   absl::Time launch_time = absl::Now();
   // Text whose first appearance in the serial output the start-up report times; empty: none.
@@ -117,7 +113,6 @@ class Vm {
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
   void OnPostCode(uint8_t code);
-  void OnTestControl(uint8_t command);
   void ForwardSerialInput(int stop_fd);
 
   const VmConfig config_;
@@ -137,7 +132,6 @@ class Vm {
   std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;
   std::unique_ptr<Storage> storage_;
-  std::shared_ptr<block::BlockBackend> test_medium_;  // --test-media, opened at start
   std::vector<std::unique_ptr<VcpuRunner>> vcpus_;
   x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
   uint64_t entry_address_ = 0;

@@ -2,7 +2,7 @@
 // by tools/make-pattern-image, and runs the guest's scsi-* tests against our device
 // (docs/test-guest.md, "virtio-scsi"): probing with the cache mode's WCE, FUA writes checked in the
 // image file on the host afterwards, every sector of an ISO, two queues on two iothreads and two
-// vCPUs, MSI-X completion, error senses, a medium change through the VMM's test-control port, and
+// vCPUs, MSI-X completion, error senses, and
 // every scsi-hostile case (a guest that breaks the rules on purpose). After every run the VMM must
 // have exited by itself with the guest's status: no crash, no signal, no fatal error.
 #include <fcntl.h>
@@ -45,8 +45,6 @@ constexpr uint64_t kDiskBytes = 64ull << 20;
 constexpr uint64_t kDiskBlocks = kDiskBytes / 512;
 constexpr uint32_t kCdSeed = 22;
 constexpr uint64_t kCdBytes = 8ull << 20;  // 4096 sectors of 2048 bytes
-constexpr uint32_t kNewCdSeed = 33;
-constexpr uint64_t kNewCdBytes = 3ull << 20;  // 1536 sectors
 constexpr uint32_t kWriteSeed = 4660;          // scsi-rw's wseed=
 
 // The block pattern of tools/make-pattern-image (its header has the formula), recomputed here so
@@ -80,7 +78,6 @@ struct Images {
   std::string python;
   std::string disk;    // pristine, seed kDiskSeed
   std::string cd;      // seed kCdSeed
-  std::string new_cd;  // seed kNewCdSeed
   bool direct_io = true;  // whether the temporary directory takes O_DIRECT (cache=none/directsync)
 };
 
@@ -107,7 +104,6 @@ class ScsiTest : public ::testing::Test {
     } wanted[] = {
         {&im.disk, "disk.img", kDiskSeed, kDiskBytes},
         {&im.cd, "cd.iso", kCdSeed, kCdBytes},
-        {&im.new_cd, "new.iso", kNewCdSeed, kNewCdBytes},
     };
     for (auto& w : wanted) {
       *w.path = TempPath(w.name);
@@ -277,19 +273,6 @@ TEST_F(ScsiTest, ErrorsGetTheRightSense) {
   EXPECT_THAT(r.out, HasSubstr("READ(10) 8 blocks into a 2048-byte buffer -> virtio response OVERRUN (1)"));
   EXPECT_THAT(r.out, HasSubstr("TEST UNIT READY 0:7 (no such LUN) -> CHECK CONDITION 05/25/00"));
   EXPECT_THAT(r.out, HasSubstr("TEST UNIT READY after the LU reset -> CHECK CONDITION 06/29/00"));
-}
-
-TEST_F(ScsiTest, MediumChangeThroughTheTestControlPort) {
-  std::vector<std::string> flags = Drives(FreshDisk());
-  flags.push_back("--test-media=" + images().new_cd);
-  ProcessResult r = Run(absl::StrCat("test=scsi-media seed=", kCdSeed, " newseed=", kNewCdSeed), flags);
-  EXPECT_THAT(r.out, HasSubstr("@@EJECT cd"));
-  EXPECT_THAT(r.out, HasSubstr("@@INSERT cd"));
-  EXPECT_THAT(r.out, HasSubstr("CHECK CONDITION 02/3A/"));
-  EXPECT_THAT(r.out, HasSubstr("CHECK CONDITION 06/28/00"));
-  EXPECT_THAT(r.out, HasSubstr("new medium: 1536 sectors (was 4096)"));
-  EXPECT_THAT(r.out, HasSubstr("read and verified 1536 sectors (3072 KiB) from LBA 0"));
-  EXPECT_THAT(r.out, HasSubstr("seed 33"));
 }
 
 // --- scsi-hostile --------------------------------------------------------------------------------

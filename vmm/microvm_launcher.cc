@@ -1,0 +1,388 @@
+// microvm: launches a KVM microVM. See README.md and docs/machine.md. The launcher proper; main.cc
+// (the product) and testing_main.cc (the test build, with the simulated host drive) call it.
+#include "vmm/microvm_launcher.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "api/control_server.h"
+#include "vmm/acpi/machine_acpi.h"
+#include "vmm/api_flags.h"
+#include "vmm/command_line.h"
+#include "vmm/control_api.h"
+#include "vmm/drive_spec.h"
+#include "vmm/fdt/machine_fdt.h"
+#include "vmm/host_kvm.h"
+#include "vmm/media_directory.h"
+#include "vmm/sandbox/sandbox_flags.h"
+#include "vmm/thread_stacks.h"
+#include "vmm/vm.h"
+#include "vmm/vm_api.h"
+#include "vmm/x86/cpuid.h"
+#include "vmm/x86/mptable.h"
+
+ABSL_FLAG(std::string, kernel, "",
+          "Kernel to boot (required): a Linux bzImage, or an ELF (with a PVH note it is entered in "
+          "32-bit mode, else in long mode).");
+ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
+ABSL_FLAG(std::string, cmdline, "console=ttyS0 reboot=k panic=1", "Kernel command line.");
+ABSL_FLAG(std::string, memory, "256M",
+          "Guest RAM: a number of MiB, or with a K, M, G or T suffix; 16M to 8T.");
+ABSL_FLAG(uint32_t, vcpus, 1, "Number of vCPUs, 1 to 40 (the MP table's room in the EBDA).");
+ABSL_FLAG(std::string, serial, "stdout",
+          "Where the serial console (COM1) goes: stdout, none, or file:PATH.");
+ABSL_FLAG(bool, serial_input, true, "Feed the VMM's stdin to the serial console.");
+ABSL_FLAG(std::string, cpu_features, "",
+          "CPUID features to hide (-xsave) or require (+avx2), comma-separated "
+          "(docs/machine.md).");
+ABSL_FLAG(std::string, dump_dtb, "",
+          "Write the machine's flattened device tree to FILE and exit (`dtc -I dtb FILE` shows "
+          "it).");
+ABSL_FLAG(std::string, dump_acpi, "",
+          "Write the machine's ACPI tables to this existing directory (rsdp.dat, xsdt.dat, "
+          "facp.dat, facs.dat, apic.dat, dsdt.dat; `iasl -d` decodes them) and exit.");
+ABSL_FLAG(bool, boot_report, false,
+          "Print start-up times (to the first serial byte, the --boot-marker text and the test "
+          "guest's first ring-3 instruction) and peak RSS on exit, to stderr.");
+ABSL_FLAG(std::string, boot_marker, "",
+          "With --boot-report: also time the first appearance of this text in the serial output "
+          "(e.g. a line the guest's init prints).");
+ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
+ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
+ABSL_FLAG(uint32_t, iothreads, 1,
+          "iothreads serving the virtio-scsi request queues (queue i on iothread i % N), 1 to 64.");
+ABSL_FLAG(int64_t, poll_max_ns, 32768,
+          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; at "
+          "most 1000000000; the default is QEMU's iothread poll-max-ns).");
+// --disk, --cdrom, --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the
+// other flags are parsed (see vmm::ExtractDriveFlags). These definitions only document them.
+ABSL_FLAG(std::string, disk, "",
+          "A virtio-scsi disk: a raw image; cache none, writeback (default), writethrough, "
+          "directsync or unsafe; readonly. Repeat for more disks (LUN 0, 1, ... in order).");
+ABSL_FLAG(std::string, cdrom, "",
+          "A virtio-scsi CD/DVD-ROM holding the ISO at PATH (at least one 2048-byte block); no "
+          "PATH: an empty drive. A host optical drive (/dev/sr0, or host:PATH to insist) is "
+          "passed through (docs/host-cdrom.md). Repeatable.");
+ABSL_FLAG(std::string, ide_disk, "",
+          "An IDE (PIIX3) disk, options as --disk; channel and unit place it (default: the first "
+          "free place from the primary master). Repeatable, four IDE drives at most.");
+ABSL_FLAG(std::string, ide_cdrom, "",
+          "An IDE ATAPI CD/DVD-ROM, as --cdrom (default place: the secondary master, as QEMU's "
+          "-cdrom). Repeatable.");
+
+namespace {
+
+constexpr int kExitError = 1;
+
+int Fail(const std::string& message) {
+  absl::FPrintF(stderr, "microvm: %s\n", message);
+  return kExitError;
+}
+
+int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
+
+const vmm::ProgramHelp& Help() {
+  static const auto* help = new vmm::ProgramHelp{
+      .program = "microvm",
+      .summary = "runs one KVM microVM (README.md, docs/machine.md).",
+      .usage = "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] [--memory=SIZE] "
+               "[--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
+               "[--api-socket=PATH] [more flags below]",
+      .groups =
+          {
+              {"Machine",
+               {{"kernel", "PATH"},
+                {"initrd", "PATH"},
+                {"cmdline", "TEXT"},
+                {"memory", "SIZE"},
+                {"vcpus", "N"},
+                {"cpu-features", "LIST"},
+                {"serial", "stdout|none|file:PATH"},
+                {"serial-input", ""},
+                {"kvm-device", "PATH"}}},
+              {"Drives (virtio-scsi and IDE)",
+               {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
+                {"cdrom", "[=PATH]"},
+                {"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1]"},
+                {"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1]"},
+                {"scsi-queues", "N"},
+                {"iothreads", "N"},
+                {"poll-max-ns", "NS"}}},
+              {"Control API (docs/api.md)",
+               {{"api-socket", "PATH"},
+                {"api-tcp", "HOST:PORT"},
+                {"api-token-file", "FILE"},
+                {"api-tcp-insecure", ""},
+                {"api-listen-any", ""},
+                {"media-dir", "DIR"}}},
+              {"Sandbox (docs/security.md)",
+               {{"seccomp", "trap|log|off"}, {"jail", "DIR"}, {"jail-user", "UID:GID"}}},
+              {"Debugging and benchmarks",
+               {{"dump-dtb", "FILE"},
+                {"dump-acpi", "DIR"},
+                {"boot-report", ""},
+                {"boot-marker", "TEXT"}}},
+          },
+      .epilogue =
+          "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
+          "status: the guest's debug-exit value; 0 after a guest reset or power-off or an API "
+          "Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
+          "--flag=value: what is wrong\" (docs/errors.md lists them).",
+  };
+  return *help;
+}
+
+// The flags' values, checked and turned into the VM's configuration before anything is opened:
+// every error names its flag and the value as typed (docs/errors.md).
+absl::Status Configure(vmm::VmConfig& config) {
+  const std::string kernel = absl::GetFlag(FLAGS_kernel);
+  if (kernel.empty()) {
+    return absl::InvalidArgumentError(
+        "--kernel=PATH is required: the kernel to boot (a bzImage, or an ELF such as "
+        "bazel-bin/tests/guest/test_guest; microvm --help lists every flag)");
+  }
+  // Absolute from here on: the control API reports them, and the VMM may chdir (--jail).
+  config.kernel_path = vmm::AbsolutePath(kernel);
+  if (absl::Status file = vmm::CheckInputFile("--kernel", kernel, config.kernel_path); !file.ok()) {
+    return file;
+  }
+  const std::string initrd = absl::GetFlag(FLAGS_initrd);
+  if (!initrd.empty()) {
+    config.initrd_path = vmm::AbsolutePath(initrd);
+    if (absl::Status file = vmm::CheckInputFile("--initrd", initrd, config.initrd_path);
+        !file.ok()) {
+      return file;
+    }
+  }
+  auto memory = vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory));
+  if (!memory.ok()) return memory.status();
+  config.memory_bytes = *memory;
+  config.vcpus = absl::GetFlag(FLAGS_vcpus);
+  if (absl::Status range = vmm::CheckRange("--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
+                                           absl::StrCat("the MP table in the EBDA has room for ",
+                                                        vmm::x86::kMpTableMaxCpus, " vCPUs"));
+      !range.ok()) {
+    return range;
+  }
+  config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
+  if (auto features = vmm::x86::ParseCpuFeatures(config.cpu_features); !features.ok()) {
+    absl::string_view message = features.status().message();
+    absl::ConsumePrefix(&message, "--cpu-features: ");
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--cpu-features=%s: %s", config.cpu_features, message));
+  }
+  // Checked whether or not a drive uses them: a value out of range is a mistake either way.
+  config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
+  config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
+  for (const absl::Status& range : {
+           vmm::CheckRange("--scsi-queues", config.storage.scsi_queues, 1, 1024,
+                           "virtio-scsi request queues"),
+           vmm::CheckRange("--iothreads", config.storage.iothreads, 1, 64),
+           vmm::CheckRange("--poll-max-ns", config.storage.poll_max_ns, 0, 1'000'000'000,
+                           "0 turns polling off"),
+       }) {
+    if (!range.ok()) return range;
+  }
+  config.cmdline = absl::GetFlag(FLAGS_cmdline);
+  config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
+  config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
+  return absl::OkStatus();
+}
+
+// An error of Vm::Create reworded to name the flag of the file it is about (the loaders and KVM
+// name the file; docs/errors.md). Drive errors already name their flag (vmm::DriveError).
+absl::Status NameTheInput(const vmm::VmConfig& config, const absl::Status& status) {
+  const struct {
+    const char* flag;
+    std::string given;
+    std::string path;
+  } inputs[] = {
+      {"--kernel", absl::GetFlag(FLAGS_kernel), config.kernel_path},
+      {"--initrd", absl::GetFlag(FLAGS_initrd), config.initrd_path},
+      {"--kvm-device", config.kvm_path, config.kvm_path},
+  };
+  for (const auto& input : inputs) {
+    absl::Status named = vmm::NameTheFlag(input.flag, input.given, input.path, status);
+    if (named.message() != status.message()) return named;
+  }
+  return status;
+}
+
+// An error starting the API server, naming the listener's flag where it is about one.
+absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
+  absl::Status named = vmm::NameTheFlag("--api-socket", options.unix_socket_path,
+                                        options.unix_socket_path, status);
+  if (named.message() != status.message()) return named;
+  return vmm::NameTheFlag("--api-tcp", options.tcp_address, options.tcp_address, status);
+}
+
+}  // namespace
+
+namespace vmm {
+
+int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
+  const absl::Time launch_time = absl::Now();
+  if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
+    return Fail(stacks);
+  }
+  auto parsed = vmm::ParseFlagsAndDrives(argc, argv);
+  if (!parsed.ok()) return Fail(parsed.status());
+  if (parsed->help) {
+    absl::PrintF("%s", vmm::HelpText(Help()));
+    return 0;
+  }
+  vmm::VmConfig config;
+  config.launch_time = launch_time;
+  config.storage.drives = std::move(parsed->drives);
+  config.storage.simulated_drive = extensions.simulated_drive;
+  if (absl::Status configured = Configure(config); !configured.ok()) return Fail(configured);
+  // The API's options, token and media directory (declared before the VM and the API: the
+  // directory is destroyed last).
+  auto api_flags = vmm::ApiFlagsFromCommandLine();
+  if (!api_flags.ok()) return Fail(api_flags.status());
+  api::ApiServerOptions& api_options = api_flags->options;
+  std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
+  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
+  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  if (!sandbox.ok()) return Fail(sandbox.status());
+  config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
+  config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
+
+  sys_util::ScopedFd serial_file;
+  const std::string serial = absl::GetFlag(FLAGS_serial);
+  if (serial == "stdout") {
+    config.serial_output_fd = STDOUT_FILENO;
+  } else if (serial == "none") {
+    config.serial_output_fd = -1;
+  } else if (absl::StartsWith(serial, "file:")) {
+    const std::string path = serial.substr(5);
+    serial_file.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!serial_file.valid()) {
+      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial, path,
+                                  strerror(errno)));
+    }
+    config.serial_output_fd = serial_file.get();
+  } else {
+    return Fail(absl::StrFormat("--serial=%s: expected stdout, none or file:PATH", serial));
+  }
+  config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
+
+  // SIGINT/SIGTERM are taken through a signalfd by the main thread only: block them before any
+  // thread starts so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+
+  auto vm = vmm::Vm::Create(config);
+  if (!vm.ok()) return Fail(NameTheInput(config, vm.status()));
+  if (auto notice = vmm::Ring3CpuidNotice(vmm::DetectHostKvmKind())) {
+    absl::FPrintF(stderr, "microvm: %s\n", *notice);
+  }
+
+  const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
+  if (!dump_path.empty()) {
+    absl::Status status = vmm::fdt::WriteFdtFile((*vm)->device_tree(), dump_path);
+    if (!status.ok()) return Fail(vmm::NameTheFlag("--dump-dtb", dump_path, dump_path, status));
+    return 0;
+  }
+  const std::string acpi_dump_dir = absl::GetFlag(FLAGS_dump_acpi);
+  if (!acpi_dump_dir.empty()) {
+    absl::Status status = vmm::acpi::WriteAcpiFiles((*vm)->acpi_tables(), acpi_dump_dir);
+    if (!status.ok()) {
+      return Fail(vmm::NameTheFlag("--dump-acpi", acpi_dump_dir, acpi_dump_dir, status));
+    }
+    return 0;
+  }
+
+  // The control API: after the VM exists, stopped before it is destroyed (declared after it).
+  std::unique_ptr<vmm::VmApiControl> api_control;
+  std::unique_ptr<api::ControlServer> api_server;
+  if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
+    api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());
+    auto server = vmm::StartControlApi(api_options, *api_control);
+    if (!server.ok()) {
+      // Errors that name no flag are the API's own (the plugin): say so.
+      absl::Status named = NameTheApiFlag(api_options, server.status());
+      return Fail(absl::StartsWith(named.message(), "--")
+                      ? named
+                      : absl::Status(named.code(), absl::StrCat("control API: ", named.message())));
+    }
+    api_server = *std::move(server);
+    if (!api_server->unix_socket_path().empty()) {
+      absl::FPrintF(stderr, "microvm: control API on unix:%s\n", api_server->unix_socket_path());
+    }
+    if (api_server->tcp_port() != 0) {
+      absl::FPrintF(stderr, "microvm: control API on %s (port %d)\n", api_options.tcp_address,
+                    api_server->tcp_port());
+    }
+  }
+
+  // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
+  // before the guest runs a single instruction.
+  if (sandbox->jail.has_value()) {
+    if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
+      if (api_server != nullptr) api_server->Stop();
+      return Fail(absl::StrCat("--jail: ", jailed.message()));
+    }
+  }
+  const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
+  // No API call may reach the VM once it is stopping (Watch streams end here).
+  if (api_server != nullptr) api_server->Stop();
+  if (exit.kind == vmm::VmExit::Kind::kFatal) {
+    absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kReset || exit.kind == vmm::VmExit::Kind::kPowerOff) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kSignal) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
+  } else if (exit.kind == vmm::VmExit::Kind::kStopped) {
+    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
+  }
+  if (absl::GetFlag(FLAGS_boot_report)) {
+    const vmm::BootReport report = (*vm)->boot_report();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto since_launch = [](const std::optional<absl::Duration>& time, const char* otherwise) {
+      return time ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*time))
+                  : std::string(otherwise);
+    };
+    // Linux writes no POST code 0x03: for it the serial output and the marker are the milestones.
+    absl::FPrintF(stderr, "microvm: boot report: first serial output %s, ",
+                  since_launch(report.first_serial_output, "none"));
+    if (!config.boot_marker.empty()) {
+      absl::FPrintF(stderr, "boot marker \"%s\" %s, ", config.boot_marker,
+                    since_launch(report.boot_marker_seen, "not seen"));
+    }
+    absl::FPrintF(stderr, "first ring-3 instruction (test guest) %s, peak RSS %d KiB, exit status %d\n",
+                  since_launch(report.first_ring3_instruction, "not reached"), usage.ru_maxrss,
+                  exit.status);
+    for (const vmm::AttachedDrive& drive : (*vm)->storage().drives()) {
+      if (!drive.spec.probe_delay_us || drive.host_drive == nullptr) continue;
+      absl::FPrintF(stderr, "microvm: %s: simulated host drive probed %d time(s)\n", drive.name,
+                    drive.host_drive->stats().probes);
+    }
+  }
+  return exit.status;
+}
+
+}  // namespace vmm
