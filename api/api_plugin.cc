@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "api/api_server.h"
 #include "api/control_server.h"
+#include "vmm/sys_util/status_macros.h"
 
 extern "C" __attribute__((visibility("default"))) absl::Status microvm_start_control_server(
     int version, const api::ApiServerOptions& options, api::VmControl& control,
@@ -17,9 +18,7 @@ extern "C" __attribute__((visibility("default"))) absl::Status microvm_start_con
                         "(a stale libmicrovm_api.so beside the VMM?)",
                         api::kControlServerPluginVersion, version));
   }
-  auto started = api::ApiServer::Start(options, control);
-  if (!started.ok()) return started.status();
-  *server = *std::move(started);
+  ASSIGN_OR_RETURN(*server, api::ApiServer::Start(options, control));
   return absl::OkStatus();
 }
 

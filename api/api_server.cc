@@ -40,6 +40,7 @@
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace api {
 namespace {
@@ -764,9 +765,8 @@ absl::StatusOr<const DriveEntry*> ApiCore::FindDrive(const std::string& name) co
 }
 
 absl::StatusOr<const DriveEntry*> ApiCore::FindRemovable(const std::string& name) const {
-  auto drive = FindDrive(name);
-  if (!drive.ok()) return drive.status();
-  if ((*drive)->media == nullptr) {
+  ASSIGN_OR_RETURN(const DriveEntry* const drive, FindDrive(name));
+  if (drive->media == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is a disk: it has no removable medium to insert, eject or watch", name));
   }
@@ -836,9 +836,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
     return absl::InvalidArgumentError("the API server needs a unix socket path or a TCP address");
   }
   if (!options.auth_token.empty()) {
-    if (absl::Status valid = CheckApiToken(options.auth_token, "the API token"); !valid.ok()) {
-      return valid;
-    }
+    RETURN_IF_ERROR(CheckApiToken(options.auth_token, "the API token"));
   }
   std::string tcp_address;
   if (!options.tcp_address.empty()) {
@@ -850,18 +848,16 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
           "vmmctl --api-token-file=FILE), or accept the risk with --api-tcp-insecure",
           options.tcp_address));
     }
-    auto parsed = ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any);
-    if (!parsed.ok()) return parsed.status();
-    tcp_address = *parsed;
+    ASSIGN_OR_RETURN(tcp_address,
+                     ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any));
   }
   // The unix socket is bound in a private directory and moved into place once it is mode 0600
   // (StagedUnixSocket): no process-wide umask while the VMM's other threads run.
   std::optional<StagedUnixSocket> staged_socket;
   if (!options.unix_socket_path.empty()) {
     // Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it that).
-    auto staged = StagedUnixSocket::Create(options.unix_socket_path, "--api-socket");
-    if (!staged.ok()) return staged.status();
-    staged_socket.emplace(*std::move(staged));
+    ASSIGN_OR_RETURN(staged_socket,
+                     StagedUnixSocket::Create(options.unix_socket_path, "--api-socket"));
   }
   static std::once_flag reflection_once;
   std::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });

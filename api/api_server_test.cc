@@ -41,6 +41,7 @@
 #include "block/raw/raw_file_backend.h"
 #include "gtest/gtest.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace api {
 namespace {
@@ -89,9 +90,8 @@ class FakeVm : public VmControl {
         return absl::PermissionDeniedError(path + ": outside the directory media may come from");
       }
     }
-    auto backend = block::raw::RawFileBackend::Open(path, {.read_only = true});
-    if (!backend.ok()) return backend.status();
-    return std::shared_ptr<block::BlockBackend>(*std::move(backend));
+    ASSIGN_OR_RETURN(auto backend, block::raw::RawFileBackend::Open(path, {.read_only = true}));
+    return std::shared_ptr<block::BlockBackend>(std::move(backend));
   }
 
   bool MediaPathsConfined() const override {

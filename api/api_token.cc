@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace api {
 namespace {
@@ -113,7 +114,7 @@ absl::StatusOr<std::string> ReadApiTokenFile(const std::string& path, absl::stri
         absl::StrCat(what, ": the token file is empty (put a secret in it, e.g. "
                            "`head -c 32 /dev/urandom | base64 > FILE`)"));
   }
-  if (absl::Status valid = CheckApiToken(token, what); !valid.ok()) return valid;
+  RETURN_IF_ERROR(CheckApiToken(token, what));
   return token;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace api {
 namespace {
@@ -109,7 +110,7 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
 
 absl::StatusOr<StagedUnixSocket> StagedUnixSocket::Create(const std::string& path,
                                                            const std::string& label) {
-  if (absl::Status prepared = PrepareUnixSocketPath(path, label); !prepared.ok()) return prepared;
+  RETURN_IF_ERROR(PrepareUnixSocketPath(path, label));
   StagedUnixSocket staged;
   staged.path_ = path;
   staged.label_ = label;

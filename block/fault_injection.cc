@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block {
 namespace {
@@ -46,8 +47,7 @@ class FaultInjectingQueue : public BlockQueue {
       FaultInjectingBackend* backend, CompletionHandler handler) {
     std::unique_ptr<FaultInjectingQueue> queue(
         new FaultInjectingQueue(backend, std::move(handler)));
-    absl::Status status = queue->Init();
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(queue->Init());
     return queue;
   }
 
@@ -179,10 +179,10 @@ class FaultInjectingQueue : public BlockQueue {
     // The inner queue completes into reaped_; ProcessCompletions() decides what the caller sees.
     // Collecting instead of calling our handler from inside the inner ProcessCompletions() keeps
     // the caller's handler (which may Enqueue again) from re-entering the inner queue mid-reap.
-    absl::StatusOr<std::unique_ptr<BlockQueue>> inner = backend_->inner()->CreateQueue(
-        [this](uint64_t slot, Completion completion) { reaped_.push_back({slot, completion}); });
-    if (!inner.ok()) return inner.status();
-    inner_ = *std::move(inner);
+    ASSIGN_OR_RETURN(inner_,
+                     backend_->inner()->CreateQueue([this](uint64_t slot, Completion completion) {
+                       reaped_.push_back({slot, completion});
+                     }));
 
     for (int fd : {inner_->completion_fd(), event_fd_.get(), timer_fd_.get()}) {
       epoll_event event = {};
@@ -310,10 +310,9 @@ FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<BlockBackend> inner
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> FaultInjectingBackend::CreateQueue(
     CompletionHandler handler) {
-  absl::StatusOr<std::unique_ptr<FaultInjectingQueue>> queue =
-      FaultInjectingQueue::Create(this, std::move(handler));
-  if (!queue.ok()) return queue.status();
-  return std::unique_ptr<BlockQueue>(*std::move(queue));
+  ASSIGN_OR_RETURN(std::unique_ptr<FaultInjectingQueue> queue,
+                   FaultInjectingQueue::Create(this, std::move(handler)));
+  return std::unique_ptr<BlockQueue>(std::move(queue));
 }
 
 FaultInjectingBackend::RuleId FaultInjectingBackend::AddRule(const FaultRule& rule) {

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 
 namespace block {
@@ -230,10 +231,9 @@ absl::StatusOr<std::unique_ptr<HostCdrom>> HostCdrom::Create(std::unique_ptr<Cdr
     return absl::InvalidArgumentError("HostCdrom needs a backend factory");
   }
   std::unique_ptr<HostCdrom> cdrom(new HostCdrom(std::move(device), media, std::move(options)));
-  absl::StatusOr<std::thread> worker =
-      sys_util::StartThread({.name = "host-cd"}, [raw = cdrom.get()] { raw->WorkerLoop(); });
-  if (!worker.ok()) return worker.status();
-  cdrom->worker_ = *std::move(worker);
+  ASSIGN_OR_RETURN(cdrom->worker_, sys_util::StartThread({.name = "host-cd"}, [raw = cdrom.get()] {
+                     raw->WorkerLoop();
+                   }));
   media->FollowHostDrive(cdrom->device_->path());
   media->AddListener(cdrom.get());
   return cdrom;
@@ -350,8 +350,7 @@ absl::Status HostCdrom::PublishDisc(bool replace) {
   }
   if (current->present) {
     // Forced: the guest's PREVENT ALLOW MEDIUM REMOVAL cannot keep a disc the host already took.
-    absl::Status ejected = media_->Eject(/*force=*/true);
-    if (!ejected.ok()) return ejected;
+    RETURN_IF_ERROR(media_->Eject(/*force=*/true));
   }
   absl::Status inserted =
       media_->InsertFromHostDrive(WatchForMediumLoss(*std::move(backend)), device_->path());
@@ -367,14 +366,12 @@ absl::Status HostCdrom::PublishEmpty(bool tray_open) {
   std::shared_ptr<const MediaState> current = media_->Current();
   bool changed = false;
   if (current->present) {
-    absl::Status ejected = media_->Eject(/*force=*/true);  // leaves the tray open
-    if (!ejected.ok()) return ejected;
+    RETURN_IF_ERROR(media_->Eject(/*force=*/true));  // leaves the tray open
     changed = true;
     current = media_->Current();
   }
   if (current->tray_open != tray_open) {
-    absl::Status moved = media_->SetTrayOpen(tray_open, /*force=*/true);
-    if (!moved.ok()) return moved;
+    RETURN_IF_ERROR(media_->SetTrayOpen(tray_open, /*force=*/true));
     changed = true;
   }
   if (changed) {

@@ -19,6 +19,7 @@
 #include "block/uevent_monitor.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block {
 namespace {
@@ -45,7 +46,7 @@ class FakeCdromDevice : public CdromDevice {
   absl::StatusOr<HostDriveStatus> DriveStatus() override {
     absl::MutexLock lock(&mutex_);
     ++counts_.drive_status;
-    if (!status_error_.ok()) return status_error_;
+    RETURN_IF_ERROR(status_error_);
     return status_;
   }
   absl::StatusOr<uint64_t> CapacityBytes() override {
@@ -68,7 +69,7 @@ class FakeCdromDevice : public CdromDevice {
   absl::Status Eject() override {
     absl::MutexLock lock(&mutex_);
     commands_.push_back("eject");
-    if (!command_error_.ok()) return command_error_;
+    RETURN_IF_ERROR(command_error_);
     disc_in_tray_ = status_ == HostDriveStatus::kDiscOk ? capacity_ : disc_in_tray_;
     status_ = HostDriveStatus::kTrayOpen;
     return absl::OkStatus();
@@ -76,7 +77,7 @@ class FakeCdromDevice : public CdromDevice {
   absl::Status CloseTray() override {
     absl::MutexLock lock(&mutex_);
     commands_.push_back("close");
-    if (!command_error_.ok()) return command_error_;
+    RETURN_IF_ERROR(command_error_);
     if (status_ == HostDriveStatus::kTrayOpen) {
       status_ = disc_in_tray_ > 0 ? HostDriveStatus::kDiscOk : HostDriveStatus::kNoDisc;
       capacity_ = disc_in_tray_;
@@ -159,7 +160,7 @@ class HostCdromTest : public ::testing::Test {
     options.backend_factory =
         [this](const std::string& path) -> absl::StatusOr<std::shared_ptr<BlockBackend>> {
       opened_paths_.push_back(path);
-      if (!factory_error_.ok()) return factory_error_;
+      RETURN_IF_ERROR(factory_error_);
       // The raw backend would read the disc; a MemoryBackend of the disc's size stands in.
       const uint64_t size = device_->CapacityForFactory();
       auto disc = std::make_shared<MemoryBackend>(

@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block {
 namespace {
@@ -206,7 +207,7 @@ const BackendInfo& MemoryBackend::info() const {
 absl::StatusOr<std::unique_ptr<BlockQueue>> MemoryBackend::CreateQueue(CompletionHandler handler) {
   {
     absl::MutexLock lock(&state_->mutex);
-    if (!state_->create_queue_status.ok()) return state_->create_queue_status;
+    RETURN_IF_ERROR(state_->create_queue_status);
   }
   const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) return absl::ErrnoToStatus(errno, "eventfd");

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 
 namespace block {
@@ -218,14 +219,11 @@ UeventThread::UeventThread(UeventMonitor* monitor, sys_util::ScopedFd stop_fd,
 
 absl::StatusOr<std::unique_ptr<UeventThread>> UeventThread::Start(
     UeventMonitor* monitor, std::function<void(const absl::Status&)> on_error) {
-  absl::StatusOr<sys_util::ScopedFd> stop_fd = sys_util::MakeEventFd();
-  if (!stop_fd.ok()) return stop_fd.status();
+  ASSIGN_OR_RETURN(sys_util::ScopedFd stop_fd, sys_util::MakeEventFd());
   std::unique_ptr<UeventThread> thread(
-      new UeventThread(monitor, *std::move(stop_fd), std::move(on_error)));
-  absl::StatusOr<std::thread> started =
-      sys_util::StartThread({.name = "uevent"}, [raw = thread.get()] { raw->Run(); });
-  if (!started.ok()) return started.status();
-  thread->thread_ = *std::move(started);
+      new UeventThread(monitor, std::move(stop_fd), std::move(on_error)));
+  ASSIGN_OR_RETURN(thread->thread_,
+                   sys_util::StartThread({.name = "uevent"}, [raw = thread.get()] { raw->Run(); }));
   return thread;
 }
 

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "block/raw/aligned_buffer.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block::raw {
 namespace {
@@ -641,33 +642,29 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
   if (status_flags < 0 || fcntl(fd.get(), F_SETFL, status_flags & ~O_NONBLOCK) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("fcntl ", path));
   }
-  if (absl::Status locked = LockImage(fd.get(), path, options.read_only); !locked.ok()) {
-    return locked;
-  }
+  RETURN_IF_ERROR(LockImage(fd.get(), path, options.read_only));
 
   uint32_t memory_alignment = 1;
   if (direct_io) {
-    absl::StatusOr<DirectIoAlignment> alignment =
-        FindDirectIoAlignment(fd.get(), path, info.logical_block_size);
-    if (!alignment.ok()) return alignment.status();
-    memory_alignment = alignment->memory;
-    info.logical_block_size = std::max(info.logical_block_size, alignment->offset);
+    ASSIGN_OR_RETURN(DirectIoAlignment alignment,
+                     FindDirectIoAlignment(fd.get(), path, info.logical_block_size));
+    memory_alignment = alignment.memory;
+    info.logical_block_size = std::max(info.logical_block_size, alignment.offset);
   }
   return std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
                                           memory_alignment, options.ring_entries);
 }
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(CompletionHandler handler) {
-  absl::StatusOr<std::unique_ptr<UringOps>> ring = CreateLiburingOps(ring_entries_);
-  if (!ring.ok()) return ring.status();
-  return CreateQueueWithRing(std::move(handler), *std::move(ring));
+  ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring, CreateLiburingOps(ring_entries_));
+  return CreateQueueWithRing(std::move(handler), std::move(ring));
 }
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueueWithRing(
     CompletionHandler handler, std::unique_ptr<UringOps> ring) {
   sys_util::ScopedFd event_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
-  if (absl::Status status = ring->RegisterEventFd(event_fd.get()); !status.ok()) return status;
+  RETURN_IF_ERROR(ring->RegisterEventFd(event_fd.get()));
   return std::unique_ptr<BlockQueue>(std::make_unique<RawFileQueue>(
       shared_from_this(), std::move(ring), std::move(event_fd), std::move(handler)));
 }

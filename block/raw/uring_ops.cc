@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block::raw {
 namespace {
@@ -87,7 +88,7 @@ class LiburingOps final : public UringOps {
 
 absl::StatusOr<std::unique_ptr<UringOps>> CreateLiburingOps(unsigned entries) {
   auto ops = std::make_unique<LiburingOps>();
-  if (absl::Status status = ops->Init(entries); !status.ok()) return status;
+  RETURN_IF_ERROR(ops->Init(entries));
   return std::unique_ptr<UringOps>(std::move(ops));
 }
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "devices/ide/task_file.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::ide {
 
@@ -84,8 +85,7 @@ absl::StatusOr<std::shared_ptr<IdeController>> IdeController::Create(
     IoThreadOptions thread_options;
     thread_options.on_start = options.iothread_start;
     own = std::make_unique<IoThread>("ide-io", thread_options);
-    absl::Status status = own->Start();
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(own->Start());
   }
   auto controller = std::make_shared<IdeController>(pio_bus, options.iothread, std::move(own));
   absl::Status status =
@@ -159,15 +159,12 @@ absl::Status IdeController::Init(IdeControllerOptions& options,
       unit_options.media_change_report = scsi::MediaChangeReport::kNotReadyThenUnitAttention;
       unit_options.physical_interface = 2;
       if (unit_options.serial.empty()) unit_options.serial = settings.serial;
-      auto cdrom = scsi::CdRom::Create(config.drive, std::move(unit_options));
-      if (!cdrom.ok()) return cdrom.status();
-      unit.cdrom = *std::move(cdrom);
+      ASSIGN_OR_RETURN(unit.cdrom, scsi::CdRom::Create(config.drive, std::move(unit_options)));
       cdroms_[config.channel][config.unit] = unit.cdrom;
     }
   }
 
-  absl::Status status = DeclareBar(kBusMasterBar, pci::BarSpec{pci::BarKind::kIo, bm::kBarSize});
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(DeclareBar(kBusMasterBar, pci::BarSpec{pci::BarKind::kIo, bm::kBarSize}));
   // Firmware's setting: both channels decode (IDETIM bit 15), timings left at compatible values.
   // The registers are read-write (PIIX3 datasheet); LegacyDecodeEnabled() reads Decode Enable
   // from configuration space on every access, so a guest that turns a channel off is obeyed.
@@ -188,8 +185,7 @@ absl::Status IdeController::Init(IdeControllerOptions& options,
   for (int c = 0; c < 2; ++c) {
     channels_[c] = std::make_unique<IdeChannel>(c, std::move(units[c]), irqs[c], memory, *iothread_,
                                                 bus_master_enabled);
-    status = channels_[c]->StartIo();
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(channels_[c]->StartIo());
   }
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::ide::testing {
 
@@ -61,30 +62,22 @@ TestCd MakeCd(uint64_t blocks, uint8_t seed) {
 absl::StatusOr<std::unique_ptr<IdeTestBed>> IdeTestBed::Create(IdeControllerOptions options,
                                                                bool assign_bars, bool bus_master) {
   std::unique_ptr<IdeTestBed> bed(new IdeTestBed());
-  auto region = vmm::GuestMemoryRegion::Create(vmm::GuestAddress(0), kMemoryBytes);
-  if (!region.ok()) return region.status();
+  ASSIGN_OR_RETURN(auto region, vmm::GuestMemoryRegion::Create(vmm::GuestAddress(0), kMemoryBytes));
   std::vector<std::unique_ptr<vmm::GuestMemoryRegion>> regions;
-  regions.push_back(*std::move(region));
-  auto memory = vmm::GuestMemory::Create(std::move(regions));
-  if (!memory.ok()) return memory.status();
-  bed->memory_ = std::make_unique<vmm::GuestMemory>(*std::move(memory));
+  regions.push_back(std::move(region));
+  ASSIGN_OR_RETURN(auto memory, vmm::GuestMemory::Create(std::move(regions)));
+  bed->memory_ = std::make_unique<vmm::GuestMemory>(std::move(memory));
   bed->irqs_[0] = std::make_shared<FakeIrqLine>();
   bed->irqs_[1] = std::make_shared<FakeIrqLine>();
-  auto root = pci::PciRootBus::Create(bed->pio_, bed->mmio_);
-  if (!root.ok()) return root.status();
-  bed->root_ = *std::move(root);
-  auto controller = IdeController::Create(std::move(options), bed->pio_, bed->irqs_[0],
-                                          bed->irqs_[1], *bed->memory_);
-  if (!controller.ok()) return controller.status();
-  bed->controller_ = *std::move(controller);
+  ASSIGN_OR_RETURN(bed->root_, pci::PciRootBus::Create(bed->pio_, bed->mmio_));
+  ASSIGN_OR_RETURN(bed->controller_, IdeController::Create(std::move(options), bed->pio_,
+                                                           bed->irqs_[0], bed->irqs_[1],
+                                                           *bed->memory_));
   if (assign_bars) {
     pci::BarAllocator allocator = pci::BarAllocator::ForX86();
-    absl::Status status = bed->controller_->AssignBars(allocator);
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(bed->controller_->AssignBars(allocator));
   }
-  auto slot = bed->root_->AddDevice(bed->controller_);
-  if (!slot.ok()) return slot.status();
-  bed->slot_ = *slot;
+  ASSIGN_OR_RETURN(bed->slot_, bed->root_->AddDevice(bed->controller_));
   bed->bus_master_base_ =
       static_cast<uint16_t>(bed->controller_->bar_address(IdeController::kBusMasterBar));
   if (bus_master) {

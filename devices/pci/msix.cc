@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "devices/pci/little_endian.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::pci {
 namespace {
@@ -27,9 +28,7 @@ absl::StatusOr<std::unique_ptr<MsixCapability>> MsixCapability::Create(
   }
   auto vectors = std::make_unique<Vector[]>(vector_count);
   for (uint32_t i = 0; i < vector_count; ++i) {
-    auto msi = controller.AllocateVector();
-    if (!msi.ok()) return msi.status();
-    vectors[i].msi = *std::move(msi);
+    ASSIGN_OR_RETURN(vectors[i].msi, controller.AllocateVector());
   }
   return std::unique_ptr<MsixCapability>(new MsixCapability(vector_count, std::move(vectors)));
 }

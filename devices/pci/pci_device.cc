@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::pci {
 namespace {
@@ -260,9 +261,7 @@ absl::Status PciDevice::AddMsixCapability(std::unique_ptr<MsixCapability> msix, 
   std::array<uint8_t, kMsixCapabilityLength - 2> mask{};
   // Only Function Mask and MSI-X Enable are writable (§6.8.2.3).
   mask[1] = (kMsixControlFunctionMask | kMsixControlEnable) >> 8;
-  auto offset = AddCapability(kCapabilityIdMsix, body, mask);
-  if (!offset.ok()) return offset.status();
-  msix_capability_ = *offset;
+  ASSIGN_OR_RETURN(msix_capability_, AddCapability(kCapabilityIdMsix, body, mask));
   msix_bar_ = bar;
   msix_table_offset_ = table_offset;
   msix_pba_offset_ = pba_offset;
@@ -306,12 +305,11 @@ absl::Status PciDevice::AssignBars(BarAllocator& allocator) {
   for (int bar = 0; bar < kNumBars; ++bar) {
     if (!bars_[bar].spec) continue;
     const BarSpec spec = *bars_[bar].spec;
-    auto base = allocator.Allocate(spec);
-    if (!base.ok()) return base.status();
+    ASSIGN_OR_RETURN(const uint64_t base, allocator.Allocate(spec));
     const uint32_t reg = kBar0 + 4 * bar;
     const uint32_t flags = ReadLocked(reg, 4) & (spec.kind == BarKind::kIo ? 0x3u : 0xfu);
-    WriteLocked(reg, static_cast<uint32_t>(*base) | flags, 4);
-    if (spec.kind == BarKind::kMmio64) WriteLocked(reg + 4, static_cast<uint32_t>(*base >> 32), 4);
+    WriteLocked(reg, static_cast<uint32_t>(base) | flags, 4);
+    if (spec.kind == BarKind::kMmio64) WriteLocked(reg + 4, static_cast<uint32_t>(base >> 32), 4);
     enables |= spec.kind == BarKind::kIo ? kCommandIoSpace : kCommandMemorySpace;
   }
   WriteLocked(kCommand, ReadLocked(kCommand, 2) | enables, 2);

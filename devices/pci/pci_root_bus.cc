@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::pci {
 namespace {
@@ -52,8 +53,7 @@ PciRootBus::PciRootBus(vmm::Bus& pio_bus, vmm::Bus& mmio_bus)
 absl::StatusOr<std::shared_ptr<PciRootBus>> PciRootBus::Create(vmm::Bus& pio_bus,
                                                                vmm::Bus& mmio_bus) {
   auto root = std::make_shared<PciRootBus>(pio_bus, mmio_bus);
-  absl::Status status = pio_bus.Register(kConfigAddressPort, kPortCount, root);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(pio_bus.Register(kConfigAddressPort, kPortCount, root));
   return root;
 }
 

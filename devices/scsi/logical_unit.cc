@@ -6,6 +6,8 @@
 #include <cstring>
 #include <utility>
 
+#include "vmm/sys_util/status_macros.h"
+
 namespace devices::scsi {
 namespace {
 
@@ -85,10 +87,10 @@ absl::StatusOr<std::unique_ptr<LuQueue>> LogicalUnit::CreateQueue(TaskCompletion
   // Units are made by their factories as shared_ptrs; a queue keeps its unit alive.
   auto queue = std::make_unique<LuQueue>(LuQueue::Key(), shared_from_this(), std::move(completion));
   LuQueue* q = queue.get();
-  absl::StatusOr<std::unique_ptr<block::BlockQueue>> block = drive_->CreateQueue(
-      [q](uint64_t cookie, block::Completion completion) { q->OnBlockCompletion(cookie, completion); });
-  if (!block.ok()) return block.status();
-  q->block_ = *std::move(block);
+  ASSIGN_OR_RETURN(q->block_,
+                   drive_->CreateQueue([q](uint64_t cookie, block::Completion completion) {
+                     q->OnBlockCompletion(cookie, completion);
+                   }));
   return queue;
 }
 

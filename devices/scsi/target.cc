@@ -8,6 +8,7 @@
 #include "devices/scsi/bytes.h"
 #include "devices/scsi/lun.h"
 #include "devices/scsi/spc.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::scsi {
 
@@ -36,12 +37,11 @@ absl::StatusOr<std::unique_ptr<TargetQueue>> Target::CreateQueue(TaskCompletion 
   // The units' queues share the one handler the transport gave.
   auto shared = std::make_shared<TaskCompletion>(std::move(completion));
   for (const std::shared_ptr<LogicalUnit>& unit : units_) {
-    absl::StatusOr<std::unique_ptr<LuQueue>> lu_queue =
-        unit->CreateQueue([shared](Task& task) { (*shared)(task); });
-    if (!lu_queue.ok()) return lu_queue.status();
-    (*lu_queue)->set_inventory(queue.get());
-    queue->fds_.push_back((*lu_queue)->completion_fd());
-    queue->queues_.push_back(*std::move(lu_queue));
+    ASSIGN_OR_RETURN(std::unique_ptr<LuQueue> lu_queue,
+                     unit->CreateQueue([shared](Task& task) { (*shared)(task); }));
+    lu_queue->set_inventory(queue.get());
+    queue->fds_.push_back(lu_queue->completion_fd());
+    queue->queues_.push_back(std::move(lu_queue));
   }
   return queue;
 }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "devices/scsi/bytes.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::scsi {
 
@@ -32,20 +33,14 @@ std::vector<iovec> Split(std::vector<uint8_t>& buffer, size_t segment) {
 absl::StatusOr<std::unique_ptr<Harness>> Harness::ForUnit(std::shared_ptr<LogicalUnit> unit) {
   auto harness = std::make_unique<Harness>();
   Harness* h = harness.get();
-  absl::StatusOr<std::unique_ptr<LuQueue>> queue =
-      unit->CreateQueue([h](Task&) { h->done_ = true; });
-  if (!queue.ok()) return queue.status();
-  harness->unit_queue_ = *std::move(queue);
+  ASSIGN_OR_RETURN(harness->unit_queue_, unit->CreateQueue([h](Task&) { h->done_ = true; }));
   return harness;
 }
 
 absl::StatusOr<std::unique_ptr<Harness>> Harness::ForTarget(Target& target) {
   auto harness = std::make_unique<Harness>();
   Harness* h = harness.get();
-  absl::StatusOr<std::unique_ptr<TargetQueue>> queue =
-      target.CreateQueue([h](Task&) { h->done_ = true; });
-  if (!queue.ok()) return queue.status();
-  harness->target_queue_ = *std::move(queue);
+  ASSIGN_OR_RETURN(harness->target_queue_, target.CreateQueue([h](Task&) { h->done_ = true; }));
   return harness;
 }
 
@@ -98,13 +93,8 @@ absl::StatusOr<DiskSetup> MakeDisk(block::MemoryBackendOptions backend_options,
   DiskSetup setup;
   setup.backend = std::make_shared<block::MemoryBackend>(backend_options);
   if (drive_options.name.empty()) drive_options.name = "disk0";
-  absl::StatusOr<std::unique_ptr<block::Drive>> drive =
-      block::Drive::CreateFixed(drive_options, setup.backend);
-  if (!drive.ok()) return drive.status();
-  setup.drive = *std::move(drive);
-  absl::StatusOr<std::shared_ptr<Disk>> disk = Disk::Create(setup.drive, unit_options);
-  if (!disk.ok()) return disk.status();
-  setup.disk = *std::move(disk);
+  ASSIGN_OR_RETURN(setup.drive, block::Drive::CreateFixed(drive_options, setup.backend));
+  ASSIGN_OR_RETURN(setup.disk, Disk::Create(setup.drive, unit_options));
   return setup;
 }
 
@@ -116,13 +106,8 @@ absl::StatusOr<CdSetup> MakeCdRom(std::shared_ptr<block::BlockBackend> medium,
   block::DriveOptions drive_options;
   drive_options.name = "cd0";
   drive_options.read_only = true;
-  absl::StatusOr<std::unique_ptr<block::Drive>> drive =
-      block::Drive::CreateRemovable(drive_options, setup.media);
-  if (!drive.ok()) return drive.status();
-  setup.drive = *std::move(drive);
-  absl::StatusOr<std::shared_ptr<CdRom>> cd = CdRom::Create(setup.drive, unit_options);
-  if (!cd.ok()) return cd.status();
-  setup.cd = *std::move(cd);
+  ASSIGN_OR_RETURN(setup.drive, block::Drive::CreateRemovable(drive_options, setup.media));
+  ASSIGN_OR_RETURN(setup.cd, CdRom::Create(setup.drive, unit_options));
   return setup;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/sys_util/rate_limited_log.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::virtio::vhost_user {
 namespace {
@@ -221,7 +222,7 @@ VhostUserBackend::Result VhostUserBackend::Handle(Message message) {
 }
 
 absl::StatusOr<std::vector<uint8_t>> VhostUserBackend::HandleWithReply(const Message& message) {
-  if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+  RETURN_IF_ERROR(NoDescriptors(message));
   switch (message.request()) {
     case Request::kGetFeatures:
       if (!message.payload.empty()) return absl::InvalidArgumentError("GET_FEATURES: payload");
@@ -235,11 +236,9 @@ absl::StatusOr<std::vector<uint8_t>> VhostUserBackend::HandleWithReply(const Mes
       if (!message.payload.empty()) return absl::InvalidArgumentError("GET_QUEUE_NUM: payload");
       return U64Bytes(max_sizes_.size());
     case Request::kGetVringBase: {
-      auto state = message.PayloadAs<VringState>();
-      if (!state.ok()) return state.status();
-      auto base = GetVringBase(state->index);
-      if (!base.ok()) return base.status();
-      VringState reply{state->index, *base};
+      ASSIGN_OR_RETURN(const VringState state, message.PayloadAs<VringState>());
+      ASSIGN_OR_RETURN(const uint32_t base, GetVringBase(state.index));
+      VringState reply{state.index, base};
       return std::vector<uint8_t>(AsBytes(reply).begin(), AsBytes(reply).end());
     }
     default:
@@ -253,7 +252,7 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       return NoDescriptors(message);
     case Request::kResetOwner:
     case Request::kResetDevice: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
+      RETURN_IF_ERROR(NoDescriptors(message));
       StopDevice();
       device_.Reset();
       // Without protocol features a ring is enabled as soon as it exists (see SetFeatures()).
@@ -261,29 +260,26 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       return absl::OkStatus();
     }
     case Request::kSetFeatures: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto features = message.PayloadAs<uint64_t>();
-      if (!features.ok()) return features.status();
-      return SetFeatures(*features);
+      RETURN_IF_ERROR(NoDescriptors(message));
+      ASSIGN_OR_RETURN(const uint64_t features, message.PayloadAs<uint64_t>());
+      return SetFeatures(features);
     }
     case Request::kSetProtocolFeatures: {
-      if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-      auto features = message.PayloadAs<uint64_t>();
-      if (!features.ok()) return features.status();
-      if ((*features & ~offered_protocol_features()) != 0) {
+      RETURN_IF_ERROR(NoDescriptors(message));
+      ASSIGN_OR_RETURN(const uint64_t features, message.PayloadAs<uint64_t>());
+      if ((features & ~offered_protocol_features()) != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_PROTOCOL_FEATURES: 0x%x were not offered (0x%x)", *features,
+            "SET_PROTOCOL_FEATURES: 0x%x were not offered (0x%x)", features,
             offered_protocol_features()));
       }
-      protocol_features_ = *features;
+      protocol_features_ = features;
       return absl::OkStatus();
     }
     case Request::kSetMemTable:
       return SetMemTable(message);
     case Request::kSetVringNum: {
-      auto request = RingRequest<VringState>(message);
-      if (!request.ok()) return request.status();
-      auto& [state, ring] = *request;
+      ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
+      auto& [state, ring] = request;
       if (state.num == 0 || state.num > kMaxQueueSize || !std::has_single_bit(state.num)) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state.index,
@@ -302,9 +298,8 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       return absl::OkStatus();
     }
     case Request::kSetVringAddr: {
-      auto request = RingRequest<VringAddress>(message);
-      if (!request.ok()) return request.status();
-      auto& [address, ring] = *request;
+      ASSIGN_OR_RETURN(auto request, RingRequest<VringAddress>(message));
+      auto& [address, ring] = request;
       if ((address.flags & kVringFlagLog) != 0) {
         return absl::InvalidArgumentError("SET_VRING_ADDR: dirty logging was not negotiated");
       }
@@ -315,9 +310,8 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       return absl::OkStatus();
     }
     case Request::kSetVringBase: {
-      auto request = RingRequest<VringState>(message);
-      if (!request.ok()) return request.status();
-      auto& [state, ring] = *request;
+      ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
+      auto& [state, ring] = request;
       if (state.num > 0xffff) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)", state.index,
@@ -335,9 +329,8 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
     case Request::kSetVringErr:
       return SetRingFd(message);
     case Request::kSetVringEnable: {
-      auto request = RingRequest<VringState>(message);
-      if (!request.ok()) return request.status();
-      auto& [state, ring] = *request;
+      ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
+      auto& [state, ring] = request;
       if (!protocol_features_on_) {
         return absl::FailedPreconditionError(
             "SET_VRING_ENABLE without VHOST_USER_F_PROTOCOL_FEATURES");
@@ -462,12 +455,10 @@ void VhostUserBackend::ResetRings(bool enabled) {
 template <typename T>
 absl::StatusOr<std::pair<T, VhostUserBackend::Ring*>> VhostUserBackend::RingRequest(
     const Message& message) {
-  if (absl::Status none = NoDescriptors(message); !none.ok()) return none;
-  auto payload = message.PayloadAs<T>();
-  if (!payload.ok()) return payload.status();
-  auto ring = RingFor(payload->index);
-  if (!ring.ok()) return ring.status();
-  return std::pair<T, Ring*>(*payload, *ring);
+  RETURN_IF_ERROR(NoDescriptors(message));
+  ASSIGN_OR_RETURN(const T payload, message.PayloadAs<T>());
+  ASSIGN_OR_RETURN(Ring* const ring, RingFor(payload.index));
+  return std::pair<T, Ring*>(payload, ring);
 }
 
 absl::StatusOr<VhostUserBackend::Ring*> VhostUserBackend::RingFor(uint32_t index) {
@@ -481,22 +472,20 @@ absl::StatusOr<VhostUserBackend::Ring*> VhostUserBackend::RingFor(uint32_t index
 
 absl::Status VhostUserBackend::SetRingFd(Message& message) {
   const char* name = RequestName(message.request());
-  auto value = message.PayloadAs<uint64_t>();
-  if (!value.ok()) return value.status();
-  if ((*value & ~(kVringIndexMask | kVringNoFd)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s: reserved bits set (0x%x)", name, *value));
+  ASSIGN_OR_RETURN(const uint64_t value, message.PayloadAs<uint64_t>());
+  if ((value & ~(kVringIndexMask | kVringNoFd)) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("%s: reserved bits set (0x%x)", name, value));
   }
-  const uint32_t index = static_cast<uint32_t>(*value & kVringIndexMask);
-  auto ring = RingFor(index);
-  if (!ring.ok()) return ring.status();
-  const bool no_fd = (*value & kVringNoFd) != 0;
+  const uint32_t index = static_cast<uint32_t>(value & kVringIndexMask);
+  ASSIGN_OR_RETURN(Ring* const ring, RingFor(index));
+  const bool no_fd = (value & kVringNoFd) != 0;
   if (message.fds.size() != (no_fd ? 0u : 1u)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: ring %u came with %u file descriptors", name, index, message.fds.size()));
   }
   sys_util::ScopedFd fd = no_fd ? sys_util::ScopedFd() : std::move(message.fds[0]);
   if (fd.valid()) {
-    if (absl::Status checked = CheckEventFd(fd.get(), name, index); !checked.ok()) return checked;
+    RETURN_IF_ERROR(CheckEventFd(fd.get(), name, index));
   }
   switch (message.request()) {
     case Request::kSetVringKick:
@@ -507,24 +496,23 @@ absl::Status VhostUserBackend::SetRingFd(Message& message) {
       }
       // The device polls the old eventfd until it stops: stop it before that fd is closed.
       if (active_rings_.contains(index)) StopDevice();
-      (*ring)->kick = std::move(fd);
+      ring->kick = std::move(fd);
       return absl::OkStatus();
     case Request::kSetVringCall:
-      (*ring)->call->Set(std::move(fd));
+      ring->call->Set(std::move(fd));
       // Completions signalled on the old descriptor may not have reached the front end (QEMU
       // swaps call fds while a guest masks vectors): one spurious interrupt is harmless
       // (virtio 1.2 §2.7.10: the driver checks the used ring), a lost one hangs the driver.
-      if (active_rings_.contains(index)) (*ring)->call->Signal();
+      if (active_rings_.contains(index)) ring->call->Signal();
       return absl::OkStatus();
     default:
-      (*ring)->err->Set(std::move(fd));
+      ring->err->Set(std::move(fd));
       return absl::OkStatus();
   }
 }
 
 absl::StatusOr<uint32_t> VhostUserBackend::GetVringBase(uint32_t index) {
-  auto ring = RingFor(index);
-  if (!ring.ok()) return ring.status();
+  ASSIGN_OR_RETURN(Ring* const ring, RingFor(index));
   // "Stops the vring and returns the current descriptor index": the whole device stops (the
   // other rings restart in Synchronize()), with every chain it took made used.
   if (active_rings_.contains(index)) {
@@ -538,8 +526,8 @@ absl::StatusOr<uint32_t> VhostUserBackend::GetVringBase(uint32_t index) {
     }
     std::fprintf(stderr, "vhost-user: device stopped by the front end:%s\n", positions.c_str());
   }
-  (*ring)->kick.Reset();
-  return (*ring)->base;
+  ring->kick.Reset();
+  return ring->base;
 }
 
 absl::StatusOr<vmm::GuestAddress> VhostUserBackend::Translate(uint64_t userspace_addr,

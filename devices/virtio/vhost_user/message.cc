@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdint>
 
+#include "vmm/sys_util/status_macros.h"
+
 namespace devices::virtio::vhost_user {
 namespace {
 
@@ -40,7 +42,7 @@ absl::Status AwaitReadable(int socket, const ReadLimits& limits) {
 absl::Status ReadFull(int socket, uint8_t* data, size_t length, const ReadLimits& limits) {
   size_t done = 0;
   while (done < length) {
-    if (absl::Status readable = AwaitReadable(socket, limits); !readable.ok()) return readable;
+    RETURN_IF_ERROR(AwaitReadable(socket, limits));
     const ssize_t got = recv(socket, data + done, length - done, MSG_DONTWAIT);
     if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (got < 0 && errno == EINTR) continue;
@@ -88,7 +90,7 @@ absl::Status WriteFull(int socket, const uint8_t* data, size_t length, std::span
 }  // namespace
 
 absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits& limits) {
-  if (absl::Status readable = AwaitReadable(socket, limits); !readable.ok()) return readable;
+  RETURN_IF_ERROR(AwaitReadable(socket, limits));
   Message message;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
   iovec io{&message.header, sizeof(Header)};
@@ -119,9 +121,8 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits&
     return absl::InvalidArgumentError("vhost-user: more file descriptors than a message may carry");
   }
   if (static_cast<size_t>(got) < sizeof(Header)) {
-    absl::Status rest = ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header) + got,
-                                 sizeof(Header) - static_cast<size_t>(got), limits);
-    if (!rest.ok()) return rest;
+    RETURN_IF_ERROR(ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header) + got,
+                             sizeof(Header) - static_cast<size_t>(got), limits));
   }
   if ((message.header.flags & kVersionMask) != kVersion) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -139,9 +140,7 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits&
   }
   message.payload.resize(message.header.size);
   if (message.header.size > 0) {
-    absl::Status payload =
-        ReadFull(socket, message.payload.data(), message.payload.size(), limits);
-    if (!payload.ok()) return payload;
+    RETURN_IF_ERROR(ReadFull(socket, message.payload.data(), message.payload.size(), limits));
   }
   return message;
 }
@@ -176,16 +175,15 @@ absl::Status SendMessage(int socket, Request request, uint32_t flags,
 
 absl::StatusOr<Message> ReadReply(int socket) {
   Message message;
-  absl::Status status =
-      ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header), sizeof(Header), ReadLimits{});
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(
+      ReadFull(socket, reinterpret_cast<uint8_t*>(&message.header), sizeof(Header), ReadLimits{}));
   if ((message.header.flags & kFlagReply) == 0 || message.header.size > kMaxPayload) {
     return absl::InvalidArgumentError("vhost-user: not a reply");
   }
   message.payload.resize(message.header.size);
   if (message.header.size > 0) {
-    status = ReadFull(socket, message.payload.data(), message.payload.size(), ReadLimits{});
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(
+        ReadFull(socket, message.payload.data(), message.payload.size(), ReadLimits{}));
   }
   return message;
 }
