@@ -33,6 +33,8 @@
 #include "vmm/media_directory.h"
 #include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/thread_stacks.h"
+#include "vmm/storage_flags.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
 #include "vmm/x86/cpuid.h"
@@ -66,20 +68,9 @@ ABSL_FLAG(std::string, boot_marker, "",
           "(e.g. a line the guest's init prints).");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
 ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
-ABSL_FLAG(uint32_t, iothreads, 1,
-          "iothreads serving the virtio-scsi request queues (queue i on iothread i % N), 1 to 64.");
-ABSL_FLAG(int64_t, poll_max_ns, 32768,
-          "Adaptive polling of each request queue before its iothread sleeps, in ns (0: off; at "
-          "most 1000000000; the default is QEMU's iothread poll-max-ns).");
-// --disk, --cdrom, --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the
-// other flags are parsed (see vmm::ExtractDriveFlags). These definitions only document them.
-ABSL_FLAG(std::string, disk, "",
-          "A virtio-scsi disk: a raw image; cache none, writeback (default), writethrough, "
-          "directsync or unsafe; readonly. Repeat for more disks (LUN 0, 1, ... in order).");
-ABSL_FLAG(std::string, cdrom, "",
-          "A virtio-scsi CD/DVD-ROM holding the ISO at PATH (at least one 2048-byte block); no "
-          "PATH: an empty drive. A host optical drive (/dev/sr0, or host:PATH to insist) is "
-          "passed through (docs/host-cdrom.md). Repeatable.");
+// --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the other flags are
+// parsed (see vmm::ExtractDriveFlags). These definitions only document them. --disk, --cdrom,
+// --iothreads and --poll-max-ns are vmm/storage_flags.cc's, shared with vhost-user-scsi.
 ABSL_FLAG(std::string, ide_disk, "",
           "An IDE (PIIX3) disk, options as --disk; channel and unit place it (default: the first "
           "free place from the primary master). Repeatable, four IDE drives at most.");
@@ -97,6 +88,14 @@ int Fail(const std::string& message) {
 }
 
 int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
+
+std::vector<vmm::HelpFlag> DriveHelp() {
+  std::vector<vmm::HelpFlag> flags = vmm::SharedStorageHelp();
+  flags.push_back({"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1]"});
+  flags.push_back({"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1]"});
+  flags.push_back({"scsi-queues", "N"});
+  return flags;
+}
 
 const vmm::ProgramHelp& Help() {
   static const auto* help = new vmm::ProgramHelp{
@@ -117,14 +116,7 @@ const vmm::ProgramHelp& Help() {
                 {"serial", "stdout|none|file:PATH"},
                 {"serial-input", ""},
                 {"kvm-device", "PATH"}}},
-              {"Drives (virtio-scsi and IDE)",
-               {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
-                {"cdrom", "[=PATH]"},
-                {"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1]"},
-                {"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1]"},
-                {"scsi-queues", "N"},
-                {"iothreads", "N"},
-                {"poll-max-ns", "NS"}}},
+              {"Drives (virtio-scsi and IDE)", DriveHelp()},
               {"Control API (docs/api.md)",
                {{"api-socket", "PATH"},
                 {"api-tcp", "HOST:PORT"},
@@ -190,17 +182,9 @@ absl::Status Configure(vmm::VmConfig& config) {
   }
   // Checked whether or not a drive uses them: a value out of range is a mistake either way.
   config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
-  config.storage.iothreads = absl::GetFlag(FLAGS_iothreads);
-  config.storage.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
-  for (const absl::Status& range : {
-           vmm::CheckRange("--scsi-queues", config.storage.scsi_queues, 1, 1024,
-                           "virtio-scsi request queues"),
-           vmm::CheckRange("--iothreads", config.storage.iothreads, 1, 64),
-           vmm::CheckRange("--poll-max-ns", config.storage.poll_max_ns, 0, 1'000'000'000,
-                           "0 turns polling off"),
-       }) {
-    if (!range.ok()) return range;
-  }
+  RETURN_IF_ERROR(vmm::CheckRange("--scsi-queues", config.storage.scsi_queues, 1, 1024,
+                                  "virtio-scsi request queues"));
+  RETURN_IF_ERROR(vmm::IoThreadFlagsInto(config.storage));
   config.cmdline = absl::GetFlag(FLAGS_cmdline);
   config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
   config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
