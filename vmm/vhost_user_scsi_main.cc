@@ -32,6 +32,9 @@
 #include "vmm/command_line.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage.h"
+#include "vmm/storage_flags.h"
+#include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/thread.h"
 #include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/thread_stacks.h"
 
@@ -41,18 +44,7 @@ ABSL_FLAG(std::string, socket, "",
 ABSL_FLAG(uint32_t, scsi_queues, 64,
           "virtio-scsi request queues the device offers, 1 to 254: QEMU's num_queues (by default "
           "one per vCPU) may not exceed it. Rings the front end does not set up cost nothing.");
-ABSL_FLAG(uint32_t, iothreads, 1, "iothreads serving the request queues (queue i on i % N), 1 to 64.");
-ABSL_FLAG(int64_t, poll_max_ns, 32768,
-          "Adaptive polling of the rings and block completions before an iothread sleeps, in ns "
-          "(0: off; at most 1000000000).");
-// --disk and --cdrom may repeat; they are taken out of argv before the other flags are parsed.
-// These definitions only document them.
-ABSL_FLAG(std::string, disk, "",
-          "A disk: a raw image; cache none, writeback (default), writethrough, directsync or "
-          "unsafe; readonly. Repeat for more (LUN 0, 1, ... in order).");
-ABSL_FLAG(std::string, cdrom, "",
-          "A CD/DVD-ROM holding the ISO at PATH (at least one 2048-byte block); no PATH: an empty "
-          "drive; a host optical drive is passed through (docs/host-cdrom.md). Repeatable.");
+// --disk, --cdrom, --iothreads and --poll-max-ns: vmm/storage_flags.cc, shared with microvm.
 
 namespace {
 
@@ -62,6 +54,12 @@ int Fail(const std::string& message) {
 }
 
 int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
+
+std::vector<vmm::HelpFlag> DriveHelp() {
+  std::vector<vmm::HelpFlag> flags = vmm::SharedStorageHelp();
+  flags.push_back({"scsi-queues", "N"});
+  return flags;
+}
 
 const vmm::ProgramHelp& Help() {
   static const auto* help = new vmm::ProgramHelp{
@@ -73,12 +71,7 @@ const vmm::ProgramHelp& Help() {
       .groups =
           {
               {"Vhost-user", {{"socket", "PATH"}}},
-              {"Drives (LUN 0, 1, ... in order)",
-               {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
-                {"cdrom", "[=PATH]"},
-                {"scsi-queues", "N"},
-                {"iothreads", "N"},
-                {"poll-max-ns", "NS"}}},
+              {"Drives (LUN 0, 1, ... in order)", DriveHelp()},
               {"Control API (docs/api.md)",
                {{"api-socket", "PATH"},
                 {"api-tcp", "HOST:PORT"},
@@ -115,19 +108,10 @@ absl::Status Configure(const std::vector<vmm::DriveSpec>& drives, vmm::StorageCo
   }
   config.drives = drives;
   config.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
-  config.iothreads = absl::GetFlag(FLAGS_iothreads);
-  config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   // vhost-user addresses rings with 8 bits (SET_VRING_KICK/CALL): control, event and 254 more.
-  for (const absl::Status& range : {
-           vmm::CheckRange("--scsi-queues", config.scsi_queues, 1, 254,
-                           "vhost-user ring indices are 8 bits"),
-           vmm::CheckRange("--iothreads", config.iothreads, 1, 64),
-           vmm::CheckRange("--poll-max-ns", config.poll_max_ns, 0, 1'000'000'000,
-                           "0 turns polling off"),
-       }) {
-    if (!range.ok()) return range;
-  }
-  return absl::OkStatus();
+  RETURN_IF_ERROR(vmm::CheckRange("--scsi-queues", config.scsi_queues, 1, 254,
+                                  "vhost-user ring indices are 8 bits"));
+  return vmm::IoThreadFlagsInto(config);
 }
 
 absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
@@ -236,7 +220,7 @@ int main(int argc, char** argv) {
 
   // A signal stops the server; the watcher itself ends when the server stops for another reason.
   sys_util::ScopedFd watcher_stop(eventfd(0, EFD_CLOEXEC));
-  std::thread signal_watcher([&] {
+  absl::StatusOr<std::thread> watcher = sys_util::StartThread({.name = "signal-watcher"}, [&] {
     pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
     while (poll(fds, 2, -1) < 0 && errno == EINTR) {
     }
@@ -248,6 +232,8 @@ int main(int argc, char** argv) {
     }
     server.Stop();
   });
+  if (!watcher.ok()) return Fail(watcher.status());
+  std::thread signal_watcher = *std::move(watcher);
 
   // Everything is open (disks, the sockets): into the jail before a front end connects.
   if (sandbox->jail.has_value()) {

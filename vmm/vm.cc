@@ -475,7 +475,8 @@ void Vm::RequestStop(bool force, absl::Duration grace_period) {
   // with acpid or systemd-logind) shuts down and powers off; one that ignores it is stopped at the
   // end of the grace period.
   if (acpi_pm_) acpi_pm_->PressPowerButton();
-  stop_timer_ = std::thread([this, grace_period, grace_ms] {
+  absl::StatusOr<std::thread> timer = sys_util::StartThread({.name = "stop-timer"}, [this, grace_period,
+                                                                                   grace_ms] {
     const absl::Time deadline = absl::Now() + grace_period;
     while (!exit_latch_.triggered()) {
       const absl::Duration left = deadline - absl::Now();
@@ -488,6 +489,13 @@ void Vm::RequestStop(bool force, absl::Duration grace_period) {
                          absl::StrFormat("stopped by the API after a grace period of %d ms",
                                          grace_ms)});
   });
+  if (!timer.ok()) {
+    // No timer to end the grace period: stop now rather than maybe never.
+    exit_latch_.Trigger({VmExit::Kind::kStopped, 0,
+                         absl::StrFormat("stopped by the API at once (%s)", timer.status().message())});
+    return;
+  }
+  stop_timer_ = *std::move(timer);
 }
 
 }  // namespace vmm
