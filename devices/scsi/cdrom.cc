@@ -601,22 +601,12 @@ size_t CdRom::BuildVpdPage(uint8_t page, const MediumInfo&, std::span<uint8_t> o
   std::fill(out.begin(), out.end(), 0);
   out[0] = kTypeCdDvd;
   out[1] = page;
-  if (page == 0x80) {
-    const size_t n = std::min<size_t>(serial().size(), out.size() - 4);
-    std::memcpy(&out[4], serial().data(), n);
-    PutBe16(&out[2], static_cast<uint16_t>(n));
-    return 4 + n;
-  }
+  if (page == 0x80) return spc::BuildUnitSerialNumberPage(serial(), out);
   if (page == 0x83) {
-    // One T10 vendor ID based designator (SPC-4).
-    const size_t id = std::min<size_t>(serial().size(), 64);
-    out[4] = 0x02;
-    out[5] = 0x01;
-    out[7] = static_cast<uint8_t>(8 + id);
-    spc::PutAscii(out.subspan(8, 8), options().vendor);
-    std::memcpy(&out[16], serial().data(), id);
-    PutBe16(&out[2], static_cast<uint16_t>(4 + 8 + id));
-    return 16 + id;
+    // SPC-4 Device Identification: one T10 vendor ID based designator.
+    const size_t designator = spc::PutT10VendorIdDesignator(options().vendor, serial(), out.subspan(4));
+    PutBe16(&out[2], static_cast<uint16_t>(designator));
+    return 4 + designator;
   }
   return 0;
 }

@@ -95,6 +95,28 @@ TEST_F(CdRomTest, Inquiry) {
   EXPECT_EQ(list.data, (std::vector<uint8_t>{5, 0, 0, 3, 0x00, 0x80, 0x83}));
 }
 
+// SPC-4 7.8.15 and 7.8.6: the serial, and one T10 vendor ID designator built from it.
+TEST_F(CdRomTest, SerialAndDeviceIdentificationPages) {
+  Start(MakeMedium(16));
+  const Result serial = Run({0x12, 1, 0x80, 0, 0xff, 0}, 255);
+  ASSERT_TRUE(serial.good());
+  ASSERT_GE(serial.data.size(), 4u);
+  EXPECT_EQ(serial.data[0], 0x05);
+  EXPECT_EQ(serial.data[1], 0x80);
+  const std::string text(serial.data.begin() + 4, serial.data.end());
+  EXPECT_EQ(serial.data[3], text.size());
+  EXPECT_FALSE(text.empty());
+  const Result id = Run({0x12, 1, 0x83, 0, 0xff, 0}, 255);
+  ASSERT_TRUE(id.good());
+  const std::vector<uint8_t>& d = id.data;
+  ASSERT_EQ(d.size(), 4u + 4 + 8 + text.size());
+  EXPECT_EQ(d[3], 4 + 8 + text.size());  // one designator
+  EXPECT_EQ(d[4], 0x02);                 // ASCII
+  EXPECT_EQ(d[5], 0x01);                 // logical unit, T10 vendor ID
+  EXPECT_EQ(d[7], 8 + text.size());
+  EXPECT_EQ(std::string(d.begin() + 16, d.end()), text);
+}
+
 // docs/linux-commands.md 2.1 and 2.3: sr's probe and first open.
 TEST_F(CdRomTest, LinuxProbeAndOpenSequence) {
   Start(MakeMedium(kDisc1Blocks));

@@ -394,25 +394,14 @@ size_t Disk::BuildVpdPage(uint8_t page, const MediumInfo& medium, std::span<uint
   out[0] = kTypeDisk;
   out[1] = page;
   switch (page) {
-    case 0x80: {
-      // SPC-4 Unit Serial Number.
-      const size_t n = std::min<size_t>(serial().size(), out.size() - 4);
-      std::memcpy(&out[4], serial().data(), n);
-      PutBe16(&out[2], static_cast<uint16_t>(n));
-      return 4 + n;
-    }
+    case 0x80:
+      return spc::BuildUnitSerialNumberPage(serial(), out);
     case 0x83: {
       // SPC-4 Device Identification: a T10 vendor ID based designator (the vendor id,
       // then the serial) and an NAA designator (NAA 3h locally assigned: a hash of the
       // drive's name), both for the logical unit.
       size_t at = 4;
-      const size_t id = std::min<size_t>(serial().size(), 64);
-      out[at + 0] = 0x02;  // PROTOCOL IDENTIFIER 0, CODE SET 2 (ASCII)
-      out[at + 1] = 0x01;  // PIV 0, ASSOCIATION 0 (logical unit), DESIGNATOR TYPE 1 (T10)
-      out[at + 3] = static_cast<uint8_t>(8 + id);
-      spc::PutAscii(out.subspan(at + 4, 8), options().vendor);
-      std::memcpy(&out[at + 12], serial().data(), id);
-      at += 4 + 8 + id;
+      at += spc::PutT10VendorIdDesignator(options().vendor, serial(), out.subspan(at));
       out[at + 0] = 0x01;  // CODE SET 1 (binary)
       out[at + 1] = 0x03;  // ASSOCIATION 0, DESIGNATOR TYPE 3 (NAA)
       out[at + 3] = 8;

@@ -14,6 +14,25 @@ void PutAscii(std::span<uint8_t> out, const std::string& text) {
   std::memcpy(out.data(), text.data(), std::min(out.size(), text.size()));
 }
 
+size_t BuildUnitSerialNumberPage(const std::string& serial, std::span<uint8_t> out) {
+  const size_t n = std::min<size_t>(serial.size(), out.size() - 4);
+  std::memcpy(&out[4], serial.data(), n);
+  PutBe16(&out[2], static_cast<uint16_t>(n));
+  return 4 + n;
+}
+
+size_t PutT10VendorIdDesignator(const std::string& vendor, const std::string& serial,
+                                std::span<uint8_t> out) {
+  const size_t id = std::min<size_t>(serial.size(), 64);
+  out[0] = 0x02;  // PROTOCOL IDENTIFIER 0, CODE SET 2 (ASCII)
+  out[1] = 0x01;  // PIV 0, ASSOCIATION 0 (logical unit), DESIGNATOR TYPE 1 (T10 vendor ID)
+  out[2] = 0;
+  out[3] = static_cast<uint8_t>(8 + id);
+  PutAscii(out.subspan(4, 8), vendor);
+  std::memcpy(&out[12], serial.data(), id);
+  return 4 + 8 + id;
+}
+
 void BuildStandardInquiry(uint8_t byte0, bool removable, const LogicalUnitOptions& options,
                           const std::string& product,
                           std::span<uint8_t, kStandardInquirySize> out) {

@@ -84,6 +84,15 @@ struct ReportSupportedOperationCodes {
 // Copies `text` into `out`, space-padded or truncated (SPC-4 ASCII fields).
 void PutAscii(std::span<uint8_t> out, const std::string& text);
 
+// The body of the Unit Serial Number VPD page (SPC-4 7.8.15): the serial after the 4-byte header,
+// whose PAGE LENGTH it sets (the caller sets bytes 0 and 1). Returns the page's length.
+size_t BuildUnitSerialNumberPage(const std::string& serial, std::span<uint8_t> out);
+
+// One T10 vendor ID based designator of the logical unit (SPC-4 7.8.6.4: the vendor id, then up to
+// 64 bytes of serial), for the Device Identification VPD page; returns its length.
+size_t PutT10VendorIdDesignator(const std::string& vendor, const std::string& serial,
+                                std::span<uint8_t> out);
+
 // The 36-byte standard INQUIRY data (SPC-4) with `byte0` as PERIPHERAL QUALIFIER and TYPE.
 inline constexpr size_t kStandardInquirySize = 36;
 void BuildStandardInquiry(uint8_t byte0, bool removable, const LogicalUnitOptions& options,
