@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "api/api_token.h"
 #include "vmm/drive_spec.h"
+#include "vmm/sys_util/status_macros.h"
 
 ABSL_FLAG(std::string, api_socket, "",
           "Serve the gRPC control API (docs/api.md) on this unix socket, created with mode 0600. "
@@ -59,9 +60,7 @@ absl::StatusOr<ApiFlags> ApiFlagsFromCommandLine() {
       return absl::InvalidArgumentError(
           "--media-dir applies to the control API (--api-socket or --api-tcp); neither is given");
     }
-    auto opened = MediaDirectory::Open(media_dir);
-    if (!opened.ok()) return opened.status();
-    api.media_dir = *std::move(opened);
+    ASSIGN_OR_RETURN(api.media_dir, MediaDirectory::Open(media_dir));
   }
   return api;
 }

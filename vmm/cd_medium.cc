@@ -1,6 +1,7 @@
 #include "vmm/cd_medium.h"
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 
@@ -20,10 +21,8 @@ block::raw::RawFileOptions CdMediumFileOptions() {
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> AsCdMedium(
     absl::StatusOr<std::shared_ptr<block::BlockBackend>> opened, const std::string& path) {
-  if (!opened.ok()) return opened.status();
-  if (absl::Status size = CheckCdMediumSize((*opened)->info().size_bytes, path); !size.ok()) {
-    return size;
-  }
+  RETURN_IF_ERROR(opened.status());
+  RETURN_IF_ERROR(CheckCdMediumSize((*opened)->info().size_bytes, path));
   return opened;
 }
 

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "vmm/machine/layout.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
@@ -275,9 +276,8 @@ absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string
       // "--disk PATH"; a bare --cdrom (last, or followed by another flag) is an empty drive.
       value = args[++i];
     }
-    auto spec = ParseDriveSpec(flag->kind, value, flag->bus);
-    if (!spec.ok()) return spec.status();
-    drives.push_back(*std::move(spec));
+    ASSIGN_OR_RETURN(DriveSpec spec, ParseDriveSpec(flag->kind, value, flag->bus));
+    drives.push_back(std::move(spec));
   }
   args = std::move(rest);
   return drives;
@@ -334,9 +334,7 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
       return parsed;
     }
   }
-  auto drives = ExtractDriveFlags(args);
-  if (!drives.ok()) return drives.status();
-  parsed.drives = *std::move(drives);
+  ASSIGN_OR_RETURN(parsed.drives, ExtractDriveFlags(args));
   for (DriveSpec& drive : parsed.drives) drive.path = AbsolutePath(drive.path);
 
   std::vector<std::string> for_abseil = {args.empty() ? std::string() : args[0]};

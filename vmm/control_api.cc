@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
@@ -50,9 +51,7 @@ absl::StatusOr<std::string> ExecutablePath() {
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
     const api::ApiServerOptions& options, api::VmControl& control, std::string executable) {
   if (executable.empty()) {
-    auto self = ExecutablePath();
-    if (!self.ok()) return self.status();
-    executable = *std::move(self);
+    ASSIGN_OR_RETURN(executable, ExecutablePath());
   }
   const size_t slash = executable.rfind('/');
   const std::string plugin_path =
@@ -74,8 +73,7 @@ absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
         plugin_path, " has no ", api::kStartControlServerSymbol, " (not the control-API plugin?)"));
   }
   std::unique_ptr<api::ControlServer> server;
-  absl::Status started = start(api::kControlServerPluginVersion, options, control, &server);
-  if (!started.ok()) return started;
+  RETURN_IF_ERROR(start(api::kControlServerPluginVersion, options, control, &server));
   return std::make_unique<PluginControlServer>(std::move(library), std::move(server));
 }
 

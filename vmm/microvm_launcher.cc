@@ -152,27 +152,17 @@ absl::Status Configure(vmm::VmConfig& config) {
   }
   // Absolute from here on: the control API reports them, and the VMM may chdir (--jail).
   config.kernel_path = vmm::AbsolutePath(kernel);
-  if (absl::Status file = vmm::CheckInputFile("--kernel", kernel, config.kernel_path); !file.ok()) {
-    return file;
-  }
+  RETURN_IF_ERROR(vmm::CheckInputFile("--kernel", kernel, config.kernel_path));
   const std::string initrd = absl::GetFlag(FLAGS_initrd);
   if (!initrd.empty()) {
     config.initrd_path = vmm::AbsolutePath(initrd);
-    if (absl::Status file = vmm::CheckInputFile("--initrd", initrd, config.initrd_path);
-        !file.ok()) {
-      return file;
-    }
+    RETURN_IF_ERROR(vmm::CheckInputFile("--initrd", initrd, config.initrd_path));
   }
-  auto memory = vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory));
-  if (!memory.ok()) return memory.status();
-  config.memory_bytes = *memory;
+  ASSIGN_OR_RETURN(config.memory_bytes, vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory)));
   config.vcpus = absl::GetFlag(FLAGS_vcpus);
-  if (absl::Status range = vmm::CheckRange("--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
-                                           absl::StrCat("the MP table in the EBDA has room for ",
-                                                        vmm::x86::kMpTableMaxCpus, " vCPUs"));
-      !range.ok()) {
-    return range;
-  }
+  RETURN_IF_ERROR(vmm::CheckRange("--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
+                                  absl::StrCat("the MP table in the EBDA has room for ",
+                                               vmm::x86::kMpTableMaxCpus, " vCPUs")));
   config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
   if (auto features = vmm::x86::ParseCpuFeatures(config.cpu_features); !features.ok()) {
     absl::string_view message = features.status().message();

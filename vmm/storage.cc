@@ -9,6 +9,7 @@
 #include "devices/scsi/disk.h"
 #include "devices/scsi/target.h"
 #include "vmm/cd_medium.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 
@@ -102,9 +103,8 @@ absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
   options.on_error = [name = attached.name](const absl::Status& status) {
     ReportHostDriveError(name, status);
   };
-  auto host = block::HostCdrom::Create(std::move(device), attached.media.get(), options);
-  if (!host.ok()) return host.status();
-  attached.host_drive = *std::move(host);
+  ASSIGN_OR_RETURN(attached.host_drive,
+                   block::HostCdrom::Create(std::move(device), attached.media.get(), options));
   // Kernel uevents tell of host media changes; without netlink (a sandbox or a namespace without
   // uevents) the drive is still probed at start, after tray commands and after a failed read.
   if (watch_uevents && uevents_ == nullptr) {
@@ -156,13 +156,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       raw.fua_mode = spec.fua_mode;
       auto backend = block::raw::RawFileBackend::Open(spec.path, raw);
       if (!backend.ok()) return DriveError(spec, backend.status());
-      auto drive = block::Drive::CreateFixed(options, *std::move(backend));
-      if (!drive.ok()) return drive.status();
-      attached.drive = *std::move(drive);
+      ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, *std::move(backend)));
       if (!on_ide) {
-        auto disk = devices::scsi::Disk::Create(attached.drive);
-        if (!disk.ok()) return disk.status();
-        unit = *std::move(disk);
+        ASSIGN_OR_RETURN(unit, devices::scsi::Disk::Create(attached.drive));
       }
     } else {
       attached.name = absl::StrFormat("cd%d", cdroms++);
@@ -173,27 +169,21 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       if (spec.path.empty()) {
         attached.media = std::make_shared<block::RemovableMedia>();
       } else if (*host_device != nullptr) {
-        absl::Status passed = storage->AttachHostDrive(attached, *std::move(host_device),
-                                                       /*watch_uevents=*/!spec.probe_delay_us);
-        if (!passed.ok()) return passed;
+        RETURN_IF_ERROR(storage->AttachHostDrive(attached, *std::move(host_device),
+                                                 /*watch_uevents=*/!spec.probe_delay_us));
       } else {
         auto medium = OpenMedium(spec.path);
         if (!medium.ok()) return DriveError(spec, medium.status());
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }
-      auto drive = block::Drive::CreateRemovable(options, attached.media);
-      if (!drive.ok()) return drive.status();
-      attached.drive = *std::move(drive);
+      ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateRemovable(options, attached.media));
       if (!on_ide) {
-        auto cdrom = devices::scsi::CdRom::Create(attached.drive);
-        if (!cdrom.ok()) return cdrom.status();
-        unit = *std::move(cdrom);
+        ASSIGN_OR_RETURN(unit, devices::scsi::CdRom::Create(attached.drive));
       }
     }
     if (!on_ide) {
       attached.lun = next_lun++;
-      absl::Status status = target->AddLogicalUnit(attached.lun, unit);
-      if (!status.ok()) return status;
+      RETURN_IF_ERROR(target->AddLogicalUnit(attached.lun, unit));
     }
     storage->drives_.push_back(std::move(attached));
   }
@@ -202,8 +192,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   for (AttachedDrive& drive : storage->drives_) {
     if (drive.spec.bus == DriveSpec::Bus::kIde) ide.push_back(&drive);
   }
-  absl::Status placed = PlaceIdeDrives(ide);
-  if (!placed.ok()) return placed;
+  RETURN_IF_ERROR(PlaceIdeDrives(ide));
   for (const AttachedDrive* drive : ide) {
     devices::ide::IdeDriveConfig ide_config;
     ide_config.channel = drive->ide_channel;
@@ -219,9 +208,8 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   options.num_iothreads = config.iothreads;
   options.poll_max_ns = config.poll_max_ns;
   options.iothread_start = config.iothread_start;
-  auto device = devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}});
-  if (!device.ok()) return device.status();
-  storage->scsi_device_ = *std::move(device);
+  ASSIGN_OR_RETURN(storage->scsi_device_,
+                   devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
   return storage;
 }
 

@@ -118,18 +118,17 @@ absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
   // The socket hands out guest memory and the disks: owner only, like the API socket. The
   // iothreads already run, so no process-wide umask: it is bound in a private directory and
   // moved into place once it is mode 0600 (api::StagedUnixSocket).
-  auto staged = api::StagedUnixSocket::Create(path, "--socket");
-  if (!staged.ok()) return staged.status();
+  ASSIGN_OR_RETURN(api::StagedUnixSocket staged, api::StagedUnixSocket::Create(path, "--socket"));
   sys_util::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!listener.valid()) return sys_util::ErrnoStatus(errno, "socket(AF_UNIX)");
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, staged->bind_path().data(), staged->bind_path().size());
+  std::memcpy(address.sun_path, staged.bind_path().data(), staged.bind_path().size());
   if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     return sys_util::ErrnoStatus(errno, absl::StrCat("binding ", path));
   }
   if (listen(listener.get(), 1) != 0) return sys_util::ErrnoStatus(errno, absl::StrCat("listening on ", path));
-  if (absl::Status published = staged->Publish(); !published.ok()) return published;
+  RETURN_IF_ERROR(staged.Publish());
   return listener;
 }
 

@@ -29,6 +29,7 @@
 #include "vmm/x86/boot_cpu.h"
 #include "vmm/x86/cpuid.h"
 #include "vmm/x86/mptable.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 
 namespace vmm {
@@ -99,8 +100,7 @@ Vm::~Vm() {
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
   std::unique_ptr<Vm> vm(new Vm(config));
-  absl::Status status = vm->Initialize();
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(vm->Initialize());
   return vm;
 }
 
@@ -110,12 +110,8 @@ absl::Status Vm::Initialize() {
         absl::StrFormat("%u vCPUs requested; this machine supports 1 to %u", config_.vcpus,
                         x86::kMpTableMaxCpus));
   }
-  auto kvm = Kvm::Open(config_.kvm_path);
-  if (!kvm.ok()) return kvm.status();
-  kvm_.emplace(*std::move(kvm));
-  auto vm_fd = kvm_->CreateVm();
-  if (!vm_fd.ok()) return vm_fd.status();
-  vm_fd_.emplace(*std::move(vm_fd));
+  ASSIGN_OR_RETURN(kvm_, Kvm::Open(config_.kvm_path));
+  ASSIGN_OR_RETURN(vm_fd_, kvm_->CreateVm());
   // Order matters: the TSS and identity map before any vCPU, the irqchip before the PIT and vCPUs.
   absl::Status status = vm_fd_->SetTssAddress(kKvmTssAddress);
   if (status.ok()) status = vm_fd_->SetIdentityMapAddress(kKvmIdentityMapAddress);
@@ -130,14 +126,11 @@ absl::Status Vm::Initialize() {
 }
 
 absl::Status Vm::SetUpMemory() {
-  auto memory = GuestMemory::CreateX86(config_.memory_bytes);
-  if (!memory.ok()) return memory.status();
-  memory_.emplace(*std::move(memory));
+  ASSIGN_OR_RETURN(memory_, GuestMemory::CreateX86(config_.memory_bytes));
   uint32_t slot = 0;
   for (const auto& region : memory_->regions()) {
-    absl::Status status = vm_fd_->SetUserMemoryRegion(slot++, region->start().value(),
-                                                      region->size(), region->host_address());
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, region->start().value(), region->size(),
+                                                region->host_address()));
     machine_.memory.push_back({region->start().value(), region->size()});
   }
   return absl::OkStatus();
@@ -150,8 +143,7 @@ absl::Status Vm::SetUpLegacyDevices() {
         RecordSerialByte(byte);
         if (output_fd >= 0) WriteByte(output_fd, byte);
       });
-  absl::Status status = pio_bus_.Register(kCom1Port, legacy::Serial::kRegisterCount, serial_);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(pio_bus_.Register(kCom1Port, legacy::Serial::kRegisterCount, serial_));
   DeviceDescription serial_node =
       PortDevice("serial", {"ns16550a"}, {{kCom1Port, legacy::Serial::kRegisterCount}});
   serial_node.interrupt = kCom1Irq;
@@ -162,27 +154,22 @@ absl::Status Vm::SetUpLegacyDevices() {
   i8042_ = std::make_shared<legacy::I8042>(
       [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (i8042)"}); });
   // The bus holds shared_ptrs to the ports; they alias the controller's lifetime.
-  status = pio_bus_.Register(kI8042DataPort, 1,
-                             std::shared_ptr<BusDevice>(i8042_, &i8042_->data_port()));
-  if (!status.ok()) return status;
-  status = pio_bus_.Register(kI8042CommandPort, 1,
-                             std::shared_ptr<BusDevice>(i8042_, &i8042_->command_port()));
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(pio_bus_.Register(kI8042DataPort, 1,
+                                    std::shared_ptr<BusDevice>(i8042_, &i8042_->data_port())));
+  RETURN_IF_ERROR(pio_bus_.Register(kI8042CommandPort, 1,
+                                    std::shared_ptr<BusDevice>(i8042_, &i8042_->command_port())));
   machine_.devices.push_back(PortDevice("keyboard-controller", {"intel,8042"},
                                         {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}));
 
-  status = pio_bus_.Register(kDebugExitPort, 1,
-                             std::make_shared<legacy::WriteOnlyPort>([this](uint8_t value) {
-                               exit_latch_.Trigger({VmExit::Kind::kGuestExit, value,
-                                                    "guest exit"});
-                             }));
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(pio_bus_.Register(
+      kDebugExitPort, 1, std::make_shared<legacy::WriteOnlyPort>([this](uint8_t value) {
+        exit_latch_.Trigger({VmExit::Kind::kGuestExit, value, "guest exit"});
+      })));
   machine_.devices.push_back(PortDevice("debug-exit", {"microvm,debug-exit"}, {{kDebugExitPort, 1}}));
 
-  status = pio_bus_.Register(
+  RETURN_IF_ERROR(pio_bus_.Register(
       kPostCodePort, 1,
-      std::make_shared<legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); }));
-  if (!status.ok()) return status;
+      std::make_shared<legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); })));
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
 
   // The ACPI fixed hardware the FADT points to, its SCI on ISA IRQ 9 (docs/machine.md).
@@ -196,8 +183,7 @@ absl::Status Vm::SetUpLegacyDevices() {
       std::make_shared<KvmIrqLine>(*vm_fd_, kAcpiSciIrq),
       [this] { exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"}); },
       [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"}); });
-  status = pio_bus_.Register(kAcpiPmBase, AcpiPm::kBlockSize, acpi_pm_);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(pio_bus_.Register(kAcpiPmBase, AcpiPm::kBlockSize, acpi_pm_));
   machine_.devices.push_back(PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
                                         {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
@@ -205,9 +191,7 @@ absl::Status Vm::SetUpLegacyDevices() {
 }
 
 absl::Status Vm::SetUpPci() {
-  auto root = devices::pci::PciRootBus::Create(pio_bus_, mmio_bus_);
-  if (!root.ok()) return root.status();
-  pci_root_ = *std::move(root);
+  ASSIGN_OR_RETURN(pci_root_, devices::pci::PciRootBus::Create(pio_bus_, mmio_bus_));
   machine_.devices.push_back(devices::pci::PciRootBus::Describe());
   // The windows the BarAllocator below assigns from (the DSDT's \_SB.PCI0 _CRS).
   machine_.pci_windows = MachineDescription::PciWindows{
@@ -216,52 +200,41 @@ absl::Status Vm::SetUpPci() {
   msi_ = std::make_unique<KvmMsiController>(*vm_fd_);
   ioevents_ = std::make_unique<KvmIoEventRegistrar>(*vm_fd_);
 
-  auto storage = Storage::Create(config_.storage);
-  if (!storage.ok()) return storage.status();
-  storage_ = *std::move(storage);
+  ASSIGN_OR_RETURN(storage_, Storage::Create(config_.storage));
   devices::pci::BarAllocator allocator = devices::pci::BarAllocator::ForX86();
   if (!storage_->ide_drives().empty()) {
     devices::ide::IdeControllerOptions options;
     options.drives = storage_->ide_drives();
     options.iothread_start = config_.storage.iothread_start;
-    auto ide = devices::ide::IdeController::Create(
-        std::move(options), pio_bus_, std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
-        std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_);
-    if (!ide.ok()) return ide.status();
-    absl::Status status = (*ide)->AssignBars(allocator);
-    if (!status.ok()) return status;
-    auto slot = pci_root_->AddDevice(*ide);
-    if (!slot.ok()) return slot.status();
+    ASSIGN_OR_RETURN(
+        auto ide, devices::ide::IdeController::Create(
+                      std::move(options), pio_bus_,
+                      std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
+                      std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_));
+    RETURN_IF_ERROR(ide->AssignBars(allocator));
+    RETURN_IF_ERROR(pci_root_->AddDevice(ide).status());
   }
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
   if (scsi == nullptr) return absl::OkStatus();
-  auto transport = devices::virtio::VirtioPciTransport::Create(std::move(scsi), *memory_, *msi_,
-                                                               ioevents_.get());
-  if (!transport.ok()) return transport.status();
+  ASSIGN_OR_RETURN(auto transport, devices::virtio::VirtioPciTransport::Create(
+                                        std::move(scsi), *memory_, *msi_, ioevents_.get()));
   // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
-  absl::Status status = (*transport)->AssignBars(allocator);
-  if (!status.ok()) return status;
-  auto slot = pci_root_->AddDevice(*transport);
+  RETURN_IF_ERROR(transport->AssignBars(allocator));
+  auto slot = pci_root_->AddDevice(transport);
   return slot.ok() ? absl::OkStatus() : slot.status();
 }
 
 absl::Status Vm::LoadGuest() {
   for (uint32_t id = 0; id < config_.vcpus; ++id) machine_.cpu_apic_ids.push_back(id);
   machine_.cmdline = config_.cmdline;
-  auto fdt = fdt::BuildMachineFdt(machine_);
-  if (!fdt.ok()) return fdt.status();
-  device_tree_ = *std::move(fdt);
-  auto acpi_tables = acpi::BuildMachineAcpi(machine_, kAcpiTablesAddress, kAcpiTablesEnd);
-  if (!acpi_tables.ok()) return acpi_tables.status();
-  acpi_tables_ = *std::move(acpi_tables);
+  ASSIGN_OR_RETURN(device_tree_, fdt::BuildMachineFdt(machine_));
+  ASSIGN_OR_RETURN(acpi_tables_,
+                   acpi::BuildMachineAcpi(machine_, kAcpiTablesAddress, kAcpiTablesEnd));
 
-  auto kernel = loader::LoadKernel(*memory_, config_.kernel_path);
-  if (!kernel.ok()) return kernel.status();
+  ASSIGN_OR_RETURN(loader::LoadedKernel kernel, loader::LoadKernel(*memory_, config_.kernel_path));
   std::optional<loader::InitrdPlacement> initrd;
   if (!config_.initrd_path.empty()) {
-    auto placed = loader::LoadInitrd(*memory_, config_.initrd_path, *kernel);
-    if (!placed.ok()) return placed.status();
-    initrd = *placed;
+    ASSIGN_OR_RETURN(initrd, loader::LoadInitrd(*memory_, config_.initrd_path, kernel));
   }
   absl::Status status = x86::WriteBootGdt(*memory_);
   if (status.ok()) status = x86::WriteMpTable(*memory_, config_.vcpus);
@@ -270,7 +243,7 @@ absl::Status Vm::LoadGuest() {
   if (status.ok()) status = acpi::WriteAcpiTables(*memory_, acpi_tables_);
   if (!status.ok()) return status;
 
-  if (kernel->kind == loader::LoadedKernel::EntryKind::kPvh) {
+  if (kernel.kind == loader::LoadedKernel::EntryKind::kPvh) {
     loader::PvhBootConfig boot;
     boot.cmdline = config_.cmdline;
     boot.initrd = initrd;
@@ -280,10 +253,9 @@ absl::Status Vm::LoadGuest() {
     entry_mode_ = x86::BootEntryMode::kPvh32;
     boot_info_address_ = kPvhStartInfoAddress;
   } else {
-    status = x86::WriteIdentityPageTables(*memory_);
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(x86::WriteIdentityPageTables(*memory_));
     loader::LinuxBootConfig boot;
-    boot.kernel = &*kernel;
+    boot.kernel = &kernel;
     boot.cmdline = config_.cmdline;
     boot.initrd = initrd;
     boot.fdt = device_tree_;
@@ -292,50 +264,46 @@ absl::Status Vm::LoadGuest() {
     entry_mode_ = x86::BootEntryMode::kLinux64;
     boot_info_address_ = kZeroPageAddress;
   }
-  entry_address_ = kernel->entry.value();
+  entry_address_ = kernel.entry.value();
   return status;
 }
 
 absl::Status Vm::CreateVcpus() {
-  auto supported = kvm_->GetSupportedCpuid();
-  if (!supported.ok()) return supported.status();
-  if (kvm_->CheckExtension(KVM_CAP_TSC_DEADLINE_TIMER) > 0) x86::AddTscDeadlineTimer(*supported);
-  auto mask = x86::ParseCpuFeatures(config_.cpu_features);
-  if (!mask.ok()) return mask.status();
-  absl::Status status = x86::ApplyCpuFeatureMask(*mask, *supported);
-  if (!status.ok()) return status;
+  ASSIGN_OR_RETURN(std::vector<kvm_cpuid_entry2> supported, kvm_->GetSupportedCpuid());
+  if (kvm_->CheckExtension(KVM_CAP_TSC_DEADLINE_TIMER) > 0) x86::AddTscDeadlineTimer(supported);
+  ASSIGN_OR_RETURN(x86::CpuFeatureMask mask, x86::ParseCpuFeatures(config_.cpu_features));
+  RETURN_IF_ERROR(x86::ApplyCpuFeatureMask(mask, supported));
 
   // What KVM can do is the same for every vCPU: asked once.
   const int sync_regs_capability = kvm_->CheckExtension(KVM_CAP_SYNC_REGS);
   const bool can_set_xcrs = kvm_->CheckExtension(KVM_CAP_XCRS) > 0;
   VcpuRunner::InstallKickSignalHandler();
   for (uint32_t id = 0; id < config_.vcpus; ++id) {
-    auto vcpu = vm_fd_->CreateVcpu(id);
-    if (!vcpu.ok()) return vcpu.status();
-    vcpu->SyncGeneralRegistersOnExit(sync_regs_capability);
-    std::vector<kvm_cpuid_entry2> cpuid = *supported;
+    ASSIGN_OR_RETURN(VcpuFd vcpu, vm_fd_->CreateVcpu(id));
+    vcpu.SyncGeneralRegistersOnExit(sync_regs_capability);
+    std::vector<kvm_cpuid_entry2> cpuid = supported;
     x86::FilterCpuidForVcpu(cpuid, id, config_.vcpus);
-    status = vcpu->SetCpuid(cpuid);
+    absl::Status status = vcpu.SetCpuid(cpuid);
     // XCR0 starts with every XSAVE component leaf 0xD enumerates (see x86::BootXcr0 for why). It
     // only works around hypervisors below us that do not intercept XSETBV, so a KVM that refuses
     // it gets a note, not a failed start: the guest then boots with the architectural reset value.
     const std::optional<uint64_t> xcr0 = x86::BootXcr0(cpuid);
     if (status.ok() && xcr0 && can_set_xcrs) {
-      if (absl::Status xcr_status = vcpu->SetXcr0(*xcr0); !xcr_status.ok() && id == 0) {
+      if (absl::Status xcr_status = vcpu.SetXcr0(*xcr0); !xcr_status.ok() && id == 0) {
         absl::FPrintF(stderr, "microvm: note: XCR0 0x%x not preloaded (%s)\n", *xcr0,
                       xcr_status.message());
       }
     }
-    if (status.ok()) status = x86::ConfigureCommonVcpuState(*vcpu);
+    if (status.ok()) status = x86::ConfigureCommonVcpuState(vcpu);
     // Only the bootstrap processor starts at the kernel's entry; the others wait for INIT/SIPI in
     // the in-kernel local APIC, as on real hardware.
     if (status.ok() && id == 0) {
-      status = x86::ConfigureBootVcpu(*vcpu, entry_mode_, entry_address_, boot_info_address_);
+      status = x86::ConfigureBootVcpu(vcpu, entry_mode_, entry_address_, boot_info_address_);
     }
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrFormat("vCPU %u: %s", id, status.message()));
     }
-    vcpus_.push_back(std::make_unique<VcpuRunner>(*std::move(vcpu), pio_bus_, mmio_bus_,
+    vcpus_.push_back(std::make_unique<VcpuRunner>(std::move(vcpu), pio_bus_, mmio_bus_,
                                                   exit_latch_, config_.vcpu_thread_start));
   }
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
 #include "vmm/sys_util/host_file.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/machine/layout.h"
 #include "vmm/legacy/acpi_pm.h"
 
@@ -106,9 +107,8 @@ Bytes DeviceResources(const DeviceDescription& device) {
 }
 
 absl::StatusOr<Bytes> Hid(std::string_view eisa_id) {
-  absl::StatusOr<Bytes> id = aml::EisaId(eisa_id);
-  if (!id.ok()) return id.status();
-  return aml::Name("_HID", *id);
+  ASSIGN_OR_RETURN(Bytes id, aml::EisaId(eisa_id));
+  return aml::Name("_HID", id);
 }
 
 // \_SB.PCI0: the host bridge to PCI bus 0 (6.1.5 _HID PNP0A03, a conventional PCI root bridge:
@@ -158,10 +158,9 @@ absl::StatusOr<Bytes> PciHostBridge(const MachineDescription& machine,
                                    windows.mmio64->base + windows.mmio64->size - 1,
                                    res::Cacheability::kNonCacheable));
   }
-  absl::StatusOr<Bytes> hid = Hid("PNP0A03");
-  if (!hid.ok()) return hid.status();
+  ASSIGN_OR_RETURN(Bytes hid, Hid("PNP0A03"));
   return aml::Device("PCI0", {
-                                 *hid,
+                                 hid,
                                  aml::Name("_SEG", aml::Integer(0)),
                                  aml::Name("_BBN", aml::Integer(0)),
                                  aml::Name("_UID", aml::Integer(0)),
@@ -176,13 +175,12 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
   uint32_t reservation_count = 0;
   bool have_pci = false;
   for (const DeviceDescription& device : machine.devices) {
-    if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckDevice(device));
     if (IsCompatible(device, kPciConf1Compatible)) {
       if (have_pci) return absl::InvalidArgumentError("the machine has two PCI host bridges");
       have_pci = true;
-      absl::StatusOr<Bytes> pci = PciHostBridge(machine, device);
-      if (!pci.ok()) return pci.status();
-      system_bus.push_back(*std::move(pci));
+      ASSIGN_OR_RETURN(Bytes pci, PciHostBridge(machine, device));
+      system_bus.push_back(std::move(pci));
       continue;
     }
     if (IsCompatible(device, kI8042Compatible)) {
@@ -209,12 +207,10 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
       uid = reservation_count++;
       hid = "PNP0C02";
     }
-    absl::StatusOr<NameString> device_name = NameString::Parse(name);
-    if (!device_name.ok()) return device_name.status();
-    absl::StatusOr<Bytes> hid_term = Hid(hid);
-    if (!hid_term.ok()) return hid_term.status();
-    system_bus.push_back(aml::Device(*device_name, {
-                                                       *hid_term,
+    ASSIGN_OR_RETURN(NameString device_name, NameString::Parse(name));
+    ASSIGN_OR_RETURN(Bytes hid_term, Hid(hid));
+    system_bus.push_back(aml::Device(device_name, {
+                                                      hid_term,
                                                        aml::Name("_UID", aml::Integer(uid)),
                                                        aml::Name("_CRS", DeviceResources(device)),
                                                    }));
@@ -328,9 +324,8 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
   madt.ioapic_address = static_cast<uint32_t>(kIoapicAddress);
   madt.ioapic_gsi_base = 0;
   madt.nmi_lint = 1;
-  absl::StatusOr<const DeviceDescription*> pm = FindPowerManagement(machine);
-  if (!pm.ok()) return pm.status();
-  if (*pm != nullptr) {
+  ASSIGN_OR_RETURN(const DeviceDescription* pm, FindPowerManagement(machine));
+  if (pm != nullptr) {
     // 5.2.12.5: the SCI is a level-triggered, active-high interrupt on ISA IRQ 9 = GSI 9 (KVM's
     // default routing). Without this override Linux would program the pin the SCI default way,
     // level active-low (ACPI 5.2.9 SCI_INT "sharable, level, active low"), and KVM's IOAPIC, which
@@ -340,9 +335,8 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
         {.source_irq = kAcpiSciIrq, .gsi = kAcpiSciIrq, .flags = kMpsActiveHigh | kMpsLevel});
   }
 
-  absl::StatusOr<Bytes> dsdt_aml = BuildDsdtAml(machine);
-  if (!dsdt_aml.ok()) return dsdt_aml.status();
-  const std::vector<uint8_t> dsdt = BuildDsdt(*dsdt_aml);
+  ASSIGN_OR_RETURN(Bytes dsdt_aml, BuildDsdtAml(machine));
+  const std::vector<uint8_t> dsdt = BuildDsdt(dsdt_aml);
   const std::vector<uint8_t> madt_bytes = BuildMadt(madt);
 
   // Addresses: RSDP, XSDT (two entries), FADT, the FACS (with fixed hardware), MADT, DSDT.
@@ -351,7 +345,7 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
   const uint64_t fadt_address = AlignUp(xsdt_address + kTableHeaderBytes + 2 * 8);
   uint64_t next = fadt_address + kFadtBytes;
   uint64_t facs_address = 0;
-  if (*pm != nullptr) {
+  if (pm != nullptr) {
     facs_address = AlignUp(next, kFacsAlignment);
     next = facs_address + kFacsBytes;
   }
@@ -369,9 +363,9 @@ absl::StatusOr<AcpiTables> BuildMachineAcpi(const MachineDescription& machine, u
   tables.tables = {
       {"RSD PTR ", rsdp_address, BuildRsdp(xsdt_address)},
       {"XSDT", xsdt_address, BuildXsdt(xsdt_entries)},
-      {"FACP", fadt_address, BuildFadt(MakeFadt(machine, *pm, dsdt_address, facs_address))},
+      {"FACP", fadt_address, BuildFadt(MakeFadt(machine, pm, dsdt_address, facs_address))},
   };
-  if (*pm != nullptr) tables.tables.push_back({"FACS", facs_address, BuildFacs()});
+  if (pm != nullptr) tables.tables.push_back({"FACS", facs_address, BuildFacs()});
   tables.tables.push_back({"APIC", madt_address, madt_bytes});
   tables.tables.push_back({"DSDT", dsdt_address, dsdt});
   return tables;
@@ -391,9 +385,8 @@ absl::Status WriteAcpiFiles(const AcpiTables& tables, const std::string& directo
   for (const AcpiTable& table : tables.tables) {
     const std::string name =
         table.signature == "RSD PTR " ? "rsdp" : absl::AsciiStrToLower(table.signature);
-    absl::Status status = sys_util::WriteHostFile(absl::StrCat(directory, "/", name, ".dat"), table.bytes,
-                                        "ACPI table file");
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(sys_util::WriteHostFile(absl::StrCat(directory, "/", name, ".dat"), table.bytes,
+                                            "ACPI table file"));
   }
   return absl::OkStatus();
 }

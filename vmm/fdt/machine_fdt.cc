@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "vmm/sys_util/host_file.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/machine/layout.h"
 
 namespace vmm::fdt {
@@ -69,7 +70,7 @@ absl::Status CheckNoNul(absl::string_view what, absl::string_view value) {
 }
 
 absl::Status CheckDevice(const DeviceDescription& device) {
-  if (absl::Status s = CheckNodeName(device.node_name); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNodeName(device.node_name));
   if (device.ranges.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("device \"", device.node_name, "\" has no address range"));
@@ -79,9 +80,7 @@ absl::Status CheckDevice(const DeviceDescription& device) {
       return absl::InvalidArgumentError(
           absl::StrCat("device \"", device.node_name, "\" has an empty compatible string"));
     }
-    if (absl::Status s = CheckNoNul("compatible of " + device.node_name, compatible); !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(CheckNoNul("compatible of " + device.node_name, compatible));
   }
   for (const DeviceDescription::Range& range : device.ranges) {
     const bool port_io = device.space == DeviceDescription::AddressSpace::kPortIo;
@@ -121,7 +120,7 @@ absl::StatusOr<std::string> ValidateAndFindStdoutPath(const MachineDescription& 
       return absl::InvalidArgumentError(absl::StrFormat("APIC id %u is listed twice", id));
     }
   }
-  if (absl::Status s = CheckNoNul("the kernel command line", machine.cmdline); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckNoNul("the kernel command line", machine.cmdline));
 
   // Sibling nodes must have distinct names (Devicetree Specification v0.4, 2.2.1). A device name
   // always carries a unit address, so at the root it can only collide with the fixed nodes that
@@ -134,7 +133,7 @@ absl::StatusOr<std::string> ValidateAndFindStdoutPath(const MachineDescription& 
   };
   std::string stdout_path;
   for (const DeviceDescription& device : machine.devices) {
-    if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+    RETURN_IF_ERROR(CheckDevice(device));
     const std::string name = DeviceNodeName(device);
     const bool port_io = device.space == DeviceDescription::AddressSpace::kPortIo;
     std::set<std::string>& siblings = port_io ? isa_children : root_children;
@@ -331,15 +330,14 @@ int WriteTree(std::span<uint8_t> buffer, const MachineDescription& machine,
 }  // namespace
 
 absl::StatusOr<std::vector<uint8_t>> BuildMachineFdt(const MachineDescription& machine) {
-  absl::StatusOr<std::string> stdout_path = ValidateAndFindStdoutPath(machine);
-  if (!stdout_path.ok()) return stdout_path.status();
+  ASSIGN_OR_RETURN(const std::string stdout_path, ValidateAndFindStdoutPath(machine));
 
   // The sequential-write API cannot grow its buffer itself; start small and double on NOSPACE.
   // A tree that does not fit in a kFdtMaxBytes buffer cannot be packed below kFdtMaxBytes either
   // (fdt_finish only appends the 4-byte FDT_END token), so the last attempt is decisive.
   for (size_t size = kInitialBufferBytes;; size = std::min<size_t>(size * 2, kFdtMaxBytes)) {
     std::vector<uint8_t> buffer(size);
-    const int error = WriteTree(buffer, machine, *stdout_path);
+    const int error = WriteTree(buffer, machine, stdout_path);
     if (error == -FDT_ERR_NOSPACE) {
       if (size >= kFdtMaxBytes) {
         return absl::ResourceExhaustedError(absl::StrFormat(

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
@@ -55,8 +56,7 @@ absl::StatusOr<std::unique_ptr<MsiVector>> KvmMsiController::AllocateVector() {
   }
   sys_util::ScopedFd event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!event.valid()) return absl::InternalError("eventfd for an MSI vector failed");
-  absl::Status status = vm_.RegisterIrqfd(event.get(), gsi);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(vm_.RegisterIrqfd(event.get(), gsi));
   return std::unique_ptr<MsiVector>(std::make_unique<Vector>(*this, gsi, std::move(event)));
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/machine/layout.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm::loader {
 
@@ -34,9 +35,7 @@ absl::Status CheckCommandLine(std::string_view cmdline, uint64_t max_bytes_with_
 
 absl::Status WriteCommandLine(const GuestMemory& memory, std::string_view cmdline,
                               uint64_t max_bytes_with_nul) {
-  if (absl::Status status = CheckCommandLine(cmdline, max_bytes_with_nul); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckCommandLine(cmdline, max_bytes_with_nul));
   std::vector<uint8_t> bytes(cmdline.begin(), cmdline.end());
   bytes.push_back(0);
   return memory.Write(GuestAddress(kCmdlineAddress), bytes);

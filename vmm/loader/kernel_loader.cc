@@ -14,6 +14,7 @@
 #include "vmm/loader/boot_util.h"
 #include "vmm/loader/elf.h"
 #include "vmm/loader/image_file.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm::loader {
 namespace {
@@ -125,7 +126,7 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
   const std::string& path = file.path();
   // Check the class before the size: a 32-bit ELF header is only 52 bytes long.
   std::array<uint8_t, 16> ident;
-  if (absl::Status status = file.ReadAt(0, ident); !status.ok()) return status;
+  RETURN_IF_ERROR(file.ReadAt(0, ident));
   if (ident[elf::kIdentClass] == elf::kClass32) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: 32-bit ELF (ELFCLASS32); only 64-bit x86-64 kernels (ELFCLASS64) are supported",
@@ -145,11 +146,8 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
   }
 
   elf::Elf64Ehdr ehdr;
-  if (absl::Status status =
-          file.ReadAt(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&ehdr), sizeof(ehdr)));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(
+      file.ReadAt(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&ehdr), sizeof(ehdr))));
   if (ehdr.e_machine != elf::kMachineX86_64) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: ELF machine %d is not x86-64 (EM_X86_64 = 62)", path, ehdr.e_machine));
@@ -183,7 +181,7 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         path, ehdr.e_phoff, table_size, file.size()));
   }
   std::vector<uint8_t> table(table_size);
-  if (absl::Status status = file.ReadAt(ehdr.e_phoff, table); !status.ok()) return status;
+  RETURN_IF_ERROR(file.ReadAt(ehdr.e_phoff, table));
 
   std::vector<Segment> segments;
   std::optional<uint32_t> pvh_entry;
@@ -204,13 +202,12 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
             phdr.p_filesz, kMaxNoteSegmentBytes));
       }
       std::vector<uint8_t> notes(phdr.p_filesz);
-      if (absl::Status status = file.ReadAt(phdr.p_offset, notes); !status.ok()) return status;
+      RETURN_IF_ERROR(file.ReadAt(phdr.p_offset, notes));
       // gABI: notes in ELF-64 files are 8-byte aligned when the segment says so; Linux and most
       // toolchains use 4.
-      absl::StatusOr<std::optional<uint32_t>> found =
-          FindPvhEntry(file, notes, phdr.p_align == 8 ? 8 : 4);
-      if (!found.ok()) return found.status();
-      if (found->has_value() && !pvh_entry.has_value()) pvh_entry = **found;
+      ASSIGN_OR_RETURN(const std::optional<uint32_t> found,
+                       FindPvhEntry(file, notes, phdr.p_align == 8 ? 8 : 4));
+      if (found.has_value() && !pvh_entry.has_value()) pvh_entry = *found;
       continue;
     }
     // PT_LOAD.
@@ -220,11 +217,8 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
           "%s: segment %d has more file bytes (0x%x) than memory bytes (0x%x)", path, i,
           phdr.p_filesz, phdr.p_memsz));
     }
-    if (absl::Status status = CheckKernelRange(file, absl::StrFormat("segment %d", i),
-                                               phdr.p_paddr, phdr.p_memsz, low_end);
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(CheckKernelRange(file, absl::StrFormat("segment %d", i), phdr.p_paddr,
+                                     phdr.p_memsz, low_end));
     segments.push_back({phdr.p_offset, phdr.p_paddr, phdr.p_filesz, phdr.p_memsz});
   }
   if (segments.empty()) {
@@ -249,18 +243,12 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
   uint64_t start = UINT64_MAX;
   uint64_t end = 0;
   for (const Segment& segment : segments) {
-    if (absl::Status status = file.ReadIntoGuest(memory, segment.offset, segment.filesz,
-                                                 GuestAddress(segment.paddr));
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(
+        file.ReadIntoGuest(memory, segment.offset, segment.filesz, GuestAddress(segment.paddr)));
     // The part of p_memsz beyond p_filesz is .bss: "the extra bytes are defined to hold the value
     // 0" (gABI "Program Header"). Guest RAM may have been used before (a reboot), so clear it.
-    if (absl::Status status = memory.Zero(GuestAddress(segment.paddr + segment.filesz),
-                                          segment.memsz - segment.filesz);
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(memory.Zero(GuestAddress(segment.paddr + segment.filesz),
+                                segment.memsz - segment.filesz));
     start = std::min(start, segment.paddr);
     end = std::max(end, segment.paddr + segment.memsz);
   }
@@ -289,7 +277,7 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
         path, kHeaderEnd, file.size()));
   }
   std::array<uint8_t, kHeaderEnd> head;
-  if (absl::Status status = file.ReadAt(0, head); !status.ok()) return status;
+  RETURN_IF_ERROR(file.ReadAt(0, head));
   SetupHeader header;
   std::memcpy(&header, head.data() + kSetupHeaderOffset, sizeof(header));
 
@@ -362,22 +350,11 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
   const uint64_t load = at_pref ? pref : kHighMemoryStart;
   const uint64_t run_start = relocatable ? std::max(AlignUp(load, alignment), pref)
                                          : (pref != 0 ? pref : load);
-  if (absl::Status status =
-          CheckKernelRange(file, "the protected-mode kernel", load, payload_size, low_end);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status = CheckKernelRange(
-          file, "the kernel's decompression area (init_size)", run_start, header.init_size,
-          low_end);
-      !status.ok()) {
-    return status;
-  }
-  if (absl::Status status =
-          file.ReadIntoGuest(memory, payload_offset, payload_size, GuestAddress(load));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(
+      CheckKernelRange(file, "the protected-mode kernel", load, payload_size, low_end));
+  RETURN_IF_ERROR(CheckKernelRange(file, "the kernel's decompression area (init_size)", run_start,
+                                   header.init_size, low_end));
+  RETURN_IF_ERROR(file.ReadIntoGuest(memory, payload_offset, payload_size, GuestAddress(load)));
 
   LoadedKernel kernel;
   kernel.kind = LoadedKernel::EntryKind::kLinux64;
@@ -399,34 +376,29 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
 }  // namespace
 
 absl::StatusOr<LoadedKernel> LoadKernel(const GuestMemory& memory, const std::string& path) {
-  absl::StatusOr<ImageFile> file = ImageFile::Open(path);
-  if (!file.ok()) return file.status();
-  if (file->size() == 0) {
+  ASSIGN_OR_RETURN(const ImageFile file, ImageFile::Open(path));
+  if (file.size() == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: kernel image is empty", path));
   }
-  absl::StatusOr<uint64_t> low_end = LowRamEnd(memory);
-  if (!low_end.ok()) return low_end.status();
+  ASSIGN_OR_RETURN(const uint64_t low_end, LowRamEnd(memory));
 
   // Detect the format: ELF by its e_ident magic, bzImage by "HdrS" at 0x202 (boot.rst).
   constexpr uint64_t kHdrSEnd = 0x202 + sizeof(uint32_t);
   std::array<uint8_t, kHdrSEnd> head{};
-  const uint64_t head_size = std::min<uint64_t>(file->size(), head.size());
-  if (absl::Status status = file->ReadAt(0, std::span<uint8_t>(head.data(), head_size));
-      !status.ok()) {
-    return status;
-  }
+  const uint64_t head_size = std::min<uint64_t>(file.size(), head.size());
+  RETURN_IF_ERROR(file.ReadAt(0, std::span<uint8_t>(head.data(), head_size)));
   if (head_size >= sizeof(elf::kMagic) &&
       std::memcmp(head.data(), elf::kMagic, sizeof(elf::kMagic)) == 0) {
-    return LoadElf(memory, *file, *low_end);
+    return LoadElf(memory, file, low_end);
   }
   uint32_t hdrs = 0;
   if (head_size >= kHdrSEnd) std::memcpy(&hdrs, head.data() + 0x202, sizeof(hdrs));
-  if (hdrs == kHdrSMagic) return LoadBzImage(memory, *file, *low_end);
+  if (hdrs == kHdrSMagic) return LoadBzImage(memory, file, low_end);
   return absl::InvalidArgumentError(absl::StrFormat(
       "%s: not a kernel image: neither ELF (\\x7fELF at offset 0) nor a bzImage ('HdrS' at "
       "offset 0x202)%s",
       path,
-      head_size < kHdrSEnd ? absl::StrFormat(" (the file is only %u bytes)", file->size()) : ""));
+      head_size < kHdrSEnd ? absl::StrFormat(" (the file is only %u bytes)", file.size()) : ""));
 }
 
 }  // namespace vmm::loader

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/loader/boot_util.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/x86/e820.h"
 
 namespace vmm::loader {
@@ -57,9 +58,7 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
     params.hdr.cmdline_size = static_cast<uint32_t>(
         std::min<uint64_t>(config.cmdline.size(), kCmdlineMaxBytes - 1));
   }
-  if (absl::Status status = CheckCommandLine(config.cmdline, kCmdlineMaxBytes); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckCommandLine(config.cmdline, kCmdlineMaxBytes));
 
   if (config.initrd.has_value()) {
     if (config.initrd->size == 0 ||
@@ -115,22 +114,13 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
     params.e820_table[i] = {e820[i].address, e820[i].size, static_cast<uint32_t>(e820[i].type)};
   }
 
-  if (absl::Status status = WriteCommandLine(memory, config.cmdline, kCmdlineMaxBytes);
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(WriteCommandLine(memory, config.cmdline, kCmdlineMaxBytes));
   if (!config.fdt.empty()) {
     const SetupDataHeader node = {.next = 0,
                                   .type = kSetupDtb,
                                   .len = static_cast<uint32_t>(config.fdt.size())};
-    if (absl::Status status = memory.WriteObject(GuestAddress(kLinuxFdtSetupDataAddress), node);
-        !status.ok()) {
-      return status;
-    }
-    if (absl::Status status = memory.Write(GuestAddress(kLinuxFdtBlobAddress), config.fdt);
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(memory.WriteObject(GuestAddress(kLinuxFdtSetupDataAddress), node));
+    RETURN_IF_ERROR(memory.Write(GuestAddress(kLinuxFdtBlobAddress), config.fdt));
     params.hdr.setup_data = kLinuxFdtSetupDataAddress;
   }
   return memory.WriteObject(GuestAddress(kZeroPageAddress), params);

@@ -4,15 +4,14 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/loader/boot_util.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/x86/e820.h"
 
 namespace vmm::loader {
 
 absl::Status WritePvhStartInfo(const GuestMemory& memory, const PvhBootConfig& config) {
   // Validate everything before writing anything.
-  if (absl::Status status = CheckCommandLine(config.cmdline, kCmdlineMaxBytes); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(CheckCommandLine(config.cmdline, kCmdlineMaxBytes));
   if (config.initrd.has_value() &&
       (config.initrd->size == 0 ||
        !memory.IsValidRange(config.initrd->address, config.initrd->size))) {
@@ -69,38 +68,24 @@ absl::Status WritePvhStartInfo(const GuestMemory& memory, const PvhBootConfig& c
       .reserved = 0,
   };
 
-  if (absl::Status status = WriteCommandLine(memory, config.cmdline, kCmdlineMaxBytes);
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(WriteCommandLine(memory, config.cmdline, kCmdlineMaxBytes));
   if (!config.fdt.empty()) {
-    if (absl::Status status = memory.Write(GuestAddress(kFdtAddress), config.fdt); !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(memory.Write(GuestAddress(kFdtAddress), config.fdt));
   }
-  if (absl::Status status = memory.Write(
-          GuestAddress(kPvhFdtModuleNameAddress),
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kPvhFdtModuleName),
-                                   sizeof(kPvhFdtModuleName)));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(memory.Write(
+      GuestAddress(kPvhFdtModuleNameAddress),
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kPvhFdtModuleName),
+                               sizeof(kPvhFdtModuleName))));
   if (!modules.empty()) {
-    if (absl::Status status = memory.Write(
-            GuestAddress(kPvhModuleListAddress),
-            std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(modules.data()),
-                                     modules.size() * sizeof(HvmModlistEntry)));
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(memory.Write(
+        GuestAddress(kPvhModuleListAddress),
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(modules.data()),
+                                 modules.size() * sizeof(HvmModlistEntry))));
   }
-  if (absl::Status status = memory.Write(
-          GuestAddress(kPvhMemoryMapAddress),
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(memmap.data()),
-                                   memmap.size() * sizeof(HvmMemmapTableEntry)));
-      !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(memory.Write(
+      GuestAddress(kPvhMemoryMapAddress),
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(memmap.data()),
+                               memmap.size() * sizeof(HvmMemmapTableEntry))));
   return memory.WriteObject(GuestAddress(kPvhStartInfoAddress), start_info);
 }
 

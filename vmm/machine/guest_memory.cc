@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/machine/layout.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 
@@ -37,9 +38,7 @@ absl::Status CheckRegionPlacement(GuestAddress start, uint64_t size) {
 
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(GuestAddress start,
                                                                                uint64_t size) {
-  if (absl::Status placement = CheckRegionPlacement(start, size); !placement.ok()) {
-    return placement;
-  }
+  RETURN_IF_ERROR(CheckRegionPlacement(start, size));
   // MAP_NORESERVE: guest RAM is touched lazily; the kernel need not reserve swap for all of it.
   // One huge page more than asked for, so that the region can start where a huge page would.
   const uint64_t reserved = size + kHugePageSize;
@@ -78,9 +77,7 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(Gue
 
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFromFile(
     GuestAddress start, uint64_t size, int fd, uint64_t file_offset) {
-  if (absl::Status placement = CheckRegionPlacement(start, size); !placement.ok()) {
-    return placement;
-  }
+  RETURN_IF_ERROR(CheckRegionPlacement(start, size));
   if (file_offset % kPageSize != 0 || file_offset + size < file_offset) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "guest memory region at 0x%x: file offset 0x%x is not page aligned", start.value(),
@@ -158,13 +155,13 @@ absl::StatusOr<GuestMemory> GuestMemory::CreateX86(uint64_t ram_bytes) {
   }
   std::vector<std::unique_ptr<GuestMemoryRegion>> regions;
   const uint64_t low = std::min(ram_bytes, kMmioHoleStart);
-  auto low_region = GuestMemoryRegion::Create(GuestAddress(0), low);
-  if (!low_region.ok()) return low_region.status();
-  regions.push_back(*std::move(low_region));
+  ASSIGN_OR_RETURN(std::unique_ptr<GuestMemoryRegion> low_region,
+                   GuestMemoryRegion::Create(GuestAddress(0), low));
+  regions.push_back(std::move(low_region));
   if (ram_bytes > low) {
-    auto high_region = GuestMemoryRegion::Create(GuestAddress(kHighRamStart), ram_bytes - low);
-    if (!high_region.ok()) return high_region.status();
-    regions.push_back(*std::move(high_region));
+    ASSIGN_OR_RETURN(std::unique_ptr<GuestMemoryRegion> high_region,
+                     GuestMemoryRegion::Create(GuestAddress(kHighRamStart), ram_bytes - low));
+    regions.push_back(std::move(high_region));
   }
   return Create(std::move(regions));
 }
@@ -191,27 +188,24 @@ absl::StatusOr<std::span<uint8_t>> GuestMemory::GetHostSpan(GuestAddress address
 }
 
 absl::Status GuestMemory::Read(GuestAddress address, std::span<uint8_t> out) const {
-  auto host = GetHostSpan(address, out.size());
-  if (!host.ok()) return host.status();
-  if (!out.empty()) std::memcpy(out.data(), host->data(), out.size());
+  ASSIGN_OR_RETURN(const std::span<uint8_t> host, GetHostSpan(address, out.size()));
+  if (!out.empty()) std::memcpy(out.data(), host.data(), out.size());
   return absl::OkStatus();
 }
 
 absl::Status GuestMemory::Write(GuestAddress address, std::span<const uint8_t> data) const {
-  auto host = GetHostSpan(address, data.size());
-  if (!host.ok()) return host.status();
-  if (!data.empty()) std::memcpy(host->data(), data.data(), data.size());
+  ASSIGN_OR_RETURN(const std::span<uint8_t> host, GetHostSpan(address, data.size()));
+  if (!data.empty()) std::memcpy(host.data(), data.data(), data.size());
   return absl::OkStatus();
 }
 
 absl::Status GuestMemory::Zero(GuestAddress address, uint64_t length) const {
-  auto host = GetHostSpan(address, length);
-  if (!host.ok()) return host.status();
+  ASSIGN_OR_RETURN(const std::span<uint8_t> host, GetHostSpan(address, length));
   if (length == 0) return absl::OkStatus();
   const auto region = std::find_if(regions_.begin(), regions_.end(), [&](const auto& r) {
-    return r->host_address() <= host->data() && host->data() < r->host_address() + r->size();
+    return r->host_address() <= host.data() && host.data() < r->host_address() + r->size();
   });
-  uintptr_t begin = reinterpret_cast<uintptr_t>(host->data());
+  uintptr_t begin = reinterpret_cast<uintptr_t>(host.data());
   const uintptr_t end = begin + length;
   if (region != regions_.end() && (*region)->private_anonymous()) {
     // Whole pages go back to the kernel (madvise(2): private anonymous pages read as zeros

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -79,13 +80,10 @@ absl::Status EnterJail(const JailOptions& options) {
   if (chdir("/") != 0) return Errno("chdir(/)");
 
   if (options.max_open_files != 0) {
-    if (absl::Status status = LowerLimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", options.max_open_files);
-        !status.ok()) {
-      return status;
-    }
+    RETURN_IF_ERROR(LowerLimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", options.max_open_files));
   }
   // No core dumps of guest memory, and no ptrace or /proc/PID/mem by processes of the same user.
-  if (absl::Status status = LowerLimit(RLIMIT_CORE, "RLIMIT_CORE", 0); !status.ok()) return status;
+  RETURN_IF_ERROR(LowerLimit(RLIMIT_CORE, "RLIMIT_CORE", 0));
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return Errno("PR_SET_DUMPABLE");
 
   if (options.uid.has_value()) {
@@ -96,9 +94,8 @@ absl::Status EnterJail(const JailOptions& options) {
     if (setresuid(*options.uid, *options.uid, *options.uid) != 0) return Errno("setresuid");
     // With every uid non-zero the kernel has cleared the capability sets (capabilities(7),
     // "Effect of user ID changes on capabilities"); check rather than trust.
-    auto none = HoldsNoCapability();
-    if (!none.ok()) return none.status();
-    if (!*none) return absl::InternalError("jail: capabilities remain after changing the uid");
+    ASSIGN_OR_RETURN(const bool none, HoldsNoCapability());
+    if (!none) return absl::InternalError("jail: capabilities remain after changing the uid");
   }
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("PR_SET_NO_NEW_PRIVS");
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 ABSL_FLAG(std::string, seccomp, "trap",
           "Per-thread seccomp filters (docs/security.md): trap (a forbidden system call ends the "
@@ -15,8 +16,7 @@ ABSL_FLAG(std::string, jail_user, "",
 namespace vmm::sandbox {
 
 absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags() {
-  auto setting = ParseSeccompSetting(absl::GetFlag(FLAGS_seccomp));
-  if (!setting.ok()) return setting.status();
+  ASSIGN_OR_RETURN(const SeccompSetting setting, ParseSeccompSetting(absl::GetFlag(FLAGS_seccomp)));
   std::optional<JailOptions> jail;
   const std::string jail_root = absl::GetFlag(FLAGS_jail);
   const std::string jail_user = absl::GetFlag(FLAGS_jail_user);
@@ -27,13 +27,13 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags() {
     JailOptions options;
     options.root = jail_root;
     if (!jail_user.empty()) {
-      if (absl::Status parsed = ParseJailUser(jail_user, options); !parsed.ok()) return parsed;
+      RETURN_IF_ERROR(ParseJailUser(jail_user, options));
     }
     jail = options;
   }
   SandboxOptions options;
   options.jail = jail.has_value();
-  auto sandbox = ProcessSandbox::Enable(*setting, options);
+  auto sandbox = ProcessSandbox::Enable(setting, options);
   if (!sandbox.ok()) {
     return absl::Status(sandbox.status().code(),
                         absl::StrFormat("--seccomp: %s", sandbox.status().message()));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -153,9 +154,9 @@ SyscallAllowlist AllowlistFor(ThreadRole role, const SandboxOptions& options) {
 }
 
 absl::Status ConfineThisThread(ThreadRole role, const SandboxOptions& options) {
-  auto program = CompileFilter(AllowlistFor(role, options), options.action);
-  if (!program.ok()) return program.status();
-  return InstallFilter(*program);
+  ASSIGN_OR_RETURN(const std::vector<sock_filter> program,
+                   CompileFilter(AllowlistFor(role, options), options.action));
+  return InstallFilter(program);
 }
 
 absl::StatusOr<SeccompSetting> ParseSeccompSetting(const std::string& text) {
@@ -171,10 +172,8 @@ absl::StatusOr<ProcessSandbox> ProcessSandbox::Enable(const SeccompSetting& sett
   SandboxOptions effective = options;
   effective.action = setting.action;
   if (!setting.enabled) return ProcessSandbox(false, effective);
-  if (absl::Status status = InstallViolationReporter(); !status.ok()) return status;
-  if (absl::Status status = ConfineThisThread(ThreadRole::kControl, effective); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(InstallViolationReporter());
+  RETURN_IF_ERROR(ConfineThisThread(ThreadRole::kControl, effective));
   return ProcessSandbox(true, effective);
 }
 

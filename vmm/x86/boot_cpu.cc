@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/machine/layout.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm::x86 {
 namespace {
@@ -93,42 +94,37 @@ kvm_segment SegmentFromGdtEntry(uint64_t entry, uint16_t selector) {
 
 absl::Status WriteBootGdt(const GuestMemory& memory) {
   const auto gdt = BootGdt();
-  absl::Status status = memory.WriteObject(GuestAddress(kBootGdtAddress), gdt);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(memory.WriteObject(GuestAddress(kBootGdtAddress), gdt));
   // An empty IDT right after the GDT: a fault before the kernel installs its own triple-faults,
   // which the VMM reports, rather than jumping through garbage.
   return memory.WriteObject<uint64_t>(GuestAddress(kBootGdtAddress + sizeof(gdt)), 0);
 }
 
 absl::Status WriteIdentityPageTables(const GuestMemory& memory) {
-  absl::Status status =
-      memory.WriteObject<uint64_t>(GuestAddress(kPml4Address), kPdptAddress | kPagePresent | kPageWritable);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(memory.WriteObject<uint64_t>(GuestAddress(kPml4Address),
+                                               kPdptAddress | kPagePresent | kPageWritable));
   for (uint64_t gib = 0; gib < 4; ++gib) {
     const uint64_t directory = kPageDirectoryAddress + gib * kPageSize;
-    status = memory.WriteObject<uint64_t>(GuestAddress(kPdptAddress + gib * 8),
-                                          directory | kPagePresent | kPageWritable);
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(memory.WriteObject<uint64_t>(GuestAddress(kPdptAddress + gib * 8),
+                                                 directory | kPagePresent | kPageWritable));
     std::array<uint64_t, 512> entries;
     for (uint64_t i = 0; i < entries.size(); ++i) {
       entries[i] = ((gib << 30) + (i << 21)) | kPagePresent | kPageWritable | kPageSize2M;
     }
-    status = memory.WriteObject(GuestAddress(directory), entries);
-    if (!status.ok()) return status;
+    RETURN_IF_ERROR(memory.WriteObject(GuestAddress(directory), entries));
   }
   return absl::OkStatus();
 }
 
 absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
                                uint64_t boot_info) {
-  auto sregs = vcpu.GetSregs();
-  if (!sregs.ok()) return sregs.status();
+  ASSIGN_OR_RETURN(auto sregs, vcpu.GetSregs());
   const auto gdt = BootGdt();
-  sregs->gdt.base = kBootGdtAddress;
-  sregs->gdt.limit = sizeof(gdt) - 1;
-  sregs->idt.base = kBootGdtAddress + sizeof(gdt);
-  sregs->idt.limit = 0;
-  sregs->tr = SegmentFromGdtEntry(gdt[kTssSelector / 8], kTssSelector);
+  sregs.gdt.base = kBootGdtAddress;
+  sregs.gdt.limit = sizeof(gdt) - 1;
+  sregs.idt.base = kBootGdtAddress + sizeof(gdt);
+  sregs.idt.limit = 0;
+  sregs.tr = SegmentFromGdtEntry(gdt[kTssSelector / 8], kTssSelector);
 
   kvm_regs regs{};
   regs.rflags = 0x2;  // Bit 1 is reserved and always set.
@@ -136,27 +132,26 @@ absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
   if (mode == BootEntryMode::kLinux64) {
     const kvm_segment code = SegmentFromGdtEntry(gdt[kCode64Selector / 8], kCode64Selector);
     const kvm_segment data = SegmentFromGdtEntry(gdt[kData64Selector / 8], kData64Selector);
-    sregs->cs = code;
-    sregs->ds = sregs->es = sregs->fs = sregs->gs = sregs->ss = data;
-    sregs->cr3 = kPml4Address;
-    sregs->cr4 |= kCr4Pae;
-    sregs->cr0 |= kCr0ProtectionEnable | kCr0ExtensionType | kCr0Paging;
-    sregs->efer |= kEferLongModeEnable | kEferLongModeActive;
+    sregs.cs = code;
+    sregs.ds = sregs.es = sregs.fs = sregs.gs = sregs.ss = data;
+    sregs.cr3 = kPml4Address;
+    sregs.cr4 |= kCr4Pae;
+    sregs.cr0 |= kCr0ProtectionEnable | kCr0ExtensionType | kCr0Paging;
+    sregs.efer |= kEferLongModeEnable | kEferLongModeActive;
     regs.rsi = boot_info;
     regs.rsp = regs.rbp = kBootStackTop;
   } else {
     // Xen PVH ABI (docs/misc/pvh.pandoc): flat 32-bit segments, CR0.PE, paging off, EBX = start_info.
     const kvm_segment code = SegmentFromGdtEntry(gdt[kCode32Selector / 8], kCode32Selector);
     const kvm_segment data = SegmentFromGdtEntry(gdt[kData32Selector / 8], kData32Selector);
-    sregs->cs = code;
-    sregs->ds = sregs->es = sregs->fs = sregs->gs = sregs->ss = data;
-    sregs->cr0 = kCr0ProtectionEnable | kCr0ExtensionType;
-    sregs->cr4 = 0;
-    sregs->efer = 0;
+    sregs.cs = code;
+    sregs.ds = sregs.es = sregs.fs = sregs.gs = sregs.ss = data;
+    sregs.cr0 = kCr0ProtectionEnable | kCr0ExtensionType;
+    sregs.cr4 = 0;
+    sregs.efer = 0;
     regs.rbx = boot_info;
   }
-  absl::Status status = vcpu.SetSregs(*sregs);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(vcpu.SetSregs(sregs));
   return vcpu.SetRegs(regs);
 }
 
@@ -164,22 +159,19 @@ absl::Status ConfigureCommonVcpuState(VcpuFd& vcpu) {
   kvm_fpu fpu{};
   fpu.fcw = 0x37f;      // FNINIT's control word
   fpu.mxcsr = 0x1f80;   // all SSE exceptions masked
-  absl::Status status = vcpu.SetFpu(fpu);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(vcpu.SetFpu(fpu));
   std::vector<kvm_msr_entry> msrs(2);
   msrs[0].index = kMsrIa32MiscEnable;
   msrs[0].data = kMiscEnableFastStrings;
   msrs[1].index = kMsrMtrrDefType;
   msrs[1].data = kMtrrEnableWriteBack;
-  status = vcpu.SetMsrs(msrs);
-  if (!status.ok()) return status;
-  auto lapic = vcpu.GetLapic();
-  if (!lapic.ok()) return lapic.status();
-  WriteLapicRegister(*lapic, kApicLvtLint0,
-                     WithDeliveryMode(ReadLapicRegister(*lapic, kApicLvtLint0), kDeliveryModeExtInt));
-  WriteLapicRegister(*lapic, kApicLvtLint1,
-                     WithDeliveryMode(ReadLapicRegister(*lapic, kApicLvtLint1), kDeliveryModeNmi));
-  return vcpu.SetLapic(*lapic);
+  RETURN_IF_ERROR(vcpu.SetMsrs(msrs));
+  ASSIGN_OR_RETURN(auto lapic, vcpu.GetLapic());
+  WriteLapicRegister(lapic, kApicLvtLint0,
+                     WithDeliveryMode(ReadLapicRegister(lapic, kApicLvtLint0), kDeliveryModeExtInt));
+  WriteLapicRegister(lapic, kApicLvtLint1,
+                     WithDeliveryMode(ReadLapicRegister(lapic, kApicLvtLint1), kDeliveryModeNmi));
+  return vcpu.SetLapic(lapic);
 }
 
 }  // namespace vmm::x86
