@@ -31,7 +31,8 @@
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
 #   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
-#   bench:     bench=qd1,qd16,cd (workloads in order) bench_seconds=10; qdN: fio-bench randwrite 4k
+#   bench:     bench=qd1,qd16,cd (workloads in order; none: only the boot) bench_seconds=10;
+#              qdN: fio-bench randwrite 4k
 #              O_SYNC libaio at depth N on the disk; cd: cd-read of the whole disc (cd_bs),
 #              bench_cd_passes=1 times with caches dropped before each. Around
 #              each workload W: @@BENCH-BEGIN W / @@BENCH-END W, each answered by the host with a
@@ -356,6 +357,7 @@ scenario_bench() {
   local w dev t0 irq0 req0 secs ios kib line
   for w in $(echo "${arg_bench:-qd1,qd16,cd}" | tr ',' ' '); do
     case "$w" in
+      none) continue ;;  # bench=none: the boot alone (its uptime at /init), for many quick rounds
       qd[0-9]*) dev=$disk; [ -n "$dev" ] || fail "bench $w: no SCSI disk" ;;
       cd) dev=$cd; [ -n "$dev" ] || fail "bench cd: no CD-ROM"; echo 3 > /proc/sys/vm/drop_caches ;;
       *) fail "bench: unknown workload '$w'" ;;
