@@ -13,7 +13,9 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_cat.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 
 namespace devices {
@@ -62,6 +64,18 @@ absl::Status IoThread::Start() {
   if (!thread.ok()) return absl::InternalError(thread.status().message());
   thread_ = *std::move(thread);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(const std::string& name_prefix,
+                                                                      uint32_t count,
+                                                                      const IoThreadOptions& options) {
+  std::vector<std::shared_ptr<IoThread>> threads;
+  for (uint32_t i = 0; i < count; ++i) {
+    auto thread = std::make_shared<IoThread>(absl::StrCat(name_prefix, i), options);
+    RETURN_IF_ERROR(thread->Start());
+    threads.push_back(std::move(thread));
+  }
+  return threads;
 }
 
 void IoThread::Stop() {

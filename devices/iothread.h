@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "vmm/sys_util/scoped_fd.h"
 
@@ -77,6 +79,8 @@ class IoThread {
 
   bool OnLoopThread() const { return std::this_thread::get_id() == thread_id_.load(); }
   const std::string& name() const { return name_; }
+  // The thread's adaptive-polling limit (IoThreadOptions::poll_max_ns): 0 means pollers never run.
+  int64_t poll_max_ns() const { return options_.poll_max_ns; }
   // The current adaptive polling window (for statistics and tests).
   int64_t poll_ns() const { return poll_ns_.load(std::memory_order_relaxed); }
 
@@ -111,6 +115,15 @@ class IoThread {
   absl::Mutex posted_mutex_;
   std::deque<absl::AnyInvocable<void()>> posted_ ABSL_GUARDED_BY(posted_mutex_);
 };
+
+// How devices get their threads: the assembly starts them here and hands them to the devices
+// (VirtioScsiOptions::iothreads, IdeControllerOptions::iothread), which never start threads of
+// their own (Cloud Hypervisor's one spawning helper is the model). `count` threads named
+// NAME_PREFIX0, NAME_PREFIX1, ..., each started (its on_start run: the VMM confines it there).
+// The last owner of a thread stops and joins it.
+absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(const std::string& name_prefix,
+                                                                      uint32_t count,
+                                                                      const IoThreadOptions& options);
 
 }  // namespace devices
 

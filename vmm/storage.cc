@@ -202,12 +202,20 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
     ide_config.drive = drive->drive;
     storage->ide_drives_.push_back(ide_config);
   }
+  // Every storage thread starts here (devices start none), confined by iothread_start.
+  devices::IoThreadOptions thread_options;
+  thread_options.on_start = config.iothread_start;
+  if (!storage->ide_drives_.empty()) {
+    // The IDE controller's DMA and block I/O: no polling (its doorbells are port writes that exit).
+    ASSIGN_OR_RETURN(auto ide_threads, devices::StartIoThreads("ide-io", 1, thread_options));
+    storage->ide_iothread_ = ide_threads.front();
+  }
   if (next_lun == 0) return storage;
   devices::virtio::scsi::VirtioScsiOptions options;
   options.num_request_queues = config.scsi_queues;
-  options.num_iothreads = config.iothreads;
-  options.poll_max_ns = config.poll_max_ns;
-  options.iothread_start = config.iothread_start;
+  thread_options.poll_max_ns = config.poll_max_ns;
+  ASSIGN_OR_RETURN(options.iothreads,
+                   devices::StartIoThreads("scsi-io", config.iothreads, thread_options));
   ASSIGN_OR_RETURN(storage->scsi_device_,
                    devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
   return storage;

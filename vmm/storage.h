@@ -66,8 +66,10 @@ class Storage {
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> TakeScsiDevice() {
     return std::move(scsi_device_);
   }
-  // The IDE drives, placed, for devices::ide::IdeController::Create (empty: no IDE controller).
+  // The IDE drives, placed, for devices::ide::IdeController::Create (empty: no IDE controller),
+  // and the iothread the controller is to use (null without IDE drives).
   const std::vector<devices::ide::IdeDriveConfig>& ide_drives() const { return ide_drives_; }
+  const std::shared_ptr<devices::IoThread>& ide_iothread() const { return ide_iothread_; }
   const std::vector<AttachedDrive>& drives() const { return drives_; }
   const AttachedDrive* Find(const std::string& name) const;
 
@@ -91,6 +93,7 @@ class Storage {
   std::vector<AttachedDrive> drives_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
   std::vector<devices::ide::IdeDriveConfig> ide_drives_;
+  std::shared_ptr<devices::IoThread> ide_iothread_;
 };
 
 }  // namespace vmm

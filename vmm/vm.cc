@@ -205,7 +205,7 @@ absl::Status Vm::SetUpPci() {
   if (!storage_->ide_drives().empty()) {
     devices::ide::IdeControllerOptions options;
     options.drives = storage_->ide_drives();
-    options.iothread_start = config_.storage.iothread_start;
+    options.iothread = storage_->ide_iothread();
     ASSIGN_OR_RETURN(
         auto ide, devices::ide::IdeController::Create(
                       std::move(options), pio_bus_,

@@ -60,12 +60,8 @@ pci::PciIdentity Piix3IdeIdentity() {
 
 }  // namespace
 
-IdeController::IdeController(vmm::Bus& pio_bus, IoThread* iothread,
-                             std::unique_ptr<IoThread> own_iothread)
-    : pci::PciDevice(Piix3IdeIdentity()),
-      pio_bus_(pio_bus),
-      own_iothread_(std::move(own_iothread)),
-      iothread_(iothread != nullptr ? iothread : own_iothread_.get()) {}
+IdeController::IdeController(vmm::Bus& pio_bus, std::shared_ptr<IoThread> iothread)
+    : pci::PciDevice(Piix3IdeIdentity()), pio_bus_(pio_bus), iothread_(std::move(iothread)) {}
 
 IdeController::~IdeController() {
   // Every port registration holds the controller, so none is left when this runs (and the bus
@@ -80,14 +76,10 @@ absl::StatusOr<std::shared_ptr<IdeController>> IdeController::Create(
   if (primary_irq == nullptr || secondary_irq == nullptr) {
     return absl::InvalidArgumentError("the IDE controller needs IRQ lines for both channels");
   }
-  std::unique_ptr<IoThread> own;
   if (options.iothread == nullptr) {
-    IoThreadOptions thread_options;
-    thread_options.on_start = options.iothread_start;
-    own = std::make_unique<IoThread>("ide-io", thread_options);
-    RETURN_IF_ERROR(own->Start());
+    return absl::InvalidArgumentError("the IDE controller needs an iothread");
   }
-  auto controller = std::make_shared<IdeController>(pio_bus, options.iothread, std::move(own));
+  auto controller = std::make_shared<IdeController>(pio_bus, options.iothread);
   absl::Status status =
       controller->Init(options, std::move(primary_irq), std::move(secondary_irq), memory);
   if (status.ok()) status = controller->RegisterPorts();
@@ -220,7 +212,6 @@ void IdeController::StopAll() {
   for (std::unique_ptr<IdeChannel>& channel : channels_) {
     if (channel != nullptr) channel->StopIo();
   }
-  if (own_iothread_ != nullptr) own_iothread_->Stop();
 }
 
 void IdeController::OnShutdown() { StopAll(); }

@@ -45,10 +45,9 @@ struct IdeDriveConfig {
 struct IdeControllerOptions {
   // At most one per channel/unit position, four in all.
   std::vector<IdeDriveConfig> drives;
-  // The iothread for DMA and block I/O; null: the controller starts and owns one ("ide-io"),
-  // which runs `iothread_start` first (IoThreadOptions::on_start).
-  IoThread* iothread = nullptr;
-  std::function<absl::Status()> iothread_start;
+  // The iothread for DMA and block I/O, started by the assembly (devices::StartIoThreads: the
+  // controller starts no thread of its own). Required.
+  std::shared_ptr<IoThread> iothread;
 };
 
 // The IDE function of an Intel PIIX3 (82371SB function 1, PCI 8086:7010, class 01 01 80:
@@ -101,7 +100,7 @@ class IdeController final : public pci::PciDevice {
   bool LegacyDecodeEnabled(int channel) const;
 
   // Public for std::make_shared; use Create().
-  IdeController(vmm::Bus& pio_bus, IoThread* iothread, std::unique_ptr<IoThread> own_iothread);
+  IdeController(vmm::Bus& pio_bus, std::shared_ptr<IoThread> iothread);
 
  protected:
   void ReadBar(int bar, uint64_t offset, std::span<uint8_t> data) override;
@@ -117,8 +116,8 @@ class IdeController final : public pci::PciDevice {
   void StopAll();
 
   vmm::Bus& pio_bus_;
-  std::unique_ptr<IoThread> own_iothread_;
-  IoThread* const iothread_;
+  // Shared with the assembly; declared before the channels, which use it, so it outlives them.
+  const std::shared_ptr<IoThread> iothread_;
   std::array<std::unique_ptr<IdeChannel>, 2> channels_;
   std::array<std::array<std::shared_ptr<scsi::CdRom>, 2>, 2> cdroms_;
   std::vector<uint64_t> registered_ports_;  // bases on pio_bus_

@@ -333,9 +333,13 @@ TEST(IdeCreateTest, RejectsBadConfigurations) {
   auto memory = vmm::GuestMemory::Create(std::move(regions));
   ASSERT_TRUE(memory.ok());
   auto irq = std::make_shared<testing::FakeIrqLine>();
+  auto threads = StartIoThreads("ide-io", 1, {});
+  ASSERT_TRUE(threads.ok()) << threads.status();
+  const std::shared_ptr<IoThread> iothread = threads->front();
   auto create = [&](std::vector<IdeDriveConfig> drives) {
     IdeControllerOptions options;
     options.drives = std::move(drives);
+    options.iothread = iothread;
     auto controller = IdeController::Create(std::move(options), pio, irq, irq, *memory);
     if (controller.ok()) (*controller)->Shutdown();
     return controller.status();
@@ -345,9 +349,15 @@ TEST(IdeCreateTest, RejectsBadConfigurations) {
   EXPECT_FALSE(create({{.kind = DeviceKind::kCdRom, .drive = disk.drive}}).ok());  // not removable
   EXPECT_FALSE(create({{.kind = DeviceKind::kDisk, .drive = cd.drive}}).ok());
   EXPECT_FALSE(create({{.drive = nullptr}}).ok());
+  // The assembly starts the controller's thread; without one there is no controller.
+  IdeControllerOptions threadless;
+  threadless.drives.push_back({.drive = disk.drive});
+  EXPECT_EQ(IdeController::Create(std::move(threadless), pio, irq, irq, *memory).status().code(),
+            absl::StatusCode::kInvalidArgument);
   // A good one registers its ports; a second one on the same bus cannot.
   IdeControllerOptions options;
   options.drives.push_back({.drive = disk.drive});
+  options.iothread = iothread;
   auto first = IdeController::Create(std::move(options), pio, irq, irq, *memory);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(create({}).code(), absl::StatusCode::kAlreadyExists);

@@ -70,6 +70,10 @@ absl::StatusOr<std::unique_ptr<IdeTestBed>> IdeTestBed::Create(IdeControllerOpti
   bed->irqs_[0] = std::make_shared<FakeIrqLine>();
   bed->irqs_[1] = std::make_shared<FakeIrqLine>();
   ASSIGN_OR_RETURN(bed->root_, pci::PciRootBus::Create(bed->pio_, bed->mmio_));
+  if (options.iothread == nullptr) {
+    ASSIGN_OR_RETURN(auto threads, StartIoThreads("ide-io", 1, {}));
+    options.iothread = threads.front();
+  }
   ASSIGN_OR_RETURN(bed->controller_, IdeController::Create(std::move(options), bed->pio_,
                                                            bed->irqs_[0], bed->irqs_[1],
                                                            *bed->memory_));

@@ -445,17 +445,20 @@ absl::StatusOr<std::unique_ptr<VirtioScsi>> VirtioScsi::Create(
   if (options.num_request_queues == 0 || options.num_request_queues > 1024) {
     return absl::InvalidArgumentError("virtio-scsi needs 1 to 1024 request queues");
   }
-  if (options.num_iothreads == 0 || options.num_iothreads > 64) {
+  if (options.iothreads.empty() || options.iothreads.size() > 64) {
     return absl::InvalidArgumentError("virtio-scsi needs 1 to 64 iothreads");
+  }
+  for (const std::shared_ptr<IoThread>& thread : options.iothreads) {
+    if (thread == nullptr) return absl::InvalidArgumentError("virtio-scsi: a null iothread");
   }
   if (!options.queue_to_iothread.empty()) {
     if (options.queue_to_iothread.size() != options.num_request_queues) {
       return absl::InvalidArgumentError("the queue to iothread mapping needs one entry per queue");
     }
     for (uint32_t thread : options.queue_to_iothread) {
-      if (thread >= options.num_iothreads) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("queue mapped to iothread %u of %u", thread, options.num_iothreads));
+      if (thread >= options.iothreads.size()) {
+        return absl::InvalidArgumentError(absl::StrFormat("queue mapped to iothread %u of %u", thread,
+                                                          options.iothreads.size()));
       }
     }
   }
@@ -464,16 +467,9 @@ absl::StatusOr<std::unique_ptr<VirtioScsi>> VirtioScsi::Create(
     return absl::InvalidArgumentError("virtio-scsi queue size must be a power of two <= 32768");
   }
   std::unique_ptr<VirtioScsi> device(new VirtioScsi(std::move(options), std::move(targets)));
-  for (uint32_t i = 0; i < device->options_.num_iothreads; ++i) {
-    IoThreadOptions thread_options;
-    thread_options.poll_max_ns = device->options_.poll_max_ns;
-    thread_options.on_start = device->options_.iothread_start;
-    auto thread = std::make_unique<IoThread>(absl::StrFormat("scsi-io%u", i), thread_options);
-    absl::Status status = thread->Start();
-    if (!status.ok()) return status;
-    device->iothreads_.push_back(std::move(thread));
+  for (const std::shared_ptr<IoThread>& thread : device->options_.iothreads) {
     device->thread_states_.push_back(std::make_unique<ThreadState>());
-    device->thread_states_.back()->thread = device->iothreads_.back().get();
+    device->thread_states_.back()->thread = thread.get();
   }
   return device;
 }
@@ -485,10 +481,8 @@ VirtioScsi::VirtioScsi(VirtioScsiOptions options,
       sense_size_(kDefaultSenseSize),
       cdb_size_(kDefaultCdbSize) {}
 
-VirtioScsi::~VirtioScsi() {
-  StopWorkers();
-  for (auto& thread : iothreads_) thread->Stop();
-}
+// The iothreads are shared with whoever started them: the last owner stops them.
+VirtioScsi::~VirtioScsi() { StopWorkers(); }
 
 std::vector<uint16_t> VirtioScsi::queue_max_sizes() const {
   std::vector<uint16_t> sizes = {kControlQueueSize, kControlQueueSize};
@@ -528,7 +522,7 @@ void VirtioScsi::WriteConfig(uint32_t offset, std::span<const uint8_t> data) {
 
 uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
   if (!options_.queue_to_iothread.empty()) return options_.queue_to_iothread[request_queue];
-  return request_queue % options_.num_iothreads;
+  return request_queue % options_.iothreads.size();
 }
 
 absl::Status VirtioScsi::Activate(VirtioActivation activation) {
@@ -588,7 +582,7 @@ absl::Status VirtioScsi::Activate(VirtioActivation activation) {
         status = state->thread->AddFd(spec.notify_fd, [worker] { worker->OnNotify(); },
                                       IoThread::Trigger::kEdge);
         if (status.ok()) state->fds.push_back(spec.notify_fd);
-        if (options_.poll_max_ns > 0) {
+        if (state->thread->poll_max_ns() > 0) {
           state->pollers.push_back(
               // Polls the avail ring and the block completions (as QEMU's iothread polls its
               // virtqueues and io_uring together), so a busy queue is served without waking

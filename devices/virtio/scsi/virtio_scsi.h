@@ -21,16 +21,14 @@ namespace devices::virtio::scsi {
 struct VirtioScsiOptions {
   // Request queues (virtio 1.2 §5.6.4 num_queues); queues 0 and 1 are control and event.
   uint32_t num_request_queues = 1;
-  // iothreads serving the request queues. Request queue i runs on iothread
-  // queue_to_iothread[i] when given (QEMU's iothread-vq-mapping), else on i % num_iothreads. The
-  // control and event queues run on iothread 0.
-  uint32_t num_iothreads = 1;
+  // The iothreads serving the queues, 1 to 64, started by the assembly (devices::StartIoThreads:
+  // the device starts no thread of its own). Request queue i runs on
+  // iothreads[queue_to_iothread[i]] when given (QEMU's iothread-vq-mapping), else on
+  // iothreads[i % size]. The control and event queues run on iothreads[0]. A thread whose
+  // poll_max_ns is not 0 also polls its request queues' avail rings before it sleeps.
+  std::vector<std::shared_ptr<IoThread>> iothreads;
   std::vector<uint32_t> queue_to_iothread;
-  // Adaptive polling of each request queue's avail ring before an iothread sleeps (0: off).
-  int64_t poll_max_ns = 0;
   uint16_t queue_size = 256;
-  // Runs first on each iothread (IoThreadOptions::on_start).
-  std::function<absl::Status()> iothread_start;
   // Where the errors a guest can cause at will go (a queue broken by the driver), rate-limited.
   sys_util::LogOptions guest_error_log;
 };
@@ -77,7 +75,6 @@ class VirtioScsi : public VirtioDevice {
   const VirtioScsiOptions options_;
   sys_util::RateLimitedLog guest_errors_{"virtio-scsi", options_.guest_error_log};
   const std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets_;
-  std::vector<std::unique_ptr<IoThread>> iothreads_;
   // One per iothread; touched only on its iothread once activated.
   std::vector<std::unique_ptr<ThreadState>> thread_states_;
 

@@ -69,7 +69,9 @@ class VirtioScsiTest : public ::testing::Test {
   void StartDevice(uint32_t request_queues, uint32_t iothreads) {
     VirtioScsiOptions options;
     options.num_request_queues = request_queues;
-    options.num_iothreads = iothreads;
+    auto threads = devices::StartIoThreads("scsi-io", iothreads, {});
+    ASSERT_TRUE(threads.ok()) << threads.status();
+    options.iothreads = *std::move(threads);
     options.queue_size = kQueueSize;
     auto device = VirtioScsi::Create(options, {{0, target_}});
     ASSERT_TRUE(device.ok()) << device.status();

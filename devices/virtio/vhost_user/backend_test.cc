@@ -551,6 +551,9 @@ class VhostUserServerTest : public ::testing::Test {
     ASSERT_TRUE(target->AddLogicalUnit(0, *disk).ok());
     scsi::VirtioScsiOptions options;
     options.queue_size = kQueueSize;
+    auto threads = devices::StartIoThreads("scsi-io", 1, {});
+    ASSERT_TRUE(threads.ok()) << threads.status();
+    options.iothreads = *std::move(threads);
     auto device = scsi::VirtioScsi::Create(options, {{0, target}});
     ASSERT_TRUE(device.ok()) << device.status();
     device_ = *std::move(device);
