@@ -15,6 +15,7 @@
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::virtio::scsi {
 
@@ -74,6 +75,15 @@ struct VirtioScsi::ThreadState {
   void ProcessCompletions();
   // Waits (on this thread) until no command is in flight.
   void Drain();
+
+  // Set-up at activation, each run on this thread. A failure leaves what was set up registered
+  // in `fds` and `pollers`, for StopWorkers() to undo.
+  absl::Status OpenTargetQueues(const std::map<uint8_t, std::shared_ptr<sc::Target>>& targets);
+  absl::Status WatchNotify(int notify_fd, absl::AnyInvocable<void()> on_notify);
+  absl::Status AttachControlQueue(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
+                                  VirtioDeviceEvents* events);
+  absl::Status AttachRequestQueue(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
+                                  VirtioDeviceEvents* events);
 };
 
 // One request queue (§5.6.6).
@@ -525,89 +535,103 @@ uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
   return request_queue % options_.iothreads.size();
 }
 
+namespace {
+
+// Runs `set_up` on `thread` (a device's state there is touched only there) and returns its status.
+absl::Status OnThread(IoThread& thread, absl::AnyInvocable<absl::Status()> set_up) {
+  absl::Status status;
+  thread.RunSync([&] { status = set_up(); });
+  return status;
+}
+
+}  // namespace
+
+absl::Status VirtioScsi::ThreadState::OpenTargetQueues(
+    const std::map<uint8_t, std::shared_ptr<sc::Target>>& targets) {
+  for (const auto& [id, target] : targets) {
+    ASSIGN_OR_RETURN(std::unique_ptr<sc::TargetQueue> queue,
+                     target->CreateQueue(&RequestWorker::OnTaskComplete));
+    for (int fd : queue->completion_fds()) {
+      RETURN_IF_ERROR(thread->AddFd(fd, [this] { ProcessCompletions(); }));
+      fds.push_back(fd);
+    }
+    target_queues[id] = std::move(queue);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VirtioScsi::ThreadState::WatchNotify(int notify_fd,
+                                                  absl::AnyInvocable<void()> on_notify) {
+  RETURN_IF_ERROR(thread->AddFd(notify_fd, std::move(on_notify), IoThread::Trigger::kEdge));
+  fds.push_back(notify_fd);
+  return absl::OkStatus();
+}
+
+absl::Status VirtioScsi::ThreadState::AttachControlQueue(VirtioScsi& device, SplitQueue queue,
+                                                         const VirtioQueue& spec,
+                                                         VirtioDeviceEvents* events) {
+  control = std::make_unique<ControlWorker>(device, std::move(queue), spec, events);
+  return WatchNotify(spec.notify_fd, [worker = control.get()] { worker->OnNotify(); });
+}
+
+absl::Status VirtioScsi::ThreadState::AttachRequestQueue(VirtioScsi& device, SplitQueue queue,
+                                                         const VirtioQueue& spec,
+                                                         VirtioDeviceEvents* events) {
+  workers.push_back(std::make_unique<RequestWorker>(device, *this, std::move(queue), spec, events));
+  RequestWorker* worker = workers.back().get();
+  RETURN_IF_ERROR(WatchNotify(spec.notify_fd, [worker] { worker->OnNotify(); }));
+  if (thread->poll_max_ns() > 0) {
+    // Polls the avail ring and the block completions (as QEMU's iothread polls its virtqueues and
+    // io_uring together), so a busy queue is served without waking through the eventfds.
+    pollers.push_back(thread->AddPoller(
+        [worker, this] {
+          bool progress = worker->ProcessAvailable();
+          const size_t before = InFlight();
+          if (before > 0) {
+            ProcessCompletions();
+            progress |= InFlight() < before;
+          }
+          return progress;
+        },
+        [worker] { worker->BeginPolling(); }, [worker] { return worker->EndPolling(); }));
+  }
+  // Requests the driver queued before DRIVER_OK.
+  worker->ProcessAvailable();
+  return absl::OkStatus();
+}
+
 absl::Status VirtioScsi::Activate(VirtioActivation activation) {
   if (active_) return absl::FailedPreconditionError("virtio-scsi is already active");
-  // Each thread's target queues and completion handling, set up on that thread.
-  for (auto& state_ptr : thread_states_) {
-    ThreadState* state = state_ptr.get();
-    absl::Status status;
-    state->thread->RunSync([&] {
-      for (const auto& [id, target] : targets_) {
-        auto queue = target->CreateQueue(&RequestWorker::OnTaskComplete);
-        if (!queue.ok()) {
-          status = queue.status();
-          return;
-        }
-        for (int fd : (*queue)->completion_fds()) {
-          status = state->thread->AddFd(fd, [state] { state->ProcessCompletions(); });
-          if (!status.ok()) return;
-          state->fds.push_back(fd);
-        }
-        state->target_queues[id] = *std::move(queue);
-      }
-    });
-    if (!status.ok()) {
-      active_ = true;  // let StopWorkers() undo the partial set-up
-      StopWorkers();
-      return status;
-    }
-  }
-
-  absl::Status status;
-  for (const VirtioQueue& spec : activation.queues) {
-    auto queue = SplitQueue::Create(*activation.memory, spec.config);
-    if (!queue.ok()) {
-      status = queue.status();
-      break;
-    }
-    if (spec.index == kEventQueue) continue;  // no events are sent (no hotplug)
-    if (spec.index == kControlQueue) {
-      ThreadState* state = thread_states_[0].get();
-      state->thread->RunSync([&] {
-        state->control = std::make_unique<ControlWorker>(*this, *std::move(queue), spec,
-                                                         activation.events);
-        ControlWorker* control = state->control.get();
-        status = state->thread->AddFd(spec.notify_fd, [control] { control->OnNotify(); },
-                                      IoThread::Trigger::kEdge);
-        if (status.ok()) state->fds.push_back(spec.notify_fd);
-      });
-    } else {
-      const uint32_t request_queue = spec.index - kFirstRequestQueue;
-      if (request_queue >= options_.num_request_queues) continue;
-      ThreadState* state = thread_states_[IothreadFor(request_queue)].get();
-      state->thread->RunSync([&] {
-        state->workers.push_back(std::make_unique<RequestWorker>(*this, *state, *std::move(queue),
-                                                                 spec, activation.events));
-        RequestWorker* worker = state->workers.back().get();
-        status = state->thread->AddFd(spec.notify_fd, [worker] { worker->OnNotify(); },
-                                      IoThread::Trigger::kEdge);
-        if (status.ok()) state->fds.push_back(spec.notify_fd);
-        if (state->thread->poll_max_ns() > 0) {
-          state->pollers.push_back(
-              // Polls the avail ring and the block completions (as QEMU's iothread polls its
-              // virtqueues and io_uring together), so a busy queue is served without waking
-              // through the eventfds.
-              state->thread->AddPoller(
-                  [worker, state] {
-                    bool progress = worker->ProcessAvailable();
-                    const size_t in_flight = state->InFlight();
-                    if (in_flight > 0) {
-                      state->ProcessCompletions();
-                      progress |= state->InFlight() < in_flight;
-                    }
-                    return progress;
-                  },
-                  [worker] { worker->BeginPolling(); }, [worker] { return worker->EndPolling(); }));
-        }
-        // Requests the driver queued before DRIVER_OK.
-        worker->ProcessAvailable();
-      });
-    }
-    if (!status.ok()) break;
-  }
-  active_ = true;
+  active_ = true;  // from here StopWorkers() undoes a partial set-up
+  absl::Status status = AttachQueues(activation);
   if (!status.ok()) StopWorkers();
   return status;
+}
+
+absl::Status VirtioScsi::AttachQueues(const VirtioActivation& activation) {
+  // Each thread's target queues and completion handling, set up on that thread.
+  for (const std::unique_ptr<ThreadState>& state : thread_states_) {
+    RETURN_IF_ERROR(OnThread(*state->thread, [&] { return state->OpenTargetQueues(targets_); }));
+  }
+  for (const VirtioQueue& spec : activation.queues) {
+    // Every ring is checked, the event queue's too, though no events are sent (no hotplug).
+    ASSIGN_OR_RETURN(SplitQueue queue, SplitQueue::Create(*activation.memory, spec.config));
+    if (spec.index == kEventQueue) continue;
+    if (spec.index == kControlQueue) {
+      ThreadState& state = *thread_states_[0];
+      RETURN_IF_ERROR(OnThread(*state.thread, [&] {
+        return state.AttachControlQueue(*this, std::move(queue), spec, activation.events);
+      }));
+      continue;
+    }
+    const uint32_t request_queue = spec.index - kFirstRequestQueue;
+    if (request_queue >= options_.num_request_queues) continue;
+    ThreadState& state = *thread_states_[IothreadFor(request_queue)];
+    RETURN_IF_ERROR(OnThread(*state.thread, [&] {
+      return state.AttachRequestQueue(*this, std::move(queue), spec, activation.events);
+    }));
+  }
+  return absl::OkStatus();
 }
 
 void VirtioScsi::StopWorkers() {

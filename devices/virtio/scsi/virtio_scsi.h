@@ -66,6 +66,8 @@ class VirtioScsi : public VirtioDevice {
  private:
   VirtioScsi(VirtioScsiOptions options,
              std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets);
+  // Activate()'s set-up of every thread and queue; StopWorkers() undoes a partial one.
+  absl::Status AttachQueues(const VirtioActivation& activation);
   // Stops every worker: waits for their commands in flight, unregisters their fds.
   void StopWorkers();
   // Completes every command in flight on every iothread (for task management functions).
