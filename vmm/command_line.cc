@@ -1,6 +1,8 @@
 #include "vmm/command_line.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +27,7 @@
 #include "vmm/machine/layout.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/thread_stacks.h"
 
 namespace vmm {
 namespace {
@@ -413,6 +416,26 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
     absl::ParseCommandLine(static_cast<int>(abseil_argv.size()), abseil_argv.data());
   }
   return parsed;
+}
+
+absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help) {
+  RETURN_IF_ERROR(UseSmallThreadStacks());
+  ASSIGN_OR_RETURN(ParsedCommandLine parsed, ParseFlagsAndDrives(argc, argv));
+  if (parsed.help) absl::PrintF("%s", HelpText(help));
+  return parsed;
+}
+
+absl::StatusOr<sys_util::ScopedFd> StopSignalFd() {
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  if (int error = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); error != 0) {
+    return sys_util::ErrnoStatus(error, "pthread_sigmask");
+  }
+  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signal_fd.valid()) return sys_util::ErrnoStatus(errno, "signalfd");
+  return signal_fd;
 }
 
 }  // namespace vmm

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "api/host_path.h"
 #include "vmm/drive_spec.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 
@@ -86,6 +87,16 @@ struct ParsedCommandLine {
 // argument that is not a flag. Abseil's own flags (--helpfull, --version, --flagfile) go to
 // absl::ParseCommandLine, which may print and exit.
 absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv);
+
+// A launcher's first steps, the same in microvm and vhost-user-scsi: small thread stacks (before
+// any thread exists: vmm/thread_stacks.h), argv parsed (ParseFlagsAndDrives), and with --help the
+// help text printed to stdout (the result's `help` is then set: exit 0).
+absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help);
+
+// Blocks SIGINT and SIGTERM for the calling thread and every thread it starts from now on (call
+// before the first), and returns a non-blocking signalfd that reads them: a launcher's main loop
+// stops the VMM on them.
+absl::StatusOr<sys_util::ScopedFd> StopSignalFd();
 
 }  // namespace vmm
 

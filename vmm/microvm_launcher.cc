@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +31,6 @@
 #include "vmm/host_kvm.h"
 #include "vmm/media_directory.h"
 #include "vmm/sandbox/sandbox_flags.h"
-#include "vmm/thread_stacks.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/vm.h"
@@ -214,15 +212,9 @@ namespace vmm {
 
 int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   const absl::Time launch_time = absl::Now();
-  if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
-    return Fail(stacks);
-  }
-  auto parsed = vmm::ParseFlagsAndDrives(argc, argv);
+  auto parsed = vmm::StartLauncher(argc, argv, Help());
   if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->help) {
-    absl::PrintF("%s", vmm::HelpText(Help()));
-    return 0;
-  }
+  if (parsed->help) return 0;
   vmm::VmConfig config;
   config.launch_time = launch_time;
   config.storage.drives = std::move(parsed->drives);
@@ -259,14 +251,10 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   }
   config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
 
-  // SIGINT/SIGTERM are taken through a signalfd by the main thread only: block them before any
+  // SIGINT/SIGTERM are taken through a signalfd by the main thread only, blocked before any
   // thread starts so every thread inherits the mask.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC | SFD_NONBLOCK));
+  auto signal_fd = vmm::StopSignalFd();
+  if (!signal_fd.ok()) return Fail(signal_fd.status());
 
   auto vm = vmm::Vm::Create(config);
   if (!vm.ok()) return Fail(NameTheInput(config, vm.status()));
@@ -320,7 +308,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
       return Fail(absl::StrCat("--jail: ", jailed.message()));
     }
   }
-  const vmm::VmExit exit = (*vm)->Run(signal_fd.get());
+  const vmm::VmExit exit = (*vm)->Run(signal_fd->get());
   // No API call may reach the VM once it is stopping (Watch streams end here).
   if (api_server != nullptr) api_server->Stop();
   if (exit.kind == vmm::VmExit::Kind::kFatal) {

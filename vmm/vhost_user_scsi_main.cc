@@ -36,7 +36,6 @@
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 #include "vmm/sandbox/sandbox_flags.h"
-#include "vmm/thread_stacks.h"
 
 ABSL_FLAG(std::string, socket, "",
           "The vhost-user socket to listen on (required; QEMU: -chardev socket,path=...). Created "
@@ -136,15 +135,9 @@ absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
 
 int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
-  if (absl::Status stacks = vmm::UseSmallThreadStacks(); !stacks.ok()) {
-    return Fail(stacks);
-  }
-  auto parsed = vmm::ParseFlagsAndDrives(argc, argv);
+  auto parsed = vmm::StartLauncher(argc, argv, Help());
   if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->help) {
-    absl::PrintF("%s", vmm::HelpText(Help()));
-    return 0;
-  }
+  if (parsed->help) return 0;
   vmm::StorageConfig config;
   if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
     return Fail(configured);
@@ -165,13 +158,9 @@ int main(int argc, char** argv) {
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
   config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
-  // SIGINT/SIGTERM end the server through a signalfd: block them before any thread starts.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  sys_util::ScopedFd signal_fd(signalfd(-1, &stop_signals, SFD_CLOEXEC));
+  // SIGINT/SIGTERM end the server through a signalfd, blocked before any thread starts.
+  auto signal_fd = vmm::StopSignalFd();
+  if (!signal_fd.ok()) return Fail(signal_fd.status());
 
   auto storage = vmm::Storage::Create(config);
   if (!storage.ok()) return Fail(storage.status());
@@ -220,12 +209,12 @@ int main(int argc, char** argv) {
   // A signal stops the server; the watcher itself ends when the server stops for another reason.
   sys_util::ScopedFd watcher_stop(eventfd(0, EFD_CLOEXEC));
   absl::StatusOr<std::thread> watcher = sys_util::StartThread({.name = "signal-watcher"}, [&] {
-    pollfd fds[2] = {{signal_fd.get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
+    pollfd fds[2] = {{signal_fd->get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
     while (poll(fds, 2, -1) < 0 && errno == EINTR) {
     }
     if (fds[0].revents != 0) {
       signalfd_siginfo info{};
-      if (read(signal_fd.get(), &info, sizeof(info)) == sizeof(info)) {
+      if (read(signal_fd->get(), &info, sizeof(info)) == sizeof(info)) {
         absl::FPrintF(stderr, "vhost-user-scsi: %s, stopping\n", strsignal(info.ssi_signo));
       }
     }
