@@ -47,11 +47,14 @@ class LinuxCdromDevice : public CdromDevice {
   absl::Status LockDoor(bool locked) override;
   absl::Status Eject() override;
   absl::Status CloseTray() override;
+  absl::Status Reopen() override;
+  void Close() override { fd_.Reset(); }
 
  private:
   const std::string path_;
   const std::string kernel_name_;
-  const sys_util::ScopedFd fd_;
+  // Replaced only by Reopen(); HostCdrom serializes every call into the device.
+  sys_util::ScopedFd fd_;
 };
 
 // Errors of a read that say the disc may be gone (sr fails reads of a removed or changed disc with
@@ -151,6 +154,19 @@ absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::stri
                      std::strerror(errno)));
   }
   return std::make_unique<LinuxCdromDevice>(path, KernelName(path), std::move(fd));
+}
+
+absl::Status LinuxCdromDevice::Reopen() {
+  ASSIGN_OR_RETURN(std::unique_ptr<CdromDevice> fresh, OpenHostCdromDevice(path_));
+  auto* linux_device = static_cast<LinuxCdromDevice*>(fresh.get());
+  if (linux_device->kernel_name_ != kernel_name_) {
+    // The node now names another drive (the removed one's name was taken): not ours to follow.
+    return absl::FailedPreconditionError(absl::StrCat("host CD-ROM ", path_, " is now ",
+                                                      linux_device->kernel_name_, ", not ",
+                                                      kernel_name_));
+  }
+  fd_ = std::move(linux_device->fd_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<HostDriveStatus> LinuxCdromDevice::DriveStatus() {
@@ -385,7 +401,12 @@ void HostCdrom::HandleUevent(const Uevent& event) {
   absl::Status status;
   if (event.lost_events || event.IsMediaChange() || event.action == "add") {
     absl::MutexLock lock(&refresh_mutex_);
-    status = RefreshLocked(/*media_changed=*/true);
+    if (event.action == "add") {
+      // The drive came back after a "remove": our descriptor is the removed device's.
+      absl::MutexLock device_lock(&device_mutex_);
+      status = device_->Reopen();
+    }
+    if (status.ok()) status = RefreshLocked(/*media_changed=*/true);
   } else if (event.IsEjectRequest()) {
     // block/disk-events.c reports the button only while removal is prevented: the drive itself
     // ignores it then. Whoever prevents removal decides.
@@ -405,6 +426,10 @@ void HostCdrom::HandleUevent(const Uevent& event) {
   } else if (event.action == "remove") {
     absl::MutexLock lock(&refresh_mutex_);
     absl::Status emptied = PublishEmpty(/*tray_open=*/false);
+    {
+      absl::MutexLock device_lock(&device_mutex_);
+      device_->Close();
+    }
     status = absl::UnavailableError(absl::StrCat("host CD-ROM ", device_->path(), " was removed",
                                                  emptied.ok() ? "" : "; ", emptied.message()));
   }

@@ -52,6 +52,15 @@ class CdromDevice {
   virtual absl::Status LockDoor(bool locked) = 0;  // CDROM_LOCKDOOR
   virtual absl::Status Eject() = 0;                // CDROMEJECT (opens the tray)
   virtual absl::Status CloseTray() = 0;            // CDROMCLOSETRAY
+
+  // The drive went away (the kernel's "remove" uevent): lets go of the removed device, whose
+  // name the kernel gives to no other drive while it is held open (sr's index is freed with the
+  // last reference), so that the same drive plugged in again comes back under the same name.
+  virtual void Close() {}
+  // The drive came back (the kernel's "add" uevent after a "remove": a USB drive plugged in
+  // again, a SCSI rescan): opens the node afresh. Devices without a descriptor of their own need
+  // not do anything.
+  virtual absl::Status Reopen() { return absl::OkStatus(); }
 };
 
 // The real drive: ioctls on the device node `path` ("/dev/sr0", or a link to it: /dev/cdrom).

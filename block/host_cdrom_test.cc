@@ -74,6 +74,19 @@ class FakeCdromDevice : public CdromDevice {
     status_ = HostDriveStatus::kTrayOpen;
     return absl::OkStatus();
   }
+  absl::Status Reopen() override {
+    absl::MutexLock lock(&mutex_);
+    commands_.push_back("reopen");
+    return reopen_error_;
+  }
+  void Close() override {
+    absl::MutexLock lock(&mutex_);
+    commands_.push_back("close-node");
+  }
+  void FailReopen(absl::Status error) {
+    absl::MutexLock lock(&mutex_);
+    reopen_error_ = std::move(error);
+  }
   absl::Status CloseTray() override {
     absl::MutexLock lock(&mutex_);
     commands_.push_back("close");
@@ -128,6 +141,7 @@ class FakeCdromDevice : public CdromDevice {
   uint64_t capacity_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t disc_in_tray_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Status status_error_ ABSL_GUARDED_BY(mutex_);
+  absl::Status reopen_error_ ABSL_GUARDED_BY(mutex_);
   absl::Status command_error_ ABSL_GUARDED_BY(mutex_);
   Counts counts_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> commands_ ABSL_GUARDED_BY(mutex_);
@@ -585,6 +599,34 @@ TEST_F(HostCdromTest, DriveRemovedFromTheHost) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0].code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(errors[0].message(), HasSubstr("removed"));
+}
+
+// A drive removed and added again (a USB drive replugged, a SCSI rescan): the "add" reopens the
+// node, since the old descriptor is the removed device's, and the disc it holds is published.
+TEST_F(HostCdromTest, DriveAddedBackIsReopenedAndItsDiscPublished) {
+  device_->InsertDisc(kDiscA);
+  ASSERT_TRUE(cdrom_->Refresh().ok());
+  Uevent remove;
+  remove.action = "remove";
+  cdrom_->HandleUevent(remove);
+  ASSERT_FALSE(State()->present);
+  device_->InsertDisc(kDiscB);
+  Uevent add;
+  add.action = "add";
+  cdrom_->HandleUevent(add);
+  EXPECT_THAT(device_->commands(), ElementsAre("close-node", "reopen"));
+  EXPECT_TRUE(State()->present);
+  EXPECT_EQ(State()->size_bytes(), kDiscB);
+
+  // A node that cannot be reopened (another drive took the name): reported, nothing published.
+  cdrom_->HandleUevent(remove);
+  device_->FailReopen(absl::FailedPreconditionError("host CD-ROM /dev/sr0 is now sr1, not sr0"));
+  const size_t errors_before = Errors().size();
+  cdrom_->HandleUevent(add);
+  EXPECT_FALSE(State()->present);
+  std::vector<absl::Status> errors = Errors();
+  ASSERT_GT(errors.size(), errors_before);
+  EXPECT_THAT(errors.back().message(), HasSubstr("is now sr1"));
 }
 
 TEST_F(HostCdromTest, UeventsFromTheMonitorRefreshOnlyTheirDrive) {

@@ -603,6 +603,12 @@ scenario_hostcd() {
   wait_for_medium no "$wait" || fail "the medium is still readable $wait s after @@HOST-REMOVE"
   result remove_seen_seconds "$(elapsed "$t")"
   result remove_error "$(tail -n 1 /tmp/dd.err)"
+  # The drive comes back (a rescan on the host, as a USB drive plugged in again): its disc again.
+  echo "@@HOST-READD"
+  t=$(uptime_s)
+  wait_for_medium yes "$wait" || fail "no medium $wait s after @@HOST-READD ($(tail -n 1 /tmp/dd.err))"
+  result readd_seen_seconds "$(elapsed "$t")"
+  check_iso_file "${arg_iso2_file:-}" "${arg_iso2_md5:-}" media_third
   sleep 0.2
   [ -s /tmp/uevents ] && while IFS= read -r line; do result media_uevent "$line"; done < /tmp/uevents
   result hostcd ok

@@ -264,6 +264,8 @@ hostcd_setup() {  # disc-image MiB: a scsi_debug CD-ROM drive holding the image;
     i=$((i + 1)); [ -n "$HOSTCD" ] || sleep 0.1
   done
   [ -n "$HOSTCD" ] && [ -b "/dev/$HOSTCD" ] || { l2_action "hostcd: no scsi_debug CD-ROM"; return 1; }
+  # Its SCSI host, to scan after the drive was deleted (HOST-READD).
+  HOSTCD_SCSI_HOST=$(readlink -f "/sys/block/$HOSTCD/device" | grep -o 'host[0-9]*' | head -n 1)
   # The kernel polls the drive (udev would set this): a UNIT ATTENTION becomes a uevent.
   echo 500 > "/sys/block/$HOSTCD/events_poll_msecs"
   HOSTCD_L1_MD5=$(dd if="/dev/$HOSTCD" bs=64K 2>/dev/null | md5sum | cut -d' ' -f1)
@@ -287,6 +289,10 @@ hostcd_markers() {
       l2_stats before-remove
       echo 1 > "/sys/block/$HOSTCD/device/delete"
       l2_action "hostcd: the host removed $HOSTCD" ;;
+    HOST-READD)
+      # As a drive plugged in again: a scan of its host finds it (scsi_debug's ptype is still 5).
+      echo "- - -" > "/sys/class/scsi_host/$HOSTCD_SCSI_HOST/scan"
+      l2_action "hostcd: the host scanned $HOSTCD_SCSI_HOST: $(cd /sys/block && echo sr*)" ;;
   esac
 }
 hostcd_teardown() {
@@ -317,8 +323,10 @@ nested_hostcd_check() {  # run bus
   linux_expect "$1" disc_md5 "$(md5sum < "$NESTED_DISK/a-disc.img" | cut -d' ' -f1)"
   linux_expect "$1" media_first ok
   linux_expect "$1" media_second ok
+  linux_expect "$1" media_third ok
   linux_expect "$1" hostcd ok
-  linux_report sr_size_sectors change_seen_seconds sr_size_sectors_new remove_seen_seconds remove_error media_uevent
+  linux_report sr_size_sectors change_seen_seconds sr_size_sectors_new remove_seen_seconds remove_error \
+    readd_seen_seconds media_uevent
   grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
   l1_md5=$(sed -n 's/.*hostcd: L1 drive [a-z0-9]* (disk view [a-z0-9]*) md5 //p' "$events" | head -n 1)
   [ -n "$l1_md5" ] && [ "$l1_md5" = "$(linux_results disc_md5 | head -n 1)" ] ||
@@ -327,6 +335,8 @@ nested_hostcd_check() {  # run bus
     linux_fail "$1" "the Watch stream did not report the host's new disc"
   grep -q 'watch: .* cd0 MEDIUM_REMOVED by host' "$events" ||
     linux_fail "$1" "the Watch stream did not report the drive's removal"
+  [ "$(grep -c 'watch: .* cd0 MEDIUM_INSERTED by host' "$events")" -ge 2 ] ||
+    linux_fail "$1" "the Watch stream did not report the disc of the drive added back"
   # Every read of the first disc happened before @@HOST-CHANGE: the drive was probed at start only.
   probes_a=$(nested_stat "$1" before-change cd0 hostProbes)
   reads_a=$(nested_stat "$1" before-change cd0 readRequests)
