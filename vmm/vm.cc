@@ -18,10 +18,10 @@
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/kvm/kvm_msi.h"
 #include "vmm/machine/layout.h"
-#include "vmm/legacy/acpi_pm.h"
-#include "vmm/legacy/i8042.h"
-#include "vmm/legacy/port_devices.h"
-#include "vmm/legacy/serial.h"
+#include "devices/legacy/acpi_pm.h"
+#include "devices/legacy/i8042.h"
+#include "devices/legacy/port_devices.h"
+#include "devices/legacy/serial.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/linux_boot.h"
@@ -138,20 +138,20 @@ absl::Status Vm::SetUpMemory() {
 
 absl::Status Vm::SetUpLegacyDevices() {
   const int output_fd = config_.serial_output_fd;
-  serial_ = std::make_shared<legacy::Serial>(
+  serial_ = std::make_shared<devices::legacy::Serial>(
       std::make_shared<KvmIrqLine>(*vm_fd_, kCom1Irq), [this, output_fd](uint8_t byte) {
         RecordSerialByte(byte);
         if (output_fd >= 0) WriteByte(output_fd, byte);
       });
-  RETURN_IF_ERROR(pio_bus_.Register(kCom1Port, legacy::Serial::kRegisterCount, serial_));
+  RETURN_IF_ERROR(pio_bus_.Register(kCom1Port, devices::legacy::Serial::kRegisterCount, serial_));
   DeviceDescription serial_node =
-      PortDevice("serial", {"ns16550a"}, {{kCom1Port, legacy::Serial::kRegisterCount}});
+      PortDevice("serial", {"ns16550a"}, {{kCom1Port, devices::legacy::Serial::kRegisterCount}});
   serial_node.interrupt = kCom1Irq;
   serial_node.clock_frequency = 1843200;
   machine_.devices.push_back(serial_node);
   machine_.stdout_device = absl::StrFormat("serial@%x", kCom1Port);
 
-  i8042_ = std::make_shared<legacy::I8042>(
+  i8042_ = std::make_shared<devices::legacy::I8042>(
       [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (i8042)"}); });
   // The bus holds shared_ptrs to the ports; they alias the controller's lifetime.
   RETURN_IF_ERROR(pio_bus_.Register(kI8042DataPort, 1,
@@ -162,18 +162,18 @@ absl::Status Vm::SetUpLegacyDevices() {
                                         {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}));
 
   RETURN_IF_ERROR(pio_bus_.Register(
-      kDebugExitPort, 1, std::make_shared<legacy::WriteOnlyPort>([this](uint8_t value) {
+      kDebugExitPort, 1, std::make_shared<devices::legacy::WriteOnlyPort>([this](uint8_t value) {
         exit_latch_.Trigger({VmExit::Kind::kGuestExit, value, "guest exit"});
       })));
   machine_.devices.push_back(PortDevice("debug-exit", {"microvm,debug-exit"}, {{kDebugExitPort, 1}}));
 
   RETURN_IF_ERROR(pio_bus_.Register(
       kPostCodePort, 1,
-      std::make_shared<legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); })));
+      std::make_shared<devices::legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); })));
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
 
   // The ACPI fixed hardware the FADT points to, its SCI on ISA IRQ 9 (docs/machine.md).
-  using AcpiPm = legacy::AcpiPowerManagement;
+  using AcpiPm = devices::legacy::AcpiPowerManagement;
   static_assert(kAcpiPmBlockSize == AcpiPm::kBlockSize &&
                 kAcpiPm1EventPort == kAcpiPmBase + AcpiPm::kPm1EventBlockOffset &&
                 kAcpiPm1ControlPort == kAcpiPmBase + AcpiPm::kPm1ControlOffset &&

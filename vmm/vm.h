@@ -27,13 +27,13 @@ class IoEventRegistrar;
 class PciRootBus;
 }  // namespace devices::pci
 
-namespace vmm {
-
-namespace legacy {
+namespace devices::legacy {
 class Serial;
 class I8042;
 class AcpiPowerManagement;
-}  // namespace legacy
+}  // namespace devices::legacy
+
+namespace vmm {
 
 class KvmMsiController;
 
@@ -125,9 +125,9 @@ class Vm {
   MachineDescription machine_;
   std::vector<uint8_t> device_tree_;
   acpi::AcpiTables acpi_tables_;
-  std::shared_ptr<legacy::Serial> serial_;
-  std::shared_ptr<legacy::I8042> i8042_;
-  std::shared_ptr<legacy::AcpiPowerManagement> acpi_pm_;  // the power button
+  std::shared_ptr<devices::legacy::Serial> serial_;
+  std::shared_ptr<devices::legacy::I8042> i8042_;
+  std::shared_ptr<devices::legacy::AcpiPowerManagement> acpi_pm_;  // the power button
   std::unique_ptr<KvmMsiController> msi_;
   std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;

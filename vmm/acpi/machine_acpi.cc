@@ -12,7 +12,7 @@
 #include "vmm/sys_util/host_file.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/machine/layout.h"
-#include "vmm/legacy/acpi_pm.h"
+#include "devices/legacy/acpi_pm.h"
 
 namespace vmm::acpi {
 namespace {
@@ -222,7 +222,7 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
     // to PM1a_CNT (4.8.3.2.1, 7.4.2), where the power-management device decodes it as power-off.
     root.push_back(aml::Name(
         "_S5",
-        aml::Package({aml::Integer(legacy::AcpiPowerManagement::kSleepTypeS5), aml::Integer(0)})));
+        aml::Package({aml::Integer(devices::legacy::AcpiPowerManagement::kSleepTypeS5), aml::Integer(0)})));
   }
   Bytes out;
   for (const Bytes& term : root) out.insert(out.end(), term.begin(), term.end());
@@ -233,7 +233,7 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
 absl::StatusOr<const DeviceDescription*> FindPowerManagement(const MachineDescription& machine) {
   const DeviceDescription* pm = FindCompatible(machine, kAcpiPmCompatible);
   if (pm == nullptr) return nullptr;
-  using Pm = legacy::AcpiPowerManagement;
+  using Pm = devices::legacy::AcpiPowerManagement;
   if (pm->space != DeviceDescription::AddressSpace::kPortIo || pm->ranges.empty() ||
       pm->ranges.front().size != Pm::kBlockSize ||
       pm->ranges.front().base > kPortIoSpaceBytes - Pm::kBlockSize) {
@@ -272,7 +272,7 @@ FadtConfig MakeFadt(const MachineDescription& machine, const DeviceDescription* 
   // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A fixed-feature
   // power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does not. The PM
   // timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI (5.2.10).
-  using Pm = legacy::AcpiPowerManagement;
+  using Pm = devices::legacy::AcpiPowerManagement;
   const uint64_t base = pm->ranges.front().base;
   fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtSleepButton | kFadtResetRegSupported;
   fadt.facs_address = static_cast<uint32_t>(facs_address);

@@ -15,7 +15,7 @@
 namespace vmm::acpi {
 
 // The compatible string of the ACPI fixed hardware's DeviceDescription (the device in
-// vmm/legacy/acpi_pm.h): its first range is the 16-port block of PM1 event/control registers, PM
+// devices/legacy/acpi_pm.h): its first range is the 16-port block of PM1 event/control registers, PM
 // timer and reset register; the FADT points into it, its SCI is ISA IRQ kAcpiSciIrq (layout.h), and
 // the DSDT gets \_S5_. (The description carries no `interrupt`: the SCI is level-triggered, which
 // only the FADT and the MADT express.)

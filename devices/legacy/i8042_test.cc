@@ -1,17 +1,17 @@
-#include "vmm/legacy/i8042.h"
+#include "devices/legacy/i8042.h"
 
 #include "gtest/gtest.h"
-#include "vmm/legacy/port_devices.h"
+#include "devices/legacy/port_devices.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
-uint8_t In(BusDevice& port) {
+uint8_t In(vmm::BusDevice& port) {
   uint8_t value = 0;
   port.Read(0, std::span<uint8_t>(&value, 1));
   return value;
 }
-void Out(BusDevice& port, uint8_t value) { port.Write(0, std::span<const uint8_t>(&value, 1)); }
+void Out(vmm::BusDevice& port, uint8_t value) { port.Write(0, std::span<const uint8_t>(&value, 1)); }
 
 TEST(I8042Test, ResetCommandCallsBack) {
   int resets = 0;
@@ -50,4 +50,4 @@ TEST(WriteOnlyPortTest, HandsWritesToTheCallback) {
 }
 
 }  // namespace
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

@@ -1,6 +1,6 @@
-#include "vmm/legacy/serial.h"
+#include "devices/legacy/serial.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
 // Register offsets (PC16550D table 2).
@@ -44,7 +44,7 @@ constexpr uint8_t kMsrDcd = 0x80;
 
 }  // namespace
 
-Serial::Serial(std::shared_ptr<IrqLine> irq, Output output)
+Serial::Serial(std::shared_ptr<vmm::IrqLine> irq, Output output)
     : irq_(std::move(irq)), output_(std::move(output)) {}
 
 void Serial::Read(uint64_t offset, std::span<uint8_t> data) {
@@ -173,4 +173,4 @@ void Serial::UpdateInterrupt() {
   }
 }
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

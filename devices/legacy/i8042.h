@@ -1,5 +1,5 @@
-#ifndef VMM_LEGACY_I8042_H_
-#define VMM_LEGACY_I8042_H_
+#ifndef DEVICES_LEGACY_I8042_H_
+#define DEVICES_LEGACY_I8042_H_
 
 #include <cstdint>
 #include <functional>
@@ -10,7 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "vmm/machine/bus.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 
 // The part of an i8042 keyboard controller a guest needs: the status and command registers at 0x64,
 // the data port at 0x60, the controller commands Linux's i8042 driver issues while probing (read and
@@ -21,11 +21,11 @@ class I8042 {
  public:
   explicit I8042(std::function<void()> on_reset) : on_reset_(std::move(on_reset)) {}
 
-  BusDevice& data_port() { return data_port_; }
-  BusDevice& command_port() { return command_port_; }
+  vmm::BusDevice& data_port() { return data_port_; }
+  vmm::BusDevice& command_port() { return command_port_; }
 
  private:
-  class Port : public BusDevice {
+  class Port : public vmm::BusDevice {
    public:
     Port(I8042* controller, bool is_command) : controller_(controller), is_command_(is_command) {}
     void Read(uint64_t offset, std::span<uint8_t> data) override;
@@ -51,6 +51,6 @@ class I8042 {
   uint8_t command_byte_ ABSL_GUARDED_BY(mutex_) = 0x45;  // kbd IRQ, system flag, translation
 };
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy
 
-#endif  // VMM_LEGACY_I8042_H_
+#endif  // DEVICES_LEGACY_I8042_H_

@@ -1,6 +1,6 @@
-#include "vmm/legacy/i8042.h"
+#include "devices/legacy/i8042.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
 // Status register bits.
@@ -104,4 +104,4 @@ void I8042::WriteData(uint8_t value) {
   pending_command_.reset();
 }
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

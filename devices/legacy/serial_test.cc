@@ -1,14 +1,14 @@
-#include "vmm/legacy/serial.h"
+#include "devices/legacy/serial.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
-class FakeIrqLine : public IrqLine {
+class FakeIrqLine : public vmm::IrqLine {
  public:
   void SetLevel(bool asserted) override {
     level = asserted;
@@ -120,4 +120,4 @@ TEST_F(SerialTest, InputIsBounded) {
 }
 
 }  // namespace
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

@@ -1,10 +1,10 @@
-#include "vmm/legacy/acpi_pm.h"
+#include "devices/legacy/acpi_pm.h"
 
 #include <time.h>
 
 #include <array>
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
 constexpr uint64_t kNanosecondsPerSecond = 1'000'000'000;
@@ -45,7 +45,7 @@ uint64_t AcpiPowerManagement::MonotonicNanoseconds() {
          static_cast<uint64_t>(now.tv_nsec);
 }
 
-AcpiPowerManagement::AcpiPowerManagement(std::shared_ptr<IrqLine> sci,
+AcpiPowerManagement::AcpiPowerManagement(std::shared_ptr<vmm::IrqLine> sci,
                                          std::function<void()> on_power_off,
                                          std::function<void()> on_reset, Clock clock)
     : sci_(std::move(sci)),
@@ -141,4 +141,4 @@ void AcpiPowerManagement::PressPowerButton() {
   UpdateSciLocked();
 }
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

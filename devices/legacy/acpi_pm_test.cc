@@ -1,4 +1,4 @@
-#include "vmm/legacy/acpi_pm.h"
+#include "devices/legacy/acpi_pm.h"
 
 #include <atomic>
 #include <memory>
@@ -7,13 +7,13 @@
 
 #include "gtest/gtest.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 namespace {
 
 using Pm = AcpiPowerManagement;
 
 // Records every level the device drives.
-class RecordingIrqLine : public IrqLine {
+class RecordingIrqLine : public vmm::IrqLine {
  public:
   void SetLevel(bool asserted) override {
     levels.push_back(asserted);
@@ -232,4 +232,4 @@ TEST(AcpiPowerManagementClockTest, RealClockIsMonotonic) {
 }
 
 }  // namespace
-}  // namespace vmm::legacy
+}  // namespace devices::legacy

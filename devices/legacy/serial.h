@@ -1,5 +1,5 @@
-#ifndef VMM_LEGACY_SERIAL_H_
-#define VMM_LEGACY_SERIAL_H_
+#ifndef DEVICES_LEGACY_SERIAL_H_
+#define DEVICES_LEGACY_SERIAL_H_
 
 #include <cstdint>
 #include <deque>
@@ -12,20 +12,20 @@
 #include "vmm/machine/bus.h"
 #include "vmm/machine/irq_line.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 
 // A 16550A UART (National Semiconductor PC16550D data sheet): the eight registers, the divisor
 // latch, FIFO mode reporting, loopback (Linux's 8250 driver probes it), and the receive-data and
 // transmitter-empty interrupts. Transmission is instant, so THR is always empty; bytes the guest
 // writes go to `output` at once. Host input queues in the receive FIFO.
-class Serial : public BusDevice {
+class Serial : public vmm::BusDevice {
  public:
   static constexpr uint64_t kRegisterCount = 8;
   // Bounds host input held for a guest that does not read it.
   static constexpr size_t kMaxQueuedInput = 4096;
 
   using Output = std::function<void(uint8_t)>;
-  Serial(std::shared_ptr<IrqLine> irq, Output output);
+  Serial(std::shared_ptr<vmm::IrqLine> irq, Output output);
 
   void Read(uint64_t offset, std::span<uint8_t> data) override;
   void Write(uint64_t offset, std::span<const uint8_t> data) override;
@@ -39,7 +39,7 @@ class Serial : public BusDevice {
   uint8_t InterruptIdentification() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void UpdateInterrupt() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  const std::shared_ptr<IrqLine> irq_;
+  const std::shared_ptr<vmm::IrqLine> irq_;
   const Output output_;
 
   absl::Mutex mutex_;
@@ -55,6 +55,6 @@ class Serial : public BusDevice {
   bool irq_asserted_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy
 
-#endif  // VMM_LEGACY_SERIAL_H_
+#endif  // DEVICES_LEGACY_SERIAL_H_

@@ -1,5 +1,5 @@
-#ifndef VMM_LEGACY_ACPI_PM_H_
-#define VMM_LEGACY_ACPI_PM_H_
+#ifndef DEVICES_LEGACY_ACPI_PM_H_
+#define DEVICES_LEGACY_ACPI_PM_H_
 
 #include <cstdint>
 #include <functional>
@@ -11,7 +11,7 @@
 #include "vmm/machine/bus.h"
 #include "vmm/machine/irq_line.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 
 // The ACPI fixed hardware of a PC (ACPI 6.5 4.8 "ACPI Hardware Model", the fixed-hardware model,
 // not hardware-reduced): the PM1a event and control blocks, the power-management timer, and the
@@ -51,7 +51,7 @@ namespace vmm::legacy {
 // Thread-safe: Read/Write come from vCPU threads, PressPowerButton from any thread. The callbacks
 // are called without the device's lock held; `sci` is driven with it held (so levels reach the
 // irqchip in the order the state changed).
-class AcpiPowerManagement : public BusDevice {
+class AcpiPowerManagement : public vmm::BusDevice {
  public:
   // The block's layout.
   static constexpr uint64_t kBlockSize = 16;
@@ -110,7 +110,7 @@ class AcpiPowerManagement : public BusDevice {
   static uint64_t MonotonicNanoseconds();
 
   // `sci` must not be null. The timer counts from 0 at construction.
-  AcpiPowerManagement(std::shared_ptr<IrqLine> sci, std::function<void()> on_power_off,
+  AcpiPowerManagement(std::shared_ptr<vmm::IrqLine> sci, std::function<void()> on_power_off,
                       std::function<void()> on_reset, Clock clock = &MonotonicNanoseconds);
 
   void Read(uint64_t offset, std::span<uint8_t> data) override;
@@ -134,7 +134,7 @@ class AcpiPowerManagement : public BusDevice {
   // Drives the SCI to (status & enable & kSciEvents) != 0 if that changed.
   void UpdateSciLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  const std::shared_ptr<IrqLine> sci_;
+  const std::shared_ptr<vmm::IrqLine> sci_;
   const std::function<void()> on_power_off_;
   const std::function<void()> on_reset_;
   const Clock clock_;
@@ -149,6 +149,6 @@ class AcpiPowerManagement : public BusDevice {
   bool sci_level_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy
 
-#endif  // VMM_LEGACY_ACPI_PM_H_
+#endif  // DEVICES_LEGACY_ACPI_PM_H_

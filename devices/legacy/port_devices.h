@@ -1,5 +1,5 @@
-#ifndef VMM_LEGACY_PORT_DEVICES_H_
-#define VMM_LEGACY_PORT_DEVICES_H_
+#ifndef DEVICES_LEGACY_PORT_DEVICES_H_
+#define DEVICES_LEGACY_PORT_DEVICES_H_
 
 #include <cstdint>
 #include <functional>
@@ -7,12 +7,12 @@
 
 #include "vmm/machine/bus.h"
 
-namespace vmm::legacy {
+namespace devices::legacy {
 
 // A one-byte port whose writes are handed to a callback and whose reads return 0. Used for the
 // debug-exit port (the guest's exit status, as QEMU's isa-debug-exit) and the POST code port 0x80
 // (boot progress markers the VMM timestamps).
-class WriteOnlyPort : public BusDevice {
+class WriteOnlyPort : public vmm::BusDevice {
  public:
   explicit WriteOnlyPort(std::function<void(uint8_t)> on_write) : on_write_(std::move(on_write)) {}
   void Read(uint64_t /*offset*/, std::span<uint8_t> data) override {
@@ -26,6 +26,6 @@ class WriteOnlyPort : public BusDevice {
   const std::function<void(uint8_t)> on_write_;
 };
 
-}  // namespace vmm::legacy
+}  // namespace devices::legacy
 
-#endif  // VMM_LEGACY_PORT_DEVICES_H_
+#endif  // DEVICES_LEGACY_PORT_DEVICES_H_
