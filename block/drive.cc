@@ -13,6 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "vmm/sys_util/scoped_fd.h"
+#include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block {
 
@@ -155,8 +157,7 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
     std::shared_ptr<Drive::Shared> shared, CompletionHandler handler) {
   sys_util::ScopedFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd.valid()) return absl::ErrnoToStatus(errno, "epoll_create1");
-  sys_util::ScopedFd event_fd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
+  ASSIGN_OR_RETURN(sys_util::ScopedFd event_fd, sys_util::MakeEventFd());
   epoll_event event{};
   event.events = EPOLLIN;
   if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, event_fd.get(), &event) != 0) {
@@ -372,9 +373,7 @@ void DriveQueue::Submit() {
 }
 
 void DriveQueue::Signal() const {
-  const uint64_t one = 1;
-  // An eventfd write fails only if the counter would overflow (2^64 - 2 writes without a read).
-  [[maybe_unused]] ssize_t n = ::write(event_fd_.get(), &one, sizeof(one));
+  sys_util::SignalEventFd(event_fd_.get());
 }
 
 void DriveQueue::ProcessCompletions() {
@@ -383,8 +382,7 @@ void DriveQueue::ProcessCompletions() {
   // A removable drive's eventfd is also written by media listeners on other threads, which this
   // thread cannot know of without reading it; a fixed drive reads it only after its own Submit().
   if (signalled_ || removable_) {
-    uint64_t count;
-    [[maybe_unused]] ssize_t n = ::read(event_fd_.get(), &count, sizeof(count));
+    sys_util::DrainEventFd(event_fd_.get());
     signalled_ = false;
   }
   done_.insert(done_.end(), immediate_.begin(), immediate_.end());

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace block {
 namespace {
@@ -105,9 +106,9 @@ class FaultInjectingQueue : public BlockQueue {
   void ProcessCompletions() override {
     // Clear our own sources first, so anything signalled from here on (a handler enqueuing a
     // request that fails at once) keeps the epoll fd readable for the next round.
-    uint64_t count;
-    (void)!::read(event_fd_.get(), &count, sizeof(count));
-    (void)!::read(timer_fd_.get(), &count, sizeof(count));
+    sys_util::DrainEventFd(event_fd_.get());
+    uint64_t expirations;  // a timerfd: read(2) is the only way to clear it
+    (void)!::read(timer_fd_.get(), &expirations, sizeof(expirations));
     timer_armed_at_ = 0;
 
     inner_->ProcessCompletions();  // appends to reaped_ (see the inner handler)
@@ -195,11 +196,7 @@ class FaultInjectingQueue : public BlockQueue {
     return absl::OkStatus();
   }
 
-  void Signal() {
-    const uint64_t one = 1;
-    // Fails only on counter overflow (2^64 - 2 pending signals); nothing to do about it.
-    (void)!::write(event_fd_.get(), &one, sizeof(one));
-  }
+  void Signal() { sys_util::SignalEventFd(event_fd_.get()); }
 
   void Hold(uint64_t cookie, int error, int64_t deadline_ns) {
     held_.push(Held{deadline_ns, next_sequence_++, cookie, error});

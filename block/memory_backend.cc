@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace block {
 namespace {
@@ -149,17 +150,14 @@ class MemoryBackend::Queue : public BlockQueue {
     if (pending_.empty()) return;
     for (Pending& p : pending_) due_.push_back(p);
     pending_.clear();
-    const uint64_t one = 1;
-    // An eventfd write only fails when the counter would overflow, which needs 2^64 - 2 writes.
-    [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));
+    sys_util::SignalEventFd(event_fd_);
   }
 
   int completion_fd() const override { return event_fd_; }
 
   void ProcessCompletions() override {
     // Clear readiness before running handlers: a Submit() from inside a handler signals again.
-    uint64_t count;
-    [[maybe_unused]] ssize_t n = ::read(event_fd_, &count, sizeof(count));
+    sys_util::DrainEventFd(event_fd_);
     // Only what was due on entry: requests submitted by handlers wait for the next call, like
     // completions that arrive after a real backend has reaped its ring.
     size_t due = due_.size();

@@ -1,4 +1,5 @@
 #include "vmm/vm_exit.h"
+#include "vmm/sys_util/eventfd.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -16,9 +17,7 @@ void ExitLatch::Trigger(VmExit exit) {
     exit_ = std::move(exit);
     triggered_.store(true, std::memory_order_release);
   }
-  const uint64_t one = 1;
-  // The eventfd counter cannot overflow from one write; nothing useful to do if it fails.
-  (void)!write(event_fd_.get(), &one, sizeof(one));
+  sys_util::SignalEventFd(event_fd_.get());
 }
 
 std::optional<VmExit> ExitLatch::Get() const {

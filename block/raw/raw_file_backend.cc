@@ -662,8 +662,7 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(Completi
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueueWithRing(
     CompletionHandler handler, std::unique_ptr<UringOps> ring) {
-  sys_util::ScopedFd event_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!event_fd.valid()) return absl::ErrnoToStatus(errno, "eventfd");
+  ASSIGN_OR_RETURN(sys_util::ScopedFd event_fd, sys_util::MakeEventFd());
   RETURN_IF_ERROR(ring->RegisterEventFd(event_fd.get()));
   return std::unique_ptr<BlockQueue>(std::make_unique<RawFileQueue>(
       shared_from_this(), std::move(ring), std::move(event_fd), std::move(handler)));

@@ -12,6 +12,7 @@
 #include "devices/pci/little_endian.h"
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace devices::virtio {
 namespace {
@@ -301,9 +302,7 @@ void VirtioPciTransport::SignalQueue(uint16_t index) {
 
 void VirtioPciTransport::Notify(uint16_t index) const {
   if (index >= queues_.size()) return;
-  const uint64_t one = 1;
-  // Only fails if the counter would overflow, which a reader clears long before.
-  (void)!write(queues_[index]->notify.get(), &one, sizeof(one));
+  sys_util::SignalEventFd(queues_[index]->notify.get());
 }
 
 // --- BAR 0 ---------------------------------------------------------------------------------------
@@ -563,8 +562,7 @@ void VirtioPciTransport::ResetLocked() {
     queue->used_ring = 0;
     queue->vector.store(kNoVector);
     // Drop notifications from before the reset so the next activation does not see stale kicks.
-    uint64_t count;
-    (void)!read(queue->notify.get(), &count, sizeof(count));
+    sys_util::DrainEventFd(queue->notify.get());
   }
   isr_.store(0);
   needs_reset_.store(false);

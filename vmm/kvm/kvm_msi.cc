@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/eventfd.h"
 
 namespace vmm {
 namespace {
@@ -32,11 +33,7 @@ class KvmMsiController::Vector : public MsiVector {
   absl::Status SetMessage(uint64_t address, uint32_t data) override {
     return controller_.Route(gsi_, address, data);
   }
-  void Trigger() override {
-    const uint64_t one = 1;
-    // Cannot fail short of a counter overflow (2^64 - 2 pending signals).
-    (void)!write(event_.get(), &one, sizeof(one));
-  }
+  void Trigger() override { sys_util::SignalEventFd(event_.get()); }
   int event_fd() const override { return event_.get(); }
 
  private:
