@@ -33,6 +33,7 @@
 #include "vmm/media_directory.h"
 #include "vmm/storage.h"
 #include "vmm/storage_flags.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 #include "vmm/sandbox/sandbox_flags.h"
@@ -207,7 +208,9 @@ int main(int argc, char** argv) {
   }
 
   // A signal stops the server; the watcher itself ends when the server stops for another reason.
-  sys_util::ScopedFd watcher_stop(eventfd(0, EFD_CLOEXEC));
+  auto watcher_stop_fd = sys_util::MakeEventFd();
+  if (!watcher_stop_fd.ok()) return Fail(watcher_stop_fd.status());
+  const sys_util::ScopedFd watcher_stop = *std::move(watcher_stop_fd);
   absl::StatusOr<std::thread> watcher = sys_util::StartThread({.name = "signal-watcher"}, [&] {
     pollfd fds[2] = {{signal_fd->get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
     while (poll(fds, 2, -1) < 0 && errno == EINTR) {
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
   if (sandbox->jail.has_value()) {
     if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
       server.Stop();
-      eventfd_write(watcher_stop.get(), 1);
+      sys_util::SignalEventFd(watcher_stop.get());
       signal_watcher.join();
       if (api_server != nullptr) api_server->Stop();
       unlink(socket_path.c_str());
@@ -237,7 +240,7 @@ int main(int argc, char** argv) {
   absl::FPrintF(stderr, "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
                 socket_path, absl::StrJoin(names, ", "), config.scsi_queues, config.iothreads);
   const absl::Status served = server.Run();
-  eventfd_write(watcher_stop.get(), 1);
+  sys_util::SignalEventFd(watcher_stop.get());
   signal_watcher.join();
   if (api_server != nullptr) api_server->Stop();
   unlink(socket_path.c_str());
