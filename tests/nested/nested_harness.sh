@@ -13,8 +13,10 @@
 #   nested_job BOOT                starts L1 boot BOOT: its work-disk directory NESTED_DISK (the L1
 #                                  job sees it as /l1disk) and job script NESTED_JOB (append to it:
 #                                  l2_run lines and L1-side marker handlers, see l1_lib.sh)
-#   nested_boot BOOT               builds the ext4 work disk, boots L1 (console log WORK/BOOT/l1.log,
-#                                  NESTED_LIVE=1 streams it), splits the per-run logs into
+#   nested_boot BOOT               builds the ext4 work disk, boots L1 (the job's console on its first
+#                                  serial port, WORK/BOOT/l1.log, NESTED_LIVE=1 streams it; L1's
+#                                  kernel messages on the second, WORK/BOOT/l1-kernel.log, so they
+#                                  never split a line of the job's), splits the per-run logs into
 #                                  NESTED_RUNS; skips the whole test ("SKIPPED: ...") when L1 has no
 #                                  /dev/kvm. Wall seconds in NESTED_SECONDS
 #   nested_select NAME             LINUX_LOG/LINUX_STATUS/LINUX_WORK of L2 run NAME (for linux_* checks)
@@ -87,38 +89,43 @@ nested_split() {  # l1-log: per-run logs in NESTED_RUNS
       grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
       grep "^L2-HUNG $name " "$log"
     } > "$NESTED_RUNS/$name.qemu.log"
-    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|LAUNCH|HOSTCD) $name " "$log" > "$NESTED_RUNS/$name.events"
+    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|LAUNCH|HOSTCD) $name " "$log" > "$NESTED_RUNS/$name.events"
     sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"
   done
 }
 
 nested_boot() {  # boot
-  local boot=$1 dir=$NESTED_WORK/$1 bytes img log start status tail_pid=""
+  local boot=$1 dir=$NESTED_WORK/$1 bytes img log klog start status tail_pid=""
   NESTED_BOOTS=$((NESTED_BOOTS + 1))
   echo 'echo "L1-JOB-END"' >> "$NESTED_JOB"
   img=$dir/work.img
   log=$dir/l1.log
+  # L1's kernel writes to ttyS1 and the job to ttyS0: a kernel line printed while the job writes
+  # one of its own cannot land in the middle of it (seen once: a run whose "SCENARIO ... PASS" line
+  # went missing while every other sign said it passed).
+  klog=$dir/l1-kernel.log
   # Room for what the L2 runs write into their (sparse) images, and for the ext4 journal.
   bytes=$(du -s --apparent-size -B1 "$NESTED_DISK" | cut -f1)
-  rm -f "$img" "$log"
+  rm -f "$img" "$log" "$klog"
   "$NESTED_MKE2FS" -q -t ext4 -E root_owner=0:0 -d "$NESTED_DISK" "$img" \
     "$(( (bytes / 1048576) + 384 ))M" >/dev/null || { echo "FAIL: mke2fs -d $NESTED_DISK"; exit 1; }
   : > "$log"
+  : > "$klog"
   if [ "${NESTED_LIVE:-0}" = 1 ]; then
     tail -n +1 -f "$log" | tr -d '\r' &
     tail_pid=$!
   fi
   local cmd=("$LINUX_QEMU" -accel tcg,thread=multi -cpu max -M q35 -m "${NESTED_L1_MEM:-2G}"
-             -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log"
+             -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log" -serial "file:$klog"
              -kernel "$LINUX_KERNEL" -initrd "$NESTED_L1_INITRAMFS"
-             -append "console=ttyS0 quiet panic=-1 ${NESTED_L1_APPEND:-}"
+             -append "console=ttyS1 quiet panic=-1 ${NESTED_L1_APPEND:-}"
              -drive "file=$img,if=virtio,format=raw,cache=unsafe")
   printf '%q ' "${cmd[@]}" > "$dir/l1.cmd"
   start=$(date +%s.%N)
   NESTED_L1_FAULT=""
   timeout "${NESTED_TIMEOUT:-1800}" "${cmd[@]}" </dev/null >"$dir/qemu.log" 2>&1 &
   local qemu_pid=$! fault
-  # L1's own kernel lines (not L2's, which come prefixed) that mean L1 itself broke: its KVM runs on
+  # L1's own kernel lines that mean L1 itself broke: its KVM runs on
   # SVM as QEMU's TCG emulates it, and a crash or lockup there (seen: "BUG: TASK stack guard page
   # was hit" in KVM's exit path, soft lockups of the CPU running L2) ends every L2 run of the boot.
   # Stop L1 a few seconds later (its trace gets printed) instead of at the timeout.
@@ -126,7 +133,7 @@ nested_boot() {  # boot
   # by its heartbeat going quiet.
   local size=0 last_size=-1 quiet_since=$SECONDS
   while kill -0 "$qemu_pid" 2>/dev/null; do
-    fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$log" 2>/dev/null)
+    fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$klog" 2>/dev/null)
     size=$(stat -c %s "$log" 2>/dev/null || echo 0)
     if [ "$size" != "$last_size" ]; then
       last_size=$size
@@ -151,6 +158,7 @@ nested_boot() {  # boot
     wait "$tail_pid" 2>/dev/null
   fi
   tr -d '\r' < "$log" > "$log.tmp" && mv "$log.tmp" "$log"
+  tr -d '\r' < "$klog" > "$klog.tmp" && mv "$klog.tmp" "$klog"
   echo "L1 boot $boot: QEMU status $status in $NESTED_SECONDS s ($(grep -c '^L2-BEGIN ' "$log") L2 runs; $(grep -m1 '^L1-READY' "$log"))"
   grep '^L2-END ' "$log" | sed 's/^/  /'
   if grep -q '^L1-NO-KVM' "$log"; then
@@ -159,12 +167,13 @@ nested_boot() {  # boot
   nested_split "$log"
   if [ -n "$NESTED_L1_FAULT" ]; then
     echo "L1 boot $boot: L1's kernel failed under the nested emulation, L1 stopped: $NESTED_L1_FAULT"
-    grep -v '^L2\[' "$log" | grep -aE '^\[ *[0-9.]+\]' | head -n 12 | sed 's/^/    L1| /'
+    grep -aE '^\[ *[0-9.]+\]' "$klog" | head -n 12 | sed 's/^/    L1| /'
     return 1
   fi
   if ! grep -q '^L1-JOB-END' "$log"; then
     echo "FAIL: L1 boot $boot did not finish its job (QEMU status $status, 124: timed out after ${NESTED_TIMEOUT:-1800} s); L1 console:"
     grep -vE '^(L2\[|L1-ALIVE )' "$log" | tail -n 40 | sed 's/^/    L1| /'
+    tail -n 20 "$klog" | sed 's/^/    L1 kernel| /'
     sed 's/^/    qemu| /' "$dir/qemu.log"
     LINUX_FAILURES=$((LINUX_FAILURES + 1))
   fi
@@ -220,7 +229,11 @@ nested_check_pass() {  # name scenario
   local st=$?
   nested_select "$1"
   if ! grep -qx "SCENARIO $2 PASS" "$LINUX_LOG"; then
-    linux_fail "$1" "no 'SCENARIO $2 PASS'$(grep -m1 "^SCENARIO $2 FAIL" "$LINUX_LOG" | sed 's/^/: /')"
+    local why
+    why=$(grep -m1 "^SCENARIO $2 FAIL" "$LINUX_LOG")
+    # No verdict at all: the console's last line says how far the guest got.
+    [ -n "$why" ] || why="no verdict; the console's last line: $(tail -n 1 "$LINUX_LOG" 2>/dev/null)"
+    linux_fail "$1" "no 'SCENARIO $2 PASS': $why"
     return 1
   fi
   return $st
