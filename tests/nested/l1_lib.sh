@@ -11,6 +11,9 @@
 #         L2-BEGIN NAME / L2-CMD NAME ...
 #         L2[NAME]| LINE            every line of the L2 serial console
 #         L2-LAUNCH NAME init_after=S   wall seconds from the VMM's start to the guest's /init
+#         L2-BOOTWORK NAME start|init pf_taken=... thp_fault_alloc=...   L1's KVM page faults and
+#                                   mappings, and its own page faults and huge-page allocations,
+#                                   before the VMM starts and at the guest's /init (l2_boot_counters)
 #         L2-STATS NAME TAG drive=disk0 readRequests=... fuaNative=...   (vmmctl --json vm stats)
 #         L2-THREADS NAME TAG COMM=TICKS ...   CPU time (utime+stime) of each microvm thread
 #         L2-ACTION NAME TEXT       what a marker handler did (vmmctl's answer)
@@ -96,6 +99,16 @@ l2_kvm_counters() {  # L1's KVM exit and injection counters (debugfs sums over e
   echo "${line# }"
 }
 
+l2_boot_counters() {  # L1's work so far: its KVM's page faults and page-table mappings (debugfs,
+  # one L2 VM at a time), and its own page faults and transparent-huge-page allocations (vmstat)
+  local f line=""
+  for f in exits pf_taken pf_fixed pages_4k pages_2m; do
+    [ -r "/sys/kernel/debug/kvm/$f" ] && line="$line $f=$(cat "/sys/kernel/debug/kvm/$f")"
+  done
+  line="$line $(awk '$1 ~ /^(pgfault|thp_fault_alloc|thp_fault_fallback|compact_stall)$/ { printf "%s=%s ", $1, $2 }' /proc/vmstat)"
+  echo "${line# }"
+}
+
 l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
   local pid ticks hwm
   case "$1" in
@@ -117,7 +130,8 @@ l2_console() {  # reads microvm's serial output
     case "$line" in
       "RESULT init_uptime="*)
         # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
-        echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')" ;;
+        echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')"
+        echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)" ;;
       @@FINAL)
         l2_stats final
         l2_threads final
@@ -151,6 +165,7 @@ l2_run() {  # name "guest args" microvm-flags...
   mkfifo "$L2_DIR/in"
   echo "L2-BEGIN $L2_NAME"
   echo "L2-CMD $L2_NAME ${L2_VMM:-microvm} $* -- $gargs"
+  echo "L2-BOOTWORK $L2_NAME start $(l2_boot_counters)"
   t0=$(l2_uptime)
   L2_T0=$t0
   # fd 3 keeps the console input open (no EOF for the VMM) and is how @@FINAL is answered.
