@@ -30,6 +30,10 @@
 #   L2_MARKERS=l2_bench_markers   answers the guest's @@BENCH-BEGIN/END W (scenario=bench) with
 #       L2-BENCH NAME BEGIN|END W exits=... (L1's KVM counters in debugfs, all VMs: one runs at a
 #       time) cpu_ticks=N (the VMM process, utime + stime) hwm_kib=N (its peak RSS)
+#   L2_FRESH_MEMORY=1    before each VMM starts, write L1's free memory once (l2_fresh_memory):
+#       L2-FRESH NAME mib=N seconds=S
+#   L2_TRACE_BOOT=1      trace L1's KVM from the VMM's start to the guest's /init (l2_trace_end):
+#       L2-TRACE NAME total|exit|off-cpu|slow ...
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
@@ -46,6 +50,8 @@ L2_EXIT_GRACE=${L2_EXIT_GRACE:-20}
 MICROVM=${MICROVM:-/usr/local/bin/microvm}
 VMMCTL=${VMMCTL:-/usr/local/bin/vmmctl}
 L2_MARKERS=${L2_MARKERS:-}
+L2_FRESH_MEMORY=${L2_FRESH_MEMORY:-0}
+L2_TRACE_BOOT=${L2_TRACE_BOOT:-0}
 
 l2_uptime() { read -r up _ < /proc/uptime; echo "$up"; }
 l2_pid() { cat "$L2_DIR/pid" 2>/dev/null; }
@@ -109,6 +115,68 @@ l2_boot_counters() {  # L1's work so far: its KVM's page faults and page-table m
   echo "${line# }"
 }
 
+l2_fresh_memory() {  # writes nearly all of L1's free memory once, through a tmpfs of its own
+  # Under QEMU's TCG, L1 memory that last held a guest's code still has translated blocks; the next
+  # guest's first write there (L1 zeroing a new 2 MiB page at a nested page fault) invalidates them
+  # and takes 0.3-0.8 s per 2 MiB page instead of 10 ms (docs/bench-linux.md, run E). Which VMM
+  # pays depends on which one touches the recycled pages first, and hardware has no such cost; a
+  # benchmark writes them once before each run so that neither does.
+  local mib t0 dir=/tmp/l2-fresh-memory
+  mib=$(awk '/^MemFree:/ { print int($2 / 1024) - 256 }' /proc/meminfo)
+  t0=$(l2_uptime)
+  if [ "$mib" -gt 0 ] && mkdir -p "$dir" && mount -t tmpfs -o "size=${mib}m" none "$dir"; then
+    dd if=/dev/zero of="$dir/fill" bs=1M count="$mib" 2>/dev/null
+    umount "$dir"
+  fi
+  echo "L2-FRESH $L2_NAME mib=$mib seconds=$(awk -v a="$t0" -v b="$(l2_uptime)" 'BEGIN { printf "%.1f", b - a }')"
+}
+
+L2_TRACING=/sys/kernel/debug/tracing
+l2_trace_begin() {  # L1's KVM exits and entries and the vCPU thread's scheduling, from here on
+  local e
+  echo 0 > $L2_TRACING/tracing_on
+  : > $L2_TRACING/trace
+  echo 30000 > $L2_TRACING/buffer_size_kb
+  echo 'prev_comm == "vcpu0" || next_comm == "vcpu0" || prev_comm == "CPU 0/KVM" || next_comm == "CPU 0/KVM"' \
+    > $L2_TRACING/events/sched/sched_switch/filter
+  for e in kvm/kvm_exit kvm/kvm_entry kvm/kvm_page_fault sched/sched_switch; do
+    echo 1 > "$L2_TRACING/events/$e/enable"
+  done
+  echo 1 > $L2_TRACING/tracing_on
+}
+
+l2_trace_end() {  # L2-TRACE lines: where the time between the two went
+  local e
+  echo 0 > $L2_TRACING/tracing_on
+  for e in kvm/kvm_exit kvm/kvm_entry kvm/kvm_page_fault sched/sched_switch; do
+    echo 0 > "$L2_TRACING/events/$e/enable"
+  done
+  # From each kvm_exit to the next kvm_entry L1 handles the exit (by exit reason); from an entry
+  # to the next exit the guest runs; the vCPU thread off its CPU is counted by its state when it
+  # left (R: preempted). Exits that took L1 over 50 ms are listed with the faulting address.
+  awk -v name="$L2_NAME" '
+    { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { t = substr($i, 1, length($i) - 1) + 0; ev = $(i + 1); rest = i + 2; break } }
+    ev == "kvm_exit:" { if (first == 0) first = t
+      if (entered > 0) guest += t - entered
+      exited = t; entered = 0; exits++
+      for (j = rest; j <= NF; j++) if ($j == "reason") reason = $(j + 1) }
+    ev == "kvm_page_fault:" { address = $0; sub(/.*address /, "", address); sub(/ .*/, "", address) }
+    ev == "kvm_entry:" { if (first == 0) first = t
+      if (exited > 0) {
+        h = t - exited; handling += h; by_reason[reason] += h; count[reason]++
+        if (h > 0.05) printf "L2-TRACE %s slow reason=%s seconds=%.3f at=%.3f address=%s\n", name, reason, h, exited - first, address
+      }
+      entered = t; exited = 0; address = "-" }
+    ev == "sched_switch:" {
+      if ($0 ~ /prev_comm=(vcpu0|CPU 0\/KVM) /) { off = t; state = $0; sub(/.*prev_state=/, "", state); sub(/ .*/, "", state) }
+      else if (off > 0) { off_cpu[state] += t - off; off = 0 } }
+    END {
+      printf "L2-TRACE %s total span=%.3f exits=%d guest=%.3f handling=%.3f\n", name, t - first, exits, guest, handling
+      for (r in by_reason) printf "L2-TRACE %s exit reason=%s n=%d seconds=%.3f\n", name, r, count[r], by_reason[r]
+      for (s in off_cpu) printf "L2-TRACE %s off-cpu state=%s seconds=%.3f\n", name, s, off_cpu[s]
+    }' $L2_TRACING/trace
+}
+
 l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
   local pid ticks hwm
   case "$1" in
@@ -131,7 +199,9 @@ l2_console() {  # reads microvm's serial output
       "RESULT init_uptime="*)
         # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
         echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')"
-        echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)" ;;
+        echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)"
+        l2_threads init
+        [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_end ;;
       @@FINAL)
         l2_stats final
         l2_threads final
@@ -165,6 +235,8 @@ l2_run() {  # name "guest args" microvm-flags...
   mkfifo "$L2_DIR/in"
   echo "L2-BEGIN $L2_NAME"
   echo "L2-CMD $L2_NAME ${L2_VMM:-microvm} $* -- $gargs"
+  [ "$L2_FRESH_MEMORY" != 1 ] || l2_fresh_memory
+  [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_begin
   echo "L2-BOOTWORK $L2_NAME start $(l2_boot_counters)"
   t0=$(l2_uptime)
   L2_T0=$t0
