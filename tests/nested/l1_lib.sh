@@ -118,7 +118,7 @@ l2_boot_counters() {  # L1's work so far: its KVM's page faults and page-table m
 l2_fresh_memory() {  # writes nearly all of L1's free memory once, through a tmpfs of its own
   # Under QEMU's TCG, L1 memory that last held a guest's code still has translated blocks; the next
   # guest's first write there (L1 zeroing a new 2 MiB page at a nested page fault) invalidates them
-  # and takes 0.3-0.8 s per 2 MiB page instead of 10 ms (docs/bench-linux.md, run E). Which VMM
+  # and takes 0.25-0.8 s per 2 MiB page instead of 10 ms (docs/bench-linux.md, run E). Which VMM
   # pays depends on which one touches the recycled pages first, and hardware has no such cost; a
   # benchmark writes them once before each run so that neither does.
   local mib t0 dir=/tmp/l2-fresh-memory
