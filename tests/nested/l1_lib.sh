@@ -11,9 +11,10 @@
 #         L2-BEGIN NAME / L2-CMD NAME ...
 #         L2[NAME]| LINE            every line of the L2 serial console
 #         L2-LAUNCH NAME init_after=S   wall seconds from the VMM's start to the guest's /init
-#         L2-BOOTWORK NAME start|init pf_taken=... thp_fault_alloc=...   L1's KVM page faults and
-#                                   mappings, and its own page faults and huge-page allocations,
-#                                   before the VMM starts and at the guest's /init (l2_boot_counters)
+#         L2-BOOTWORK NAME start|init pf_taken=... thp_fault_alloc=...   with L2_BOOT_WORK=1: L1's
+#                                   KVM page faults and mappings, and its own page faults and
+#                                   huge-page allocations, before the VMM starts and at the guest's
+#                                   /init (l2_boot_counters)
 #         L2-STATS NAME TAG drive=disk0 readRequests=... fuaNative=...   (vmmctl --json vm stats)
 #         L2-THREADS NAME TAG COMM=TICKS ...   CPU time (utime+stime) of each microvm thread
 #         L2-ACTION NAME TEXT       what a marker handler did (vmmctl's answer)
@@ -50,6 +51,7 @@ L2_EXIT_GRACE=${L2_EXIT_GRACE:-20}
 MICROVM=${MICROVM:-/usr/local/bin/microvm}
 VMMCTL=${VMMCTL:-/usr/local/bin/vmmctl}
 L2_MARKERS=${L2_MARKERS:-}
+L2_BOOT_WORK=${L2_BOOT_WORK:-0}
 L2_FRESH_MEMORY=${L2_FRESH_MEMORY:-0}
 L2_TRACE_BOOT=${L2_TRACE_BOOT:-0}
 
@@ -199,7 +201,7 @@ l2_console() {  # reads microvm's serial output
       "RESULT init_uptime="*)
         # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
         echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')"
-        echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)"
+        [ "$L2_BOOT_WORK" != 1 ] || echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)"
         l2_threads init
         [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_end ;;
       @@FINAL)
@@ -237,7 +239,7 @@ l2_run() {  # name "guest args" microvm-flags...
   echo "L2-CMD $L2_NAME ${L2_VMM:-microvm} $* -- $gargs"
   [ "$L2_FRESH_MEMORY" != 1 ] || l2_fresh_memory
   [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_begin
-  echo "L2-BOOTWORK $L2_NAME start $(l2_boot_counters)"
+  [ "$L2_BOOT_WORK" != 1 ] || echo "L2-BOOTWORK $L2_NAME start $(l2_boot_counters)"
   t0=$(l2_uptime)
   L2_T0=$t0
   # fd 3 keeps the console input open (no EOF for the VMM) and is how @@FINAL is answered.
