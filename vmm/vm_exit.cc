@@ -1,10 +1,11 @@
 #include "vmm/vm_exit.h"
-#include "vmm/sys_util/eventfd.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cstdint>
+
+#include "vmm/sys_util/eventfd.h"
 
 namespace vmm {
 

@@ -56,6 +56,9 @@ L2_FRESH_MEMORY=${L2_FRESH_MEMORY:-0}
 L2_TRACE_BOOT=${L2_TRACE_BOOT:-0}
 
 l2_uptime() { read -r up _ < /proc/uptime; echo "$up"; }
+l2_seconds_since() {  # uptime [digits]: seconds from that uptime to now
+  awk -v a="$1" -v b="$(l2_uptime)" -v f="%.${2:-1}f" 'BEGIN { printf f, b - a }'
+}
 l2_pid() { cat "$L2_DIR/pid" 2>/dev/null; }
 l2_ctl() { "$VMMCTL" --api "unix:$L2_DIR/api.sock" "$@"; }
 l2_action() { echo "L2-ACTION $L2_NAME $*"; }
@@ -130,10 +133,11 @@ l2_fresh_memory() {  # writes nearly all of L1's free memory once, through a tmp
     dd if=/dev/zero of="$dir/fill" bs=1M count="$mib" 2>/dev/null
     umount "$dir"
   fi
-  echo "L2-FRESH $L2_NAME mib=$mib seconds=$(awk -v a="$t0" -v b="$(l2_uptime)" 'BEGIN { printf "%.1f", b - a }')"
+  echo "L2-FRESH $L2_NAME mib=$mib seconds=$(l2_seconds_since "$t0")"
 }
 
 L2_TRACING=/sys/kernel/debug/tracing
+L2_TRACE_EVENTS="kvm/kvm_exit kvm/kvm_entry kvm/kvm_page_fault sched/sched_switch"
 l2_trace_begin() {  # L1's KVM exits and entries and the vCPU thread's scheduling, from here on
   local e
   echo 0 > $L2_TRACING/tracing_on
@@ -141,7 +145,7 @@ l2_trace_begin() {  # L1's KVM exits and entries and the vCPU thread's schedulin
   echo 30000 > $L2_TRACING/buffer_size_kb
   echo 'prev_comm == "vcpu0" || next_comm == "vcpu0" || prev_comm == "CPU 0/KVM" || next_comm == "CPU 0/KVM"' \
     > $L2_TRACING/events/sched/sched_switch/filter
-  for e in kvm/kvm_exit kvm/kvm_entry kvm/kvm_page_fault sched/sched_switch; do
+  for e in $L2_TRACE_EVENTS; do
     echo 1 > "$L2_TRACING/events/$e/enable"
   done
   echo 1 > $L2_TRACING/tracing_on
@@ -150,7 +154,7 @@ l2_trace_begin() {  # L1's KVM exits and entries and the vCPU thread's schedulin
 l2_trace_end() {  # L2-TRACE lines: where the time between the two went
   local e
   echo 0 > $L2_TRACING/tracing_on
-  for e in kvm/kvm_exit kvm/kvm_entry kvm/kvm_page_fault sched/sched_switch; do
+  for e in $L2_TRACE_EVENTS; do
     echo 0 > "$L2_TRACING/events/$e/enable"
   done
   # From each kvm_exit to the next kvm_entry L1 handles the exit (by exit reason); from an entry
@@ -200,7 +204,7 @@ l2_console() {  # reads microvm's serial output
     case "$line" in
       "RESULT init_uptime="*)
         # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
-        echo "L2-LAUNCH $L2_NAME init_after=$(awk -v a="$L2_T0" -v b="$(l2_uptime)" 'BEGIN { printf "%.2f", b - a }')"
+        echo "L2-LAUNCH $L2_NAME init_after=$(l2_seconds_since "$L2_T0" 2)"
         [ "$L2_BOOT_WORK" != 1 ] || echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)"
         l2_threads init
         [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_end ;;
@@ -274,7 +278,7 @@ l2_run() {  # name "guest args" microvm-flags...
   # A VMM that ends by itself (not SIGKILL) removes the socket it created.
   [ ! -e "$L2_DIR/api.sock" ] || l2_action "api socket left behind: $L2_DIR/api.sock"
   sed "s/^/L2ERR[$L2_NAME]| /" "$L2_DIR/err"
-  echo "L2-END $L2_NAME status=${status:-none} seconds=$(awk -v a="$t0" -v b="$(l2_uptime)" 'BEGIN { printf "%.1f", b - a }')"
+  echo "L2-END $L2_NAME status=${status:-none} seconds=$(l2_seconds_since "$t0")"
   L2_MARKERS=""
   L2_VMM=microvm
 }

@@ -39,6 +39,8 @@
 
 NESTED_SECONDS=""
 NESTED_BOOTS=0
+# L1 kernel lines that mean L1 itself broke (nested_boot).
+NESTED_L1_FAULT_LINE='^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)'
 
 nested_require() {
   linux_require
@@ -133,7 +135,7 @@ nested_boot() {  # boot
   # by its heartbeat going quiet.
   local size=0 last_size=-1 quiet_since=$SECONDS
   while kill -0 "$qemu_pid" 2>/dev/null; do
-    fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$klog" 2>/dev/null)
+    fault=$(grep -m1 -aE "$NESTED_L1_FAULT_LINE" "$klog" 2>/dev/null)
     size=$(stat -c %s "$log" 2>/dev/null || echo 0)
     if [ "$size" != "$last_size" ]; then
       last_size=$size
@@ -174,7 +176,9 @@ nested_boot() {  # boot
   fi
   if [ -n "$NESTED_L1_FAULT" ]; then
     echo "L1 boot $boot: L1's kernel failed under the nested emulation, L1 stopped: $NESTED_L1_FAULT"
-    grep -aE '^\[ *[0-9.]+\]' "$klog" | head -n 12 | sed 's/^/    L1| /'
+    # From the fault's first line on (the log also has L1's ordinary error lines); a stall or a
+    # reset has none, so its last lines instead.
+    { grep -a -m1 -A11 -E "$NESTED_L1_FAULT_LINE" "$klog" || tail -n 12 "$klog"; } | sed 's/^/    L1| /'
     return 1
   fi
   if ! grep -q '^L1-JOB-END' "$log"; then
