@@ -99,8 +99,9 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
   }
   if (error != ECONNREFUSED) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s %s exists and cannot be checked (connect: %s); remove it if it is stale", label,
-        path, Errno(error)));
+        "%s %s exists, and connect() to it failed (%s), so whether a process still listens on "
+        "it cannot be told; refusing to replace it",
+        label, path, Errno(error)));
   }
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
     return absl::ErrnoToStatus(errno, absl::StrFormat("removing the stale %s %s", label, path));

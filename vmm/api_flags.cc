@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "api/api_token.h"
+#include "api/listen_address.h"
 #include "vmm/drive_spec.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -54,6 +55,14 @@ absl::StatusOr<ApiFlags> ApiFlagsFromCommandLine() {
         api::ReadApiTokenFile(token_file, "--api-token-file", api::TokenFileCheck::kOwnerOnly);
     if (!token.ok()) return NameTheFlag("--api-token-file", token_file, token_file, token.status());
     options.auth_token = *std::move(token);
+  }
+  // A stale socket left by a VMM that was killed is replaced; a live one is refused. Told apart
+  // with connect(), which the seccomp filter refuses later: so here, before the sandbox.
+  if (!options.unix_socket_path.empty()) {
+    absl::Status ready = api::PrepareUnixSocketPath(options.unix_socket_path, "--api-socket");
+    if (!ready.ok()) {
+      return NameTheFlag("--api-socket", options.unix_socket_path, options.unix_socket_path, ready);
+    }
   }
   if (const std::string media_dir = absl::GetFlag(FLAGS_media_dir); !media_dir.empty()) {
     if (!api.enabled()) {

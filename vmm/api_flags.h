@@ -19,7 +19,10 @@ struct ApiFlags {
 };
 
 // Validates the flags (a flag that applies to another one not given is an error), reads the token
-// file (owner-only) and opens the media directory. Errors name the flag and the value.
+// file (owner-only), opens the media directory and readies the --api-socket path (a stale socket
+// there is removed, a live one refused: api::PrepareUnixSocketPath). Call it before the sandbox:
+// telling a stale socket from a live one takes connect(), which the filters refuse. Errors name
+// the flag and the value.
 absl::StatusOr<ApiFlags> ApiFlagsFromCommandLine();
 
 }  // namespace vmm

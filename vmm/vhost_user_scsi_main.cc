@@ -143,20 +143,25 @@ int main(int argc, char** argv) {
   if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
     return Fail(configured);
   }
-  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
-  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
-  if (!sandbox.ok()) return Fail(sandbox.status());
-
-  // The control API's options, token and media directory: read and opened before anything is
-  // served.
+  // The control API's options, token and media directory, and both socket paths readied (a stale
+  // socket replaced, a live one refused): before the sandbox, whose filter refuses the connect()
+  // that tells the two apart.
   auto api_flags = vmm::ApiFlagsFromCommandLine();
   if (!api_flags.ok()) return Fail(api_flags.status());
   api::ApiServerOptions& api_options = api_flags->options;
   std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
+  const std::string socket_path = absl::GetFlag(FLAGS_socket);
+  if (absl::Status ready = api::PrepareUnixSocketPath(socket_path, "--socket");
+      !ready.ok()) {
+    return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, ready));
+  }
+
+  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
+  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  if (!sandbox.ok()) return Fail(sandbox.status());
 
   // A front end that goes away mid-write must cost an error, not the process.
   signal(SIGPIPE, SIG_IGN);
-  const std::string socket_path = absl::GetFlag(FLAGS_socket);
   config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
   // SIGINT/SIGTERM end the server through a signalfd, blocked before any thread starts.
