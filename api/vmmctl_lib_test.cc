@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <filesystem>
@@ -273,6 +274,45 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
   absl::Duration delay_ ABSL_GUARDED_BY(mutex_);
   vmm::v1::ShutdownRequest last_shutdown_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> authorizations_ ABSL_GUARDED_BY(mutex_);
+};
+
+// An output stream's buffer that a test can wait on: the text written so far, and a wait for the
+// number of complete lines in it (the watch's printed events).
+class LineSignallingBuffer : public std::streambuf {
+ public:
+  bool WaitForLines(int lines, absl::Duration timeout) {
+    absl::MutexLock lock(&mutex_);
+    wanted_lines_ = lines;
+    return mutex_.AwaitWithTimeout(absl::Condition(this, &LineSignallingBuffer::HasWantedLines),
+                                   timeout);
+  }
+  std::string text() {
+    absl::MutexLock lock(&mutex_);
+    return text_;
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) {
+      const char ch = traits_type::to_char_type(c);
+      xsputn(&ch, 1);
+    }
+    return traits_type::not_eof(c);
+  }
+  std::streamsize xsputn(const char* data, std::streamsize size) override {
+    absl::MutexLock lock(&mutex_);
+    text_.append(data, static_cast<size_t>(size));
+    return size;
+  }
+
+ private:
+  absl::Mutex mutex_;
+  std::string text_ ABSL_GUARDED_BY(mutex_);
+  int wanted_lines_ ABSL_GUARDED_BY(mutex_) = 0;
+
+  bool HasWantedLines() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return std::count(text_.begin(), text_.end(), '\n') >= wanted_lines_;
+  }
 };
 
 struct Result {
@@ -618,12 +658,20 @@ TEST_F(VmmctlTest, WatchPrintsOneLinePerEvent) {
   for (int i = 0; i < 500 && fake_.watchers() != 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   ASSERT_EQ(fake_.watchers(), 0) << "the first watch's stream is still open on the server";
   Result j;
-  std::thread json_watcher([&] { j = Vmmctl({"--json", "media", "watch", "cd0"}); });
+  LineSignallingBuffer json_out;
+  std::thread json_watcher([&] {
+    std::ostream out(&json_out);
+    std::ostringstream err;
+    j.status = vmmctl::Run({"--api", "unix:" + socket_, "--json", "media", "watch", "cd0"}, out, err);
+    j.err = err.str();
+  });
   for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   fake_.Emit(vmm::v1::MediaEvent::TRAY_OPENED, true);
-  absl::SleepFor(absl::Milliseconds(500));  // the client prints it
+  // Cancelled once the client has printed the event (not after a guess at how long that takes).
+  EXPECT_TRUE(json_out.WaitForLines(1, absl::Seconds(30))) << "the event never reached the output";
   CancelWatch();
   json_watcher.join();
+  j.out = json_out.text();
   EXPECT_EQ(j.status, 0) << j.err;
   ASSERT_FALSE(j.out.empty());
   EXPECT_EQ(std::count(j.out.begin(), j.out.end(), '\n'), 1) << j.out;

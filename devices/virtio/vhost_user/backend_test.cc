@@ -2,7 +2,9 @@
 
 #include <poll.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "block/drive.h"
@@ -703,17 +706,31 @@ TEST_F(VhostUserServerTest, StopEndsATricklingMessage) {
   const Header header{static_cast<uint32_t>(Request::kSetVringNum), kVersion, 8};
   const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
   std::atomic<bool> done{false};
+  std::atomic<size_t> sent{0};
+  absl::Notification inside;
   std::thread trickle([&] {
     for (size_t i = 0; i < sizeof(header) && !done; ++i) {
       (void)!send(connection.fd(), bytes + i, 1, MSG_NOSIGNAL);
+      sent = i + 1;
+      // SIOCOUTQ on a unix socket: the bytes the peer has not read yet. Once the first byte is
+      // read, the server is inside the message.
+      int unread = 1;
+      for (int tries = 0; tries < 10000 && !done && unread > 0; ++tries) {
+        if (ioctl(connection.fd(), SIOCOUTQ, &unread) != 0) break;
+        if (unread > 0) absl::SleepFor(absl::Milliseconds(1));
+      }
+      if (!inside.HasBeenNotified() && unread == 0) inside.Notify();
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
-  absl::SleepFor(absl::Milliseconds(350));  // the server is inside the message now
+  ASSERT_TRUE(inside.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the server never read the message's first byte";
   const absl::Time asked = absl::Now();
   server_->Stop();
   thread_.join();  // Run() returned
   EXPECT_LT(absl::Now() - asked, absl::Seconds(2));
+  // The case is the one meant: the message was still incomplete when the server stopped.
+  EXPECT_LT(sent.load(), sizeof(header));
   done = true;
   trickle.join();
   // TearDown stops and joins again: a fresh thread that returns at once (stop is still set).
