@@ -14,6 +14,7 @@
 #include "vmm/machine/bus.h"
 #include "vmm/kvm/kvm.h"
 #include "vmm/vm_exit.h"
+#include "tests/support/skip.h"
 
 namespace vmm {
 namespace {
@@ -34,7 +35,7 @@ class CountingPort : public BusDevice {
 class VcpuRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "SKIPPED: /dev/kvm is not available";
+    if (std::string why = tests::NoKvmReason(); !why.empty()) MICROVM_SKIP(why);
     auto kvm = Kvm::Open();
     ASSERT_TRUE(kvm.ok()) << kvm.status();
     kvm_.emplace(*std::move(kvm));

@@ -20,6 +20,7 @@
 #include "vmm/machine/guest_memory.h"
 #include "vmm/kvm/kvm.h"
 #include "vmm/kvm/kvm_msi.h"
+#include "tests/support/skip.h"
 
 namespace devices::virtio {
 namespace {
@@ -805,7 +806,7 @@ TEST_F(VirtioPciTest, ManyQueuesGetABiggerBar) {
 // entries routed with KVM_SET_GSI_ROUTING. No vCPU runs; KVM itself refuses duplicate or unknown
 // ioeventfds, so a registration that is off by anything shows up as an error.
 TEST(VirtioPciKvmTest, DoorbellsAndVectorsOnKvm) {
-  if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "SKIPPED: /dev/kvm is not available";
+  if (std::string why = tests::NoKvmReason(); !why.empty()) MICROVM_SKIP(why);
   auto kvm = vmm::Kvm::Open();
   ASSERT_TRUE(kvm.ok()) << kvm.status();
   auto vm = kvm->CreateVm();

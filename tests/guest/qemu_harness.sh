@@ -73,26 +73,31 @@ probe_drive() {
     -drive "file=$WORK/disk-pristine.img,if=none,id=d0,format=raw,$1" >/dev/null 2>&1
 }
 
-# Skips the test (exit 0, "SKIPPED: ...") unless /dev/kvm is usable and QEMU and python3 are
-# installed; sets QEMU_BIN and PYTHON.
-require_kvm_qemu_python() {
+# The one way a shell test skips (test_skip, counted by tools/test; docs/testing.md).
+# shellcheck source=../support/skip.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
+
+# Skips the test (test_skip) unless /dev/kvm is usable (tools/test runs these tests, tagged
+# "kvm", in L1 where this host has none) and QEMU is installed; sets QEMU_BIN.
+require_kvm_qemu() {
   if [[ ! -e /dev/kvm ]]; then
-    echo "SKIPPED: /dev/kvm is absent"
-    exit 0
+    test_skip "/dev/kvm is absent (tools/test runs the \"kvm\" tests in L1 on such hosts)"
   fi
   if [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then
-    echo "SKIPPED: /dev/kvm is not readable and writable by $(id -un)"
-    exit 0
+    test_skip "/dev/kvm is not readable and writable by $(id -un)"
   fi
   QEMU_BIN="$(command -v qemu-system-x86_64 || true)"
   if [[ -z "$QEMU_BIN" ]]; then
-    echo "SKIPPED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)"
-    exit 0
+    test_skip "qemu-system-x86_64 is not installed (tools/setup)"
   fi
+}
+
+# require_kvm_qemu, and python3 (tools/make-pattern-image and the monitor client); sets PYTHON.
+require_kvm_qemu_python() {
+  require_kvm_qemu
   PYTHON="$(command -v python3 || true)"
   if [[ -z "$PYTHON" ]]; then
-    echo "SKIPPED: python3 is missing (tools/make-pattern-image and the monitor client need it)"
-    exit 0
+    test_skip "python3 is missing (tools/make-pattern-image and the monitor client need it)"
   fi
 }
 
@@ -106,7 +111,7 @@ setup_work() {  # name keep-var [guest [make-pattern-image]]
   GUEST="${3:-tests/guest/test_guest}"
   MKIMG="${4:-tools/make-pattern-image}"
   RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-60}"
-  require_kvm_qemu_python  # exits 0 with "SKIPPED: ..." when one is missing
+  require_kvm_qemu_python  # test_skip when one is missing
   local f
   for f in "$GUEST" "$MKIMG"; do
     if [[ ! -f "$f" ]]; then

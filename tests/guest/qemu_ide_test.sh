@@ -4,7 +4,7 @@
 # ide-disk (LBA48 beyond 2^28 and 2^32, PIO, flushes), ide-errors (the answers QEMU gives),
 # ide-media (medium change driven through the HMP monitor when the guest prints @@EJECT cd /
 # @@INSERT cd) and ide-bench (numbers printed, never judged). See docs/test-guest.md, "IDE".
-# Skips (exit 0, "SKIPPED: ...") when /dev/kvm, qemu-system-x86_64 or python3 is missing.
+# Skips (test_skip) when /dev/kvm, qemu-system-x86_64 or python3 is missing.
 #
 # Usage: qemu_ide_test.sh [path/to/test_guest [path/to/make-pattern-image]]
 #   QEMU_RUN_TIMEOUT  seconds per QEMU run (default 60; a run takes 2-6 s)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Boots the test guest under QEMU (the known-good reference VMM) and checks the built-in tests'
 # output and exit status. QEMU's isa-debug-exit turns the guest's status V into (V << 1) | 1.
-# Skips (exit 0, "SKIPPED: ...") when /dev/kvm or qemu-system-x86_64 is missing.
+# Skips (test_skip) when /dev/kvm or qemu-system-x86_64 is missing.
 #
 # Usage: qemu_reference_test.sh [path/to/test_guest]   (Bazel passes $(location :test_guest))
 set -u
@@ -12,19 +12,7 @@ trap '' PIPE
 GUEST="${1:-tests/guest/test_guest}"
 RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-30}"  # seconds per QEMU run; a healthy run takes well under 1 s
 
-if [[ ! -e /dev/kvm ]]; then
-  echo "SKIPPED: /dev/kvm is absent"
-  exit 0
-fi
-if [[ ! -r /dev/kvm || ! -w /dev/kvm ]]; then
-  echo "SKIPPED: /dev/kvm is not readable and writable by $(id -un)"
-  exit 0
-fi
-QEMU_BIN="$(command -v qemu-system-x86_64 || true)"
-if [[ -z "$QEMU_BIN" ]]; then
-  echo "SKIPPED: qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)"
-  exit 0
-fi
+require_kvm_qemu  # test_skip when /dev/kvm or QEMU is missing
 if [[ ! -f "$GUEST" ]]; then
   echo "FAIL: guest ELF '$GUEST' not found"
   exit 1

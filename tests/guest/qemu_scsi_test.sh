@@ -3,7 +3,7 @@
 # scsi-probe, scsi-rw, scsi-cd, scsi-queues, scsi-irq, scsi-errors, scsi-media (medium change driven
 # through the HMP monitor when the guest prints @@EJECT cd / @@INSERT cd) and scsi-bench (numbers
 # are printed, never judged). See docs/test-guest.md, "virtio-scsi".
-# Skips (exit 0, "SKIPPED: ...") when /dev/kvm or qemu-system-x86_64 is missing.
+# Skips (test_skip) when /dev/kvm or qemu-system-x86_64 is missing.
 #
 # Usage: qemu_scsi_test.sh [path/to/test_guest [path/to/make-pattern-image]]
 #   QEMU_RUN_TIMEOUT  seconds per QEMU run (default 60; a run takes 2-5 s)

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_util.h"
+#include "tests/support/skip.h"
 
 namespace tests {
 namespace {
@@ -30,7 +31,7 @@ class IdeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string python;
-    if (std::string why = GuestSkipReason(&python); !why.empty()) GTEST_SKIP() << why;
+    if (std::string why = GuestSkipReason(&python); !why.empty()) MICROVM_SKIP(why);
   }
 
   // A fresh pattern image (tests write to disks, so every test makes its own).

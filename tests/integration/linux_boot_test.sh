@@ -9,18 +9,17 @@ set -uo pipefail
 microvm=$1
 make_initramfs=$2
 
+# shellcheck source=../support/skip.sh
+source "$(dirname "$0")/../support/skip.sh"
 if [ ! -r /dev/kvm ] || [ ! -w /dev/kvm ]; then
-  echo "SKIPPED: /dev/kvm is missing or not accessible"
-  exit 0
+  test_skip "/dev/kvm is missing or not accessible"
 fi
 kernel=${LINUX_KERNEL:-$(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V | tail -n 1)}
 if [ -z "$kernel" ] || [ ! -r "$kernel" ]; then
-  echo "SKIPPED: no kernel (apt-get install linux-image-cloud-amd64, or set LINUX_KERNEL)"
-  exit 0
+  test_skip "no kernel (apt-get install linux-image-cloud-amd64, or set LINUX_KERNEL)"
 fi
 if ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then
-  echo "SKIPPED: no static busybox (apt-get install busybox-static)"
-  exit 0
+  test_skip "no static busybox (apt-get install busybox-static)"
 fi
 
 work=${TEST_TMPDIR:-$(mktemp -d)}

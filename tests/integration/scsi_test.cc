@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
 #include "tests/integration/test_util.h"
+#include "tests/support/skip.h"
 
 namespace tests {
 namespace {
@@ -90,7 +91,7 @@ class ScsiTest : public ::testing::Test {
 
   void SetUp() override {
     Images& im = images();
-    if (std::string why = GuestSkipReason(&im.python); !why.empty()) GTEST_SKIP() << why;
+    if (std::string why = GuestSkipReason(&im.python); !why.empty()) MICROVM_SKIP(why);
     if (!im.ready && im.error.empty()) MakeImages(im);
     ASSERT_TRUE(im.error.empty()) << im.error;
   }
@@ -385,7 +386,7 @@ TEST_F(ScsiTest, HostileGuestAllCasesWithOneQueue) {
   EXPECT_THAT(r.out, HasSubstr("(one request queue: no other request queue to check)"));
   EXPECT_THAT(r.out, HasSubstr("hostile: cfg-sizes: "));
   // The VMM reports each broken queue on stderr.
-  EXPECT_THAT(r.err, HasSubstr("needs reset"));
+  EXPECT_THAT(r.err, HasSubstr("a request queue needs a reset"));
 }
 
 }  // namespace

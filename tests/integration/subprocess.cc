@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +27,11 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
     dup2(in_pipe[0], 0);
     dup2(out_pipe[1], 1);
     dup2(err_pipe[1], 2);
+    if (options.without_file_capabilities && geteuid() == 0) {
+      for (const int capability : {CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER}) {
+        if (prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0) _exit(126);
+      }
+    }
     std::vector<char*> args;
     for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);

@@ -29,6 +29,13 @@ struct ProcessOptions {
   // as it arrives; what it returns is written to the child's stdin (with keep_stdin_open; ignored
   // once stdin is closed). A test answers its guest's "@@..." lines this way.
   std::function<std::string(const std::string& line)> on_output_line;
+  // Run as a caller that file permissions apply to: a root parent's child keeps its uid (it still
+  // opens what root owns, /dev/kvm) but loses CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER
+  // from its bounding set before exec, so a file of mode 0000 or a directory without search
+  // permission is refused as it would be to an ordinary user. A non-root parent's child is already
+  // such a caller. (A setresuid to an unused uid, tests/support/unprivileged.h, would also lose
+  // /dev/kvm.)
+  bool without_file_capabilities = false;
 };
 
 // Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the timeout.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "tests/support/skip.h"
 
 namespace tests {
 
@@ -41,12 +42,10 @@ std::string FindPython() {
 }
 
 std::string GuestSkipReason(std::string* python) {
-  if (access("/dev/kvm", R_OK | W_OK) != 0) {
-    return "SKIPPED: /dev/kvm is missing or not accessible; the guest cannot run here";
-  }
+  if (std::string why = NoKvmReason(); !why.empty()) return why;
   if (python != nullptr) {
     if (python->empty()) *python = FindPython();
-    if (python->empty()) return "SKIPPED: python3 is missing (tools/make-pattern-image needs it)";
+    if (python->empty()) return "python3 is missing (tools/make-pattern-image needs it)";
   }
   return "";
 }

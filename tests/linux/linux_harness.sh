@@ -3,7 +3,7 @@
 # and run one guest scenario per boot (see tests/linux/init.sh for the scenarios and their RESULT
 # lines). Source it; it defines functions and LINUX_* variables only.
 #
-#   linux_require                      skip (exit 0, "SKIPPED: ...") unless QEMU, the cloud kernel,
+#   linux_require                      skip (test_skip) unless QEMU, the cloud kernel,
 #                                      busybox-static, fio and genisoimage/xorriso are there
 #   linux_setup WORK MAKE_INITRAMFS INIT_SH [CACHE_DIR]
 #                                      build the initramfs into WORK (LINUX_INITRAMFS)
@@ -47,7 +47,9 @@ LINUX_STATUS=""
 LINUX_SECONDS=""
 LINUX_MON=""
 
-linux_skip() { echo "SKIPPED: $*"; exit 0; }
+# The one way a shell test skips (test_skip, counted by tools/test; docs/testing.md).
+# shellcheck source=../support/skip.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/skip.sh"
 
 linux_elapsed() {  # start (date +%s.%N): seconds since then, one decimal
   awk -v s="$1" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }'
@@ -55,16 +57,16 @@ linux_elapsed() {  # start (date +%s.%N): seconds since then, one decimal
 
 linux_require() {
   LINUX_QEMU=$(command -v qemu-system-x86_64 || true)
-  [ -n "$LINUX_QEMU" ] || linux_skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+  [ -n "$LINUX_QEMU" ] || test_skip "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
   file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' ||
-    linux_skip "no static busybox (apt-get install busybox-static)"
-  command -v fio >/dev/null || linux_skip "fio is not installed (apt-get install fio)"
-  [ -x /sbin/mke2fs ] || linux_skip "mke2fs is missing (apt-get install e2fsprogs)"
+    test_skip "no static busybox (apt-get install busybox-static)"
+  command -v fio >/dev/null || test_skip "fio is not installed (apt-get install fio)"
+  [ -x /sbin/mke2fs ] || test_skip "mke2fs is missing (apt-get install e2fsprogs)"
   LINUX_MKISOFS=$(command -v genisoimage || command -v mkisofs || command -v xorrisofs || true)
   if [ -z "$LINUX_MKISOFS" ] && command -v xorriso >/dev/null; then
     LINUX_MKISOFS="xorriso -as mkisofs"
   fi
-  [ -n "$LINUX_MKISOFS" ] || linux_skip "no ISO 9660 writer (apt-get install genisoimage)"
+  [ -n "$LINUX_MKISOFS" ] || test_skip "no ISO 9660 writer (apt-get install genisoimage)"
   local v
   for v in $(ls -d /lib/modules/*-cloud-amd64 2>/dev/null | sort -V -r); do
     v=${v##*/}
@@ -74,7 +76,7 @@ linux_require() {
       return 0
     fi
   done
-  linux_skip "no readable Debian cloud kernel in /boot and /lib/modules (apt-get install linux-image-cloud-amd64)"
+  test_skip "no readable Debian cloud kernel in /boot and /lib/modules (apt-get install linux-image-cloud-amd64)"
 }
 
 linux_setup() {  # work make-initramfs init.sh [cache-dir]

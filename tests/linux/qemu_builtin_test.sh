@@ -4,7 +4,7 @@
 # verification, ext4, ISO 9660, CD read, medium change through the HMP monitor), so that the
 # scenarios are known-good before they are pointed at another backend. Benchmark numbers (fio-bench,
 # cd-read) are printed, never judged. One run uses shared guest memory (memory-backend-memfd).
-# Skips (exit 0, "SKIPPED: ...") without qemu-system-x86_64, the cloud kernel, busybox-static, fio
+# Skips (test_skip, which CI counts as a failure) without qemu-system-x86_64, the cloud kernel, busybox-static, fio
 # or genisoimage.
 #
 # Usage: qemu_builtin_test.sh [tools/make-linux-initramfs [tests/linux/init.sh]]
@@ -19,7 +19,7 @@ MAKE_INITRAMFS=${1:-$here/../../tools/make-linux-initramfs}
 INIT_SH=${2:-$here/init.sh}
 BENCH_SECONDS=${LINUX_BENCH_SECONDS:-2}
 
-linux_require  # exits 0 with "SKIPPED: ..." when something is missing
+linux_require  # test_skip when something is missing
 
 linux_work_dir linux-builtin
 trap linux_cleanup EXIT

@@ -7,7 +7,7 @@
 # in the block layer (checked through the gRPC API's statistics), and the medium change is made
 # through our gRPC API (vmmctl), not QEMU's monitor. Every boot is a new vhost-user connection to
 # the same back-end process, so reconnecting is exercised too.
-# Skips (exit 0, "SKIPPED: ...") without qemu-system-x86_64, the cloud kernel, busybox-static, fio
+# Skips (test_skip, which CI counts as a failure) without qemu-system-x86_64, the cloud kernel, busybox-static, fio
 # or genisoimage.
 #
 # Usage: vhost_user_scsi_test.sh MAKE_INITRAMFS INIT_SH VHOST_USER_SCSI VMMCTL
@@ -22,7 +22,7 @@ INIT_SH=$2
 BACKEND=$3
 VMMCTL=$4
 
-linux_require  # exits 0 with "SKIPPED: ..." when something is missing
+linux_require  # test_skip when something is missing
 
 linux_work_dir linux-vhost-user
 # Unix socket paths are short (108 bytes); TEST_TMPDIR can be longer.

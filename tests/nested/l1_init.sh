@@ -7,7 +7,7 @@
 # it finds at /l1disk/l1_lib.sh) and powers off. What the host reads on L1's console:
 #   L1-INIT ...            L1 reached /init (its uptime)
 #   L1-KVM ...             /dev/kvm is there (kvm-amd's "Nested Paging" line)
-#   L1-NO-KVM REASON       no /dev/kvm (the host's QEMU/CPU model cannot do nested SVM): the test skips
+#   L1-NO-KVM REASON       no /dev/kvm (the host's QEMU/CPU model cannot do nested SVM): the test fails
 #   L1-FAIL REASON         L1 itself failed (no work disk, no job)
 #   L1-ALIVE uptime=S      a heartbeat every 15 s, so the host tells a stalled L1 (the emulation
 #                          stuck, no kernel message) from a long quiet L2 run

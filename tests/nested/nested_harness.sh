@@ -17,8 +17,7 @@
 #                                  serial port, WORK/BOOT/l1.log, NESTED_LIVE=1 streams it; L1's
 #                                  kernel messages on the second, WORK/BOOT/l1-kernel.log, so they
 #                                  never split a line of the job's), splits the per-run logs into
-#                                  NESTED_RUNS; skips the whole test ("SKIPPED: ...") when L1 has no
-#                                  /dev/kvm. Wall seconds in NESTED_SECONDS
+#                                  NESTED_RUNS; fails the whole test when L1 has no /dev/kvm. Wall seconds in NESTED_SECONDS
 #   nested_select NAME             LINUX_LOG/LINUX_STATUS/LINUX_WORK of L2 run NAME (for linux_* checks)
 #   nested_check NAME [STATUS]     the run happened, the VMM exited with STATUS (default 0), no
 #                                  triple fault / KVM internal error / fatal VMM error / watchdog kill,
@@ -45,7 +44,7 @@ NESTED_L1_FAULT_LINE='^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|gene
 nested_require() {
   linux_require
   grep -q '/kvm-amd\.ko' "/lib/modules/$LINUX_KVER/modules.dep" ||
-    linux_skip "the cloud kernel $LINUX_KVER has no kvm-amd module"
+    test_skip "the cloud kernel $LINUX_KVER has no kvm-amd module"
 }
 
 nested_setup() {  # work make-linux-initramfs init.sh make-nested-initramfs l1_init.sh l1_lib.sh microvm vmmctl [cache]
@@ -164,7 +163,9 @@ nested_boot() {  # boot
   echo "L1 boot $boot: QEMU status $status in $NESTED_SECONDS s ($(grep -c '^L2-BEGIN ' "$log") L2 runs; $(grep -m1 '^L1-READY' "$log"))"
   grep '^L2-END ' "$log" | sed 's/^/  /'
   if grep -q '^L1-NO-KVM' "$log"; then
-    linux_skip "no KVM in the L1 guest: $(grep -m1 '^L1-NO-KVM' "$log" | cut -d' ' -f2-)"
+    # Every machine of the project's kind has this KVM: its absence is a failure, never a skip.
+    echo "FAIL: no KVM in the L1 guest: $(grep -m1 '^L1-NO-KVM' "$log" | cut -d' ' -f2-)"
+    exit 1
   fi
   nested_split "$log"
   # QEMU ended by itself with status 0 (-no-reboot: L1 reset or powered off) while the job still

@@ -18,6 +18,7 @@
 #include "vmm/machine/layout.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/machine/machine_description_testing.h"
+#include "tests/support/skip.h"
 
 namespace vmm::acpi {
 namespace {
@@ -255,10 +256,7 @@ std::string ReadFile(const std::string& path) {
 // Disassembles every table with iasl (ACPICA): the AML and the fixed layouts must decode without
 // errors, and the disassembled DSDT must compile back without errors.
 TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
-  if (access("/usr/bin/iasl", X_OK) != 0) {
-    std::printf("SKIPPED: iasl not installed\n");
-    return;
-  }
+  if (access("/usr/bin/iasl", X_OK) != 0) MICROVM_SKIP("iasl is not installed (tools/setup)");
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/acpi");
   mkdir(dir.c_str(), 0755);
@@ -324,10 +322,7 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
 // guest evaluates: the namespace must load without exceptions and \_S5 must give the sleep type
 // the power-off register decodes.
 TEST(MachineAcpiTest, AcpiexecLoadsTheNamespace) {
-  if (access("/usr/bin/acpiexec", X_OK) != 0) {
-    std::printf("SKIPPED: acpiexec (acpica-tools) not installed\n");
-    return;
-  }
+  if (access("/usr/bin/acpiexec", X_OK) != 0) MICROVM_SKIP("acpiexec is not installed (tools/setup)");
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/acpiexec");
   mkdir(dir.c_str(), 0755);

@@ -16,6 +16,7 @@
 #include "vmm/machine/layout.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/machine/machine_description_testing.h"
+#include "tests/support/skip.h"
 
 namespace vmm::fdt {
 namespace {
@@ -201,7 +202,7 @@ TEST_F(MachineFdtTest, MmioDeviceUnderRoot) {
 }
 
 TEST_F(MachineFdtTest, DtcDecodesIt) {
-  if (access("/usr/bin/dtc", X_OK) != 0) GTEST_SKIP() << "dtc (device-tree-compiler) not installed";
+  if (access("/usr/bin/dtc", X_OK) != 0) MICROVM_SKIP("dtc is not installed (tools/setup)");
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
   const std::string dtb = dir + "/machine.dtb";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "gtest/gtest.h"
+#include "tests/support/skip.h"
 
 namespace vmm {
 namespace {
@@ -25,7 +26,7 @@ TEST(KvmTest, NotAKvmDeviceIsRejected) {
 }
 
 TEST(KvmTest, CreatesVmAndVcpu) {
-  if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "SKIPPED: /dev/kvm is not available";
+  if (std::string why = tests::NoKvmReason(); !why.empty()) MICROVM_SKIP(why);
   auto kvm = Kvm::Open();
   ASSERT_TRUE(kvm.ok()) << kvm.status();
   auto cpuid = kvm->GetSupportedCpuid();
@@ -52,7 +53,7 @@ namespace vmm {
 namespace {
 
 TEST(KvmTest, IoeventfdIrqfdAndMsiRouting) {
-  if (access("/dev/kvm", R_OK | W_OK) != 0) GTEST_SKIP() << "SKIPPED: /dev/kvm is not available";
+  if (std::string why = tests::NoKvmReason(); !why.empty()) MICROVM_SKIP(why);
   auto kvm = Kvm::Open();
   ASSERT_TRUE(kvm.ok());
   auto vm = kvm->CreateVm();

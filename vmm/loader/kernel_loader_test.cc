@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "vmm/machine/layout.h"
 #include "vmm/loader/test_images.h"
+#include "tests/support/skip.h"
 
 namespace vmm::loader {
 namespace {
@@ -476,12 +477,12 @@ TEST(KernelLoaderTest, RealDebianKernel) {
   glob_t found;
   if (glob("/boot/vmlinuz-*", 0, nullptr, &found) != 0 || found.gl_pathc == 0) {
     globfree(&found);
-    GTEST_SKIP() << "no /boot/vmlinuz-* installed";
+    MICROVM_SKIP("no /boot/vmlinuz-* installed (tools/setup)");
   }
   const std::string path = found.gl_pathv[0];
   globfree(&found);
   std::ifstream in(path, std::ios::binary);
-  if (!in) GTEST_SKIP() << path << " is not readable";
+  ASSERT_TRUE(in) << path << " is not readable";
   const std::vector<uint8_t> image((std::istreambuf_iterator<char>(in)),
                                    std::istreambuf_iterator<char>());
 

@@ -11,6 +11,7 @@
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/test_images.h"
+#include "tests/support/skip.h"
 
 namespace vmm::loader {
 namespace {
@@ -242,7 +243,7 @@ TEST(LinuxBootTest, RealDebianKernelAndInitrd) {
   const std::string kernel_path = FirstMatch("/boot/vmlinuz-*");
   const std::string initrd_path = FirstMatch("/boot/initrd.img-*");
   if (kernel_path.empty() || initrd_path.empty()) {
-    GTEST_SKIP() << "no /boot/vmlinuz-* and /boot/initrd.img-* installed";
+    MICROVM_SKIP("no /boot/vmlinuz-* and /boot/initrd.img-* installed (tools/setup)");
   }
   GuestMemory memory = MakeMemory(512 * kMiB);
   absl::StatusOr<LoadedKernel> kernel = LoadKernel(memory, kernel_path);

@@ -1,0 +1,55 @@
+#!/bin/busybox sh
+# shellcheck shell=dash
+# /init of the L1 guest that runs one Bazel test on a real KVM (tests/l1/run_in_l1.sh boots it):
+# Debian's cloud kernel under QEMU TCG (-cpu max emulates AMD SVM with nested paging) loads kvm-amd,
+# mounts the host's file system as the host's test sandbox sees it (virtiofs, tag "host") at /host,
+# gives it L1's own /proc, /sys, /dev (with /dev/kvm), /dev/shm and /tmp, and runs the job script
+# named by l1_job= on the kernel command line there (chroot), with the test's output on ttyS0.
+# What the host reads on ttyS0, besides the test's own output:
+#   L1-NO-KVM REASON     kvm-amd did not create /dev/kvm: the run fails (no test runs)
+#   L1-FAIL REASON       L1 could not set up the test (no virtiofs, no job)
+#   L1-EXIT status=N     the test's exit status; L1 powers off next
+# L1's kernel logs to ttyS1, which the host keeps apart.
+
+export PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin
+/bin/busybox mkdir -p /bin /sbin /usr/bin /usr/sbin /proc /sys /dev /tmp /host
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mount -t tmpfs tmpfs /tmp
+exec </dev/null >/dev/ttyS0 2>&1
+
+l1_end() {
+  sync
+  poweroff -f
+  sleep 2
+  echo o > /proc/sysrq-trigger
+}
+
+while read -r path; do
+  name=${path##*/}
+  insmod "$path" 2>/tmp/insmod.err || echo "L1-INFO insmod ${name%.ko} failed: $(cat /tmp/insmod.err)"
+done < /etc/modules.load
+
+if [ ! -c /dev/kvm ]; then
+  echo "L1-NO-KVM kvm-amd did not create /dev/kvm: $(dmesg | grep -iE 'kvm|svm' | tail -n 3 | tr '\n' ' ')"
+  l1_end
+fi
+job=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^l1_job=//p')
+mount -t virtiofs host /host || { echo "L1-FAIL cannot mount the host's file system (virtiofs)"; l1_end; }
+# The job first: /tmp (where it is) becomes L1's own next.
+[ -n "$job" ] && cp "/host$job" /l1-job.sh 2>/dev/null || { echo "L1-FAIL no job script '$job'"; l1_end; }
+# L1's own /tmp: sockets and scratch files of the test's helpers stay in L1's memory.
+for fs in proc:proc sysfs:sys devtmpfs:dev devpts:dev/pts tmpfs:dev/shm tmpfs:tmp; do
+  mkdir -p "/host/${fs#*:}" 2>/dev/null
+  mount -t "${fs%%:*}" "${fs%%:*}" "/host/${fs#*:}" ||
+    { echo "L1-FAIL cannot mount ${fs%%:*} on /host/${fs#*:}"; l1_end; }
+done
+cp /l1-job.sh /host/tmp/l1-job.sh
+# A heartbeat on the kernel's port, so the host tells a stalled L1 from a long quiet test.
+( while sleep 15; do read -r up _ < /proc/uptime; echo "L1-ALIVE uptime=$up" > /dev/ttyS1; done ) &
+echo "L1-KVM $(dmesg | grep -m1 'Nested Paging' | sed 's/^\[ *[0-9.]*\] //')"
+chroot /host /bin/bash /tmp/l1-job.sh
+echo "L1-EXIT status=$?"
+l1_end
