@@ -3,10 +3,16 @@
 //     flag README.md (and docs/vhost-user-scsi.md) names is among them;
 //   - every row of docs/errors.md is checked: rows marked "run" are run here (message and exit
 //     status), the others name a test, which must exist.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/subprocess.h"
@@ -234,6 +241,74 @@ TEST_F(ErrorsDocTest, EveryRowIsChecked) {
     EXPECT_THAT(source, HasSubstr(declared)) << label << " has no test " << name;
   }
   EXPECT_GE(run, 50);
+}
+
+// A back end killed with SIGKILL leaves its socket behind: the next one on the same path replaces
+// it under the default seccomp filter (the check that tells a stale socket from a live one needs
+// connect(), which the filter refuses, so it runs before the filter), and refuses a live one.
+TEST(StaleSocketTest, VhostUserScsiReplacesAStaleSocketAndRefusesALiveOne) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stale-socket");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string disk = dir + "/disk.img";
+  std::ofstream(disk, std::ios::binary) << std::string(1 << 20, '\0');
+  // Short: sockaddr_un holds 108 bytes, and TEST_TMPDIR is long.
+  char socket_dir[] = "/tmp/stale-socket.XXXXXX";
+  ASSERT_NE(mkdtemp(socket_dir), nullptr);
+  const std::string path = std::string(socket_dir) + "/s.sock";
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  auto connects = [&] {
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+    close(fd);
+    return ok;
+  };
+  {
+    // Stale: bound, then its owner gone.
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+    close(fd);
+  }
+  ASSERT_FALSE(connects());
+
+  const std::string binary = Binaries().at("vhost-user-scsi");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + path).c_str(),
+          ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool listening = false;
+  for (int i = 0; i < 3000 && !listening; ++i) {
+    listening = connects();
+    if (!listening) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        FAIL() << "vhost-user-scsi exited (status " << status << ") instead of taking the stale socket";
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  EXPECT_TRUE(listening) << "vhost-user-scsi never listened on " << path;
+
+  // A second back end on the live socket: refused, and the first one keeps it.
+  ProcessResult second = RunProcess({binary, "--socket=" + path, "--disk=" + disk});
+  EXPECT_EQ(second.exit_status, 1);
+  EXPECT_THAT(second.err, HasSubstr("another process is listening on it"));
+  EXPECT_THAT(second.err, Not(HasSubstr("remove it")));
+  EXPECT_TRUE(connects());
+
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  std::filesystem::remove_all(socket_dir);
 }
 
 // README.md and docs/ link only to documents in the repository, by relative paths: no link to a
