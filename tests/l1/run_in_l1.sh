@@ -68,6 +68,8 @@ job=$work/job.sh
   echo 'exit "${PIPESTATUS[0]}"'
 } > "$job"
 
+# L1 kernel lines that mean L1 itself broke under the emulation (as in tests/nested/nested_harness.sh).
+fault_line='^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)'
 attempt=1
 while :; do
   console=$work/console.$attempt
@@ -100,7 +102,7 @@ while :; do
   pids+=("$qemu_pid")
   fault="" size=0 last=-1 quiet_since=$SECONDS
   while kill -0 "$qemu_pid" 2>/dev/null; do
-    fault=$(grep -m1 -aE '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$klog")
+    fault=$(grep -m1 -aE "$fault_line" "$klog")
     size=$(cat "$console" "$klog" 2>/dev/null | wc -c)
     if [ "$size" != "$last" ]; then last=$size; quiet_since=$SECONDS
     elif [ $((SECONDS - quiet_since)) -ge "${MICROVM_L1_STALL:-600}" ]; then
@@ -126,7 +128,7 @@ while :; do
   fi
   [ -n "$fault" ] || fault="L1 ended (QEMU: $(tail -n 2 "$work/qemu.$attempt.log" | tr '\n' ' ')) before the command did"
   echo "$me: L1 attempt $attempt failed under the nested emulation: $fault"
-  { grep -a -m1 -A11 -E '^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)' "$klog" ||
+  { grep -a -m1 -A11 -E "$fault_line" "$klog" ||
     tail -n 12 "$klog"; } | tr -d '\r' | sed 's/^/    L1 kernel| /'
   [ "$attempt" -lt "${MICROVM_L1_ATTEMPTS:-3}" ] || { echo "$me: FAIL: L1 failed in all $attempt attempts"; exit 1; }
   attempt=$((attempt + 1))
