@@ -3,7 +3,7 @@
 # /init of the L1 guest that runs one Bazel test on a real KVM (tests/l1/run_in_l1.sh boots it):
 # Debian's cloud kernel under QEMU TCG (-cpu max emulates AMD SVM with nested paging) loads kvm-amd,
 # mounts the host's file system as the host's test sandbox sees it (virtiofs, tag "host") at /host,
-# gives it L1's own /proc, /sys, /dev (with /dev/kvm), /dev/shm and /tmp, and runs the job script
+# gives it L1's own /proc, /sys, /dev (with /dev/kvm) and /dev/shm, and runs the job script
 # named by l1_job= on the kernel command line there (chroot), with the test's output on ttyS0.
 # What the host reads on ttyS0, besides the test's own output:
 #   L1-NO-KVM REASON     kvm-amd did not create /dev/kvm: the run fails (no test runs)
@@ -38,18 +38,16 @@ if [ ! -c /dev/kvm ]; then
 fi
 job=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^l1_job=//p')
 mount -t virtiofs host /host || { echo "L1-FAIL cannot mount the host's file system (virtiofs)"; l1_end; }
-# The job first: /tmp (where it is) becomes L1's own next.
-[ -n "$job" ] && cp "/host$job" /l1-job.sh 2>/dev/null || { echo "L1-FAIL no job script '$job'"; l1_end; }
-# L1's own /tmp: sockets and scratch files of the test's helpers stay in L1's memory.
-for fs in proc:proc sysfs:sys devtmpfs:dev devpts:dev/pts tmpfs:dev/shm tmpfs:tmp; do
+# Not /tmp: the workspace, and so the runfiles' links, may be there (a clone in /tmp).
+for fs in proc:proc sysfs:sys devtmpfs:dev devpts:dev/pts tmpfs:dev/shm; do
   mkdir -p "/host/${fs#*:}" 2>/dev/null
   mount -t "${fs%%:*}" "${fs%%:*}" "/host/${fs#*:}" ||
     { echo "L1-FAIL cannot mount ${fs%%:*} on /host/${fs#*:}"; l1_end; }
 done
-cp /l1-job.sh /host/tmp/l1-job.sh
+[ -n "$job" ] && [ -r "/host$job" ] || { echo "L1-FAIL no job script '$job'"; l1_end; }
 # A heartbeat on the kernel's port, so the host tells a stalled L1 from a long quiet test.
 ( while sleep 15; do read -r up _ < /proc/uptime; echo "L1-ALIVE uptime=$up" > /dev/ttyS1; done ) &
 echo "L1-KVM $(dmesg | grep -m1 'Nested Paging' | sed 's/^\[ *[0-9.]*\] //')"
-chroot /host /bin/bash /tmp/l1-job.sh
+chroot /host /bin/bash "$job"
 echo "L1-EXIT status=$?"
 l1_end
