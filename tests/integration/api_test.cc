@@ -461,11 +461,14 @@ class ApiTest : public ::testing::Test {
   }
 
   // vmmctl --api unix:SOCKET ARGS...
+  // Its limits are generous: they catch a hang, and the test may run in L1, under emulation, where
+  // a busy moment lasts seconds (vmmctl's own 5 s connect limit was reached there once).
   static ProcessResult Vmmctl(const std::string& socket, const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket};
+    std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket, "--connect-timeout", "60",
+                                     "--timeout", "60"};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessOptions options;
-    options.timeout = absl::Seconds(30);
+    options.timeout = absl::Seconds(180);
     return RunProcess(argv, options);
   }
 };
@@ -1195,10 +1198,12 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_TRUE(client.Connected());
       // Two watchers in the background, as `vmmctl ... media watch > file &`.
       watch = std::make_unique<Background>(
-          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "media", "watch"}, watch_out, watch_err);
+          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60", "media", "watch"},
+          watch_out, watch_err);
       json_watch = std::make_unique<Background>(
-          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--json", "media", "watch", "cd0"}, json_out,
-          json_err);
+          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60", "--json", "media",
+                                   "watch", "cd0"},
+          json_out, json_err);
       EXPECT_TRUE(watch->running() && json_watch->running());
       EXPECT_TRUE(WaitForFileContent(watch_err, "watching", absl::Seconds(10))) << ReadFile(watch_err);
       EXPECT_TRUE(WaitForFileContent(json_err, "watching", absl::Seconds(10))) << ReadFile(json_err);
