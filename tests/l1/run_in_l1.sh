@@ -17,8 +17,9 @@
 #   MICROVM_L1_MEM=2G MICROVM_L1_SMP=2
 #   MICROVM_L1_ATTEMPTS=3  L1 boots in all when L1's own kernel fails under the emulation (a crash,
 #                          a reset, a stall of its console): the command runs again in a new L1
-#   MICROVM_L1_STALL=600   seconds with neither output nor L1's heartbeat (on its kernel log) before L1 counts as
-#                          stalled
+#   MICROVM_L1_STALL=120   seconds with neither output nor L1's heartbeat (every 15 s, on its kernel
+#                          log) before L1 counts as stalled; what its vCPUs were doing is kept in the
+#                          test's outputs (l1-stall.N.log: QEMU's "info cpus" and "info registers")
 set -uo pipefail
 
 me=run_in_l1
@@ -68,6 +69,27 @@ job=$work/job.sh
   echo 'exit "${PIPESTATUS[0]}"'
 } > "$job"
 
+l1_state() {  # monitor-socket: what L1's vCPUs are doing (QEMU's HMP), for a stalled L1
+  python3 - "$1" <<'PY'
+import socket, sys, time
+sock = socket.socket(socket.AF_UNIX)
+sock.settimeout(10)
+sock.connect(sys.argv[1])
+def until_prompt():
+    data = b""
+    while not data.endswith(b"(qemu) "):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace")
+until_prompt()
+for command in ("info cpus", "info registers -a", "x/16i $pc"):
+    sock.sendall(command.encode() + b"\n")
+    print(until_prompt().replace("(qemu) ", ""))
+PY
+}
+
 # L1 kernel lines that mean L1 itself broke under the emulation (as in tests/nested/nested_harness.sh).
 fault_line='^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)'
 attempt=1
@@ -95,6 +117,7 @@ while :; do
   "$qemu" -accel tcg,thread=multi -cpu max -smp "${MICROVM_L1_SMP:-2}" \
     -object "memory-backend-memfd,id=mem,size=$mem,share=on" -M q35,memory-backend=mem -m "$mem" \
     -nodefaults -no-reboot -display none -serial "file:$console" -serial "file:$klog" \
+    -monitor "unix:$work/mon.$attempt.sock,server,nowait" \
     -chardev "socket,id=vfs,path=$sock" -device vhost-user-fs-pci,chardev=vfs,tag=host \
     -kernel "$kernel" -initrd "$initramfs" \
     -append "console=ttyS1 quiet panic=-1 l1_job=$job" </dev/null >"$work/qemu.$attempt.log" 2>&1 &
@@ -105,18 +128,25 @@ while :; do
     fault=$(grep -m1 -aE "$fault_line" "$klog")
     size=$(cat "$console" "$klog" 2>/dev/null | wc -c)
     if [ "$size" != "$last" ]; then last=$size; quiet_since=$SECONDS
-    elif [ $((SECONDS - quiet_since)) -ge "${MICROVM_L1_STALL:-600}" ]; then
-      fault="L1 stalled: no console output for ${MICROVM_L1_STALL:-600} s"
+    elif [ $((SECONDS - quiet_since)) -ge "${MICROVM_L1_STALL:-120}" ]; then
+      fault="L1 stalled: no console output for ${MICROVM_L1_STALL:-120} s"
     fi
-    if [ -n "$fault" ]; then sleep 3; kill "$qemu_pid" 2>/dev/null; break; fi
+    if [ -n "$fault" ]; then
+      case "$fault" in "L1 stalled"*) l1_state "$work/mon.$attempt.sock" > "$work/stall.$attempt" 2>&1 ;; esac
+      sleep 3
+      kill "$qemu_pid" 2>/dev/null
+      break
+    fi
     sleep 1
   done
   wait "$qemu_pid" 2>/dev/null
   # The command's output (and L1's markers), then the verdict.
   tr -d '\r' < "$console"
   # L1's kernel log beside the test's outputs (bazel-testlogs/.../test.outputs), for a failure.
-  [ -z "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] ||
+  if [ -n "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ]; then
     tr -d '\r' < "$klog" > "$TEST_UNDECLARED_OUTPUTS_DIR/l1-kernel.$attempt.log"
+    [ ! -s "$work/stall.$attempt" ] || cp "$work/stall.$attempt" "$TEST_UNDECLARED_OUTPUTS_DIR/l1-stall.$attempt.log"
+  fi
   status=$(tr -d '\r' < "$console" | sed -n 's/^L1-EXIT status=\([0-9]*\)$/\1/p' | tail -n 1)
   if [ -n "$status" ]; then
     echo "$me: the command ended in L1 with status $status (L1 attempt $attempt)"
