@@ -936,7 +936,7 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
 TEST_F(ApiTest, MalformedAndHostileRequests) {
   const std::string sock = SocketPath("hostile.sock");
   const std::string disk = TempPath("hostile-disk.img");
-  std::filesystem::copy_file(images().disk, disk, std::filesystem::copy_options::overwrite_existing);
+  ASSERT_TRUE(CopyFile(images().disk, disk)) << strerror(errno);
   bool checked = false;
   auto on_line = [&](const std::string& line) -> std::string {
     if (line != "echo: ready") return "";

@@ -129,7 +129,7 @@ class ScsiTest : public ::testing::Test {
   // A private copy of the pristine disk for one run.
   static std::string FreshDisk(const std::string& name = "run.img") {
     const std::string path = TempPath(name);
-    std::filesystem::copy_file(images().disk, path, std::filesystem::copy_options::overwrite_existing);
+    EXPECT_TRUE(CopyFile(images().disk, path)) << strerror(errno);
     return path;
   }
 

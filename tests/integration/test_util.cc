@@ -1,5 +1,6 @@
 #include "tests/integration/test_util.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -39,6 +40,31 @@ std::string FindPython() {
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
+}
+
+bool CopyFile(const std::string& from, const std::string& to) {
+  const int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return false;
+  const int out = open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (out < 0) {
+    close(in);
+    return false;
+  }
+  bool ok = true;
+  for (;;) {
+    const ssize_t copied = copy_file_range(in, nullptr, out, nullptr, 1 << 30, 0);
+    if (copied == 0) break;
+    if (copied < 0) {
+      if (errno == EINTR) continue;
+      ok = false;
+      break;
+    }
+  }
+  const int saved = errno;
+  close(in);
+  if (close(out) != 0) ok = false;
+  errno = saved;
+  return ok;
 }
 
 std::string GuestSkipReason(std::string* python) {
