@@ -69,25 +69,15 @@ job=$work/job.sh
   echo 'exit "${PIPESTATUS[0]}"'
 } > "$job"
 
-l1_state() {  # monitor-socket: what L1's vCPUs are doing (QEMU's HMP), for a stalled L1
-  python3 - "$1" <<'PY'
-import socket, sys, time
-sock = socket.socket(socket.AF_UNIX)
-sock.settimeout(10)
-sock.connect(sys.argv[1])
-def until_prompt():
-    data = b""
-    while not data.endswith(b"(qemu) "):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode(errors="replace")
-until_prompt()
-for command in ("info cpus", "info registers -a", "x/16i $pc"):
-    sock.sendall(command.encode() + b"\n")
-    print(until_prompt().replace("(qemu) ", ""))
-PY
+# hmp SOCKET COMMAND (QEMU's monitor), shared with the test guest's QEMU harness.
+# shellcheck source=../guest/qemu_harness.sh
+source "$root/tests/guest/qemu_harness.sh"
+l1_state() {  # monitor-socket: what L1's vCPUs are doing, for a stalled L1
+  local command
+  for command in "info cpus" "info registers -a" 'x/16i $pc'; do
+    echo "(qemu) $command"
+    PYTHON=python3 hmp "$1" "$command"
+  done
 }
 
 # L1 kernel lines that mean L1 itself broke under the emulation (as in tests/nested/nested_harness.sh).
