@@ -15,7 +15,7 @@
 #   MICROVM_L1_INITRAMFS   the L1 initramfs (tools/test builds it once; otherwise it is built here,
 #                          in TEST_TMPDIR or a temporary directory, with tools/make-linux-initramfs)
 #   MICROVM_L1_MEM=2G MICROVM_L1_SMP=2
-#   MICROVM_L1_ATTEMPTS=3  L1 boots in all when L1's own kernel fails under the emulation (a crash,
+#   MICROVM_L1_ATTEMPTS=4  L1 boots in all when L1's own kernel fails under the emulation (a crash,
 #                          a reset, a stall of its console): the command runs again in a new L1
 #   MICROVM_L1_STALL=120   seconds with neither output nor L1's heartbeat (every 15 s, on its kernel
 #                          log) before L1 counts as stalled; what its vCPUs were doing is kept in the
@@ -150,6 +150,6 @@ while :; do
   echo "$me: L1 attempt $attempt failed under the nested emulation: $fault"
   { grep -a -m1 -A11 -E "$fault_line" "$klog" ||
     tail -n 12 "$klog"; } | tr -d '\r' | sed 's/^/    L1 kernel| /'
-  [ "$attempt" -lt "${MICROVM_L1_ATTEMPTS:-3}" ] || { echo "$me: FAIL: L1 failed in all $attempt attempts"; exit 1; }
+  [ "$attempt" -lt "${MICROVM_L1_ATTEMPTS:-4}" ] || { echo "$me: FAIL: L1 failed in all $attempt attempts"; exit 1; }
   attempt=$((attempt + 1))
 done
