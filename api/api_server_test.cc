@@ -612,6 +612,43 @@ bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout = ab
   return condition();
 }
 
+// An eject without force of a locked drive asks the guest (EJECT_REQUESTED, not by the guest),
+// as QEMU's "eject" does; the guest agreeing shows as its own TRAY_OPENED, and the next eject
+// takes the medium out.
+TEST_F(ApiServerTest, EjectOfALockedDriveAsksTheGuest) {
+  StartServer();
+  auto watch = OpenWatch(*media_, "cd0");
+  vm_.cd0_media->SetLocked(true, /*by_guest=*/true);
+  pb::DriveStatus status;
+  grpc::Status refused = Eject("cd0", false, &status);
+  EXPECT_EQ(refused.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("cd0: the guest has locked the drive; it was asked"),
+            std::string::npos)
+      << refused.error_message();
+  // The guest's answer (udev's cdrom_id): allow removal, then START STOP UNIT LoEj.
+  vm_.cd0_media->SetLocked(false, /*by_guest=*/true);
+  ASSERT_TRUE(vm_.cd0_media->GuestLoadEject(/*eject=*/true).ok());
+  ASSERT_TRUE(Eject("cd0", false, &status).ok());
+  EXPECT_FALSE(status.medium_present());
+
+  const std::pair<pb::MediaEvent::Type, bool> expected[] = {
+      {pb::MediaEvent::LOCK_CHANGED, true},   {pb::MediaEvent::EJECT_REQUESTED, false},
+      {pb::MediaEvent::LOCK_CHANGED, true},   {pb::MediaEvent::TRAY_OPENED, true},
+      {pb::MediaEvent::MEDIUM_REMOVED, false},
+  };
+  for (const auto& [type, by_guest] : expected) {
+    pb::MediaEvent event;
+    ASSERT_TRUE(watch->reader->Read(&event));
+    EXPECT_EQ(event.type(), type);
+    EXPECT_EQ(event.by_guest(), by_guest) << event.type();
+  }
+  watch->context.TryCancel();
+  pb::MediaEvent rest;
+  while (watch->reader->Read(&rest)) {
+  }
+  watch->reader->Finish();
+}
+
 TEST_F(ApiServerTest, WatchDeliversEventsInOrderAndEndsOnCancel) {
   StartServer();
   auto watch = OpenWatch(*media_, "");

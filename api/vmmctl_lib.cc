@@ -107,7 +107,7 @@ const std::vector<CommandSpec>& Commands() {
       {{"media", "list"}, 0, 0, {}, "media list"},
       {{"media", "status"}, 1, 1, {}, "media status DRIVE"},
       {{"media", "insert"}, 2, 2, {"force", "format", "read-only"}, "media insert DRIVE PATH [--force] [--format raw]"},
-      {{"media", "eject"}, 1, 1, {"force"}, "media eject DRIVE [--force]"},
+      {{"media", "eject"}, 1, 1, {"force", "wait"}, "media eject DRIVE [--force | --wait]"},
       {{"media", "tray"}, 2, 2, {"force"}, "media tray DRIVE open|close [--force]"},
       {{"media", "watch"}, 0, 1, {"count"}, "media watch [DRIVE] [--count N]"},
       {{"vm", "info"}, 0, 0, {}, "vm info"},
@@ -126,7 +126,7 @@ const std::set<std::string>& ValueOptions() {
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
-  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help"};
+  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait"};
   return *names;
 }
 
@@ -156,6 +156,9 @@ class Runner {
       // The server speaks of the request's force field: "(use force to eject)".
       if (const size_t field = message.find(" (use force"); field != std::string::npos) {
         message.erase(field);
+      }
+      if (absl::StrContains(message, "asked to eject") && force_allowed_ && what_.rfind("media eject", 0) == 0) {
+        return message + " (--wait waits for that, --force ejects now)";
       }
       return message + " (--force overrides the lock)";
     }
@@ -329,13 +332,69 @@ int Runner::MediaInsert(const std::string& drive, const std::string& path) {
 }
 
 int Runner::MediaEject(const std::string& drive) {
-  grpc::ClientContext context;
-  Context(context);
-  vmm::v1::EjectRequest request;
-  request.set_drive(drive);
-  request.set_force(Has("force"));
+  if (Has("force") && Has("wait")) return UsageError(what_ + ": --force and --wait exclude each other");
+  auto eject = [&](DriveStatus* response) {
+    grpc::ClientContext context;
+    Context(context);
+    vmm::v1::EjectRequest request;
+    request.set_drive(drive);
+    request.set_force(Has("force"));
+    return media_->Eject(&context, request, response);
+  };
   DriveStatus response;
-  grpc::Status status = media_->Eject(&context, request, &response);
+  if (!Has("wait")) {
+    grpc::Status status = eject(&response);
+    if (!status.ok()) return RpcError(status);
+    return Print(response, DriveLine(response) + "\n");
+  }
+  // --wait: a drive the guest has locked is not ejected; the server asks the guest instead (an MMC
+  // eject request) and the guest, if it agrees, unlocks and opens the tray itself. Watch the drive
+  // from before the request, so that tray opening cannot be missed, then eject again.
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(DeadlineAfter(cl_.timeout));
+  Authorize(watch_context);
+  vmm::v1::WatchRequest watch_request;
+  watch_request.set_drive(drive);
+  auto reader = media_->Watch(&watch_context, watch_request);
+  reader->WaitForInitialMetadata();
+  auto end_watch = [&] {
+    watch_context.TryCancel();
+    vmm::v1::MediaEvent rest;
+    while (reader->Read(&rest)) {
+    }
+    return reader->Finish();
+  };
+  grpc::Status status = eject(&response);
+  const bool asked = status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                     absl::StrContains(status.error_message(), "asked to eject");
+  if (!asked) {
+    end_watch();
+    if (!status.ok()) return RpcError(status);
+    return Print(response, DriveLine(response) + "\n");
+  }
+  err_ << "vmmctl: " << drive << ": the guest has locked the drive and was asked to eject; waiting up to "
+       << absl::FormatDuration(cl_.timeout) << " for it to open the tray\n";
+  err_.flush();
+  bool opened = false;
+  bool stream_ended = false;
+  vmm::v1::MediaEvent event;
+  while (!opened && !stream_ended) {
+    stream_ended = !reader->Read(&event);
+    opened = !stream_ended && (event.type() == vmm::v1::MediaEvent::TRAY_OPENED ||
+                               event.type() == vmm::v1::MediaEvent::MEDIUM_REMOVED);
+  }
+  // An ended stream says why (its deadline: DEADLINE_EXCEEDED); otherwise it is ours to end.
+  const grpc::Status watch_status = stream_ended ? reader->Finish() : end_watch();
+  if (!opened) {
+    if (watch_status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED && !watch_status.ok()) {
+      return RpcError(watch_status);
+    }
+    return RpcError(grpc::Status(
+        grpc::StatusCode::DEADLINE_EXCEEDED,
+        absl::StrCat(drive, ": the guest did not open the tray within ", absl::FormatDuration(cl_.timeout),
+                     " (--timeout waits longer; --force ejects without its consent)")));
+  }
+  status = eject(&response);
   if (!status.ok()) return RpcError(status);
   return Print(response, DriveLine(response) + "\n");
 }
@@ -638,6 +697,8 @@ std::string UsageText() {
                   "  --timeout S            deadline of every call, seconds (default 10)\n"
                   "  --connect-timeout S    how long to wait for the connection (default 5)\n"
                   "  --force                eject/open the tray although the guest locked it; insert: eject first\n"
+                  "  --wait                 media eject: if the guest locked the drive, wait (up to --timeout) for\n"
+                  "                         it to agree to the eject request, then eject\n"
                   "  --grace-ms N           vm shutdown: how long the guest gets before it is stopped\n"
                   "  --count N              media watch: exit after N events\n"
                   "\n"

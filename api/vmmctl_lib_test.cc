@@ -83,6 +83,10 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     absl::MutexLock lock(&mutex_);
     drives_[0].set_locked(locked);
   }
+  void set_guest_agrees(bool agrees) {
+    absl::MutexLock lock(&mutex_);
+    guest_agrees_ = agrees;
+  }
   std::string last_insert_path() {
     absl::MutexLock lock(&mutex_);
     return last_insert_path_;
@@ -149,8 +153,20 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
                           request->drive() + " is a disk: it has no removable medium to insert, eject or watch");
     }
     if (d->locked() && !request->force()) {
+      // The real server asks the guest (block/media.h); a guest that agrees unlocks and opens the tray.
+      if (guest_agrees_) {
+        d->set_locked(false);
+        d->set_tray_open(true);
+        vmm::v1::MediaEvent opened;
+        opened.set_type(vmm::v1::MediaEvent::TRAY_OPENED);
+        opened.set_drive(d->name());
+        opened.set_by_guest(true);
+        *opened.mutable_status() = *d;
+        events_.push_back(opened);
+      }
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "cd0: the guest has locked the drive (use force to eject)");
+                          "cd0: the guest has locked the drive; it was asked to eject the medium, and the tray "
+                          "opens if it agrees (use force to eject now)");
     }
     if (d->medium_present()) d->set_generation(d->generation() + 1);
     d->set_medium_present(false);
@@ -272,6 +288,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
   std::deque<vmm::v1::MediaEvent> events_ ABSL_GUARDED_BY(mutex_);
   int watchers_ ABSL_GUARDED_BY(mutex_) = 0;
   absl::Duration delay_ ABSL_GUARDED_BY(mutex_);
+  bool guest_agrees_ ABSL_GUARDED_BY(mutex_) = false;
   vmm::v1::ShutdownRequest last_shutdown_ ABSL_GUARDED_BY(mutex_);
   std::vector<std::string> authorizations_ ABSL_GUARDED_BY(mutex_);
 };
@@ -431,7 +448,7 @@ TEST_F(VmmctlTest, UsageErrorsExitTwoWithoutConnecting) {
   EXPECT_THAT(r.err, HasSubstr("--api"));
   Result help = Vmmctl({"--help"}, false);
   EXPECT_EQ(help.status, 0);
-  EXPECT_THAT(help.out, HasSubstr("media eject DRIVE [--force]"));
+  EXPECT_THAT(help.out, HasSubstr("media eject DRIVE [--force | --wait]"));
 }
 
 TEST_F(VmmctlTest, AddressFromTheEnvironment) {
@@ -561,9 +578,16 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   Result refused = Vmmctl({"media", "eject", "cd0"});
   EXPECT_EQ(refused.status, kExitRpcFailed);
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
-  // The server's "(use force to eject)" in vmmctl's terms.
-  EXPECT_THAT(refused.err, HasSubstr("cd0: the guest has locked the drive (--force overrides the lock)\n"));
+  // The server's "(use force to eject now)" in vmmctl's terms.
+  EXPECT_THAT(refused.err, HasSubstr("cd0: the guest has locked the drive; it was asked to eject the medium, and "
+                                     "the tray opens if it agrees (--wait waits for that, --force ejects now)\n"));
   EXPECT_THAT(refused.err, Not(HasSubstr("use force")));
+  // A guest that never answers: --wait ends at --timeout with DEADLINE_EXCEEDED, the drive unchanged.
+  Result waited = Vmmctl({"--timeout", "1", "media", "eject", "cd0", "--wait"});
+  EXPECT_EQ(waited.status, kExitRpcFailed);
+  EXPECT_THAT(waited.err, HasSubstr("was asked to eject; waiting up to 1s"));
+  EXPECT_THAT(waited.err, HasSubstr("DEADLINE_EXCEEDED: cd0: the guest did not open the tray within 1s"));
+  EXPECT_THAT(Vmmctl({"media", "eject", "cd0", "--wait", "--force"}).err, HasSubstr("exclude each other"));
   // A disk has no medium: the hint says so, not that --force would help (issue 17).
   Result disk_eject = Vmmctl({"media", "eject", "disk0"});
   EXPECT_EQ(disk_eject.status, kExitRpcFailed);
@@ -598,6 +622,22 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   Result tray = Vmmctl({"media", "tray", "cd0", "open"});
   ASSERT_EQ(tray.status, 0) << tray.err;
   EXPECT_THAT(tray.out, HasSubstr("tray open"));
+}
+
+// --wait: the guest agrees to the eject request (it opens the tray, which the watch shows), and
+// vmmctl then ejects.
+TEST_F(VmmctlTest, EjectWaitsForTheGuestToAgree) {
+  fake_.set_locked(true);
+  fake_.set_guest_agrees(true);
+  Result waited = Vmmctl({"media", "eject", "cd0", "--wait"});
+  ASSERT_EQ(waited.status, 0) << waited.err;
+  EXPECT_THAT(waited.err, HasSubstr("cd0: the guest has locked the drive and was asked to eject"));
+  EXPECT_THAT(waited.out, HasSubstr("cd0 cdrom virtio-scsi 0:1: no medium, tray open"));
+  EXPECT_THAT(waited.out, HasSubstr(", unlocked"));
+  // Unlocked now: --wait ejects at once, without a word on stderr.
+  Result plain = Vmmctl({"media", "eject", "cd0", "--wait"});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_TRUE(plain.err.empty()) << plain.err;
 }
 
 TEST_F(VmmctlTest, VmCommands) {

@@ -101,9 +101,7 @@ absl::Status RemovableMedia::Eject(bool force) {
   absl::MutexLock lock(&change_mutex_);
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->tray_open && !now->present) return absl::OkStatus();  // nothing to do
-  if (now->locked && !force) {
-    return absl::FailedPreconditionError("the guest has locked the drive (use force to eject)");
-  }
+  if (now->locked && !force) return AskGuestToEject(now);
   // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks with
   // PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
   if (!now->tray_open) {
@@ -122,15 +120,23 @@ absl::Status RemovableMedia::Eject(bool force) {
   return absl::OkStatus();
 }
 
+absl::Status RemovableMedia::AskGuestToEject(const std::shared_ptr<const MediaState>& now) {
+  // What a real drive's eject button does while the host prevents removal, and QEMU's eject
+  // without force: the drive reports an EjectRequest media event (MMC-6 GET EVENT STATUS
+  // NOTIFICATION, media class), which Linux's sr turns into a DISK_EJECT_REQUEST uevent; udev's
+  // cdrom_id then unlocks the drive and opens the tray. The caller watches for kTrayOpened.
+  Notify(MediaEvent{MediaEventType::kEjectRequested, /*by_guest=*/false, now});
+  return absl::FailedPreconditionError(
+      "the guest has locked the drive; it was asked to eject the medium, and the tray opens if "
+      "it agrees (use force to eject now)");
+}
+
 absl::Status RemovableMedia::SetTrayOpen(bool open, bool force) {
   absl::MutexLock lock(&change_mutex_);
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->tray_open == open) return absl::OkStatus();
   // Only opening is refused: closing removes nothing, and the lock prevents removal only.
-  if (open && now->locked && !force) {
-    return absl::FailedPreconditionError(
-        "the guest has locked the drive (use force to open the tray)");
-  }
+  if (open && now->locked && !force) return AskGuestToEject(now);
   auto next = CopyOf(now);
   next->tray_open = open;
   Publish(std::move(next), open ? MediaEventType::kTrayOpened : MediaEventType::kTrayClosed,

@@ -44,8 +44,10 @@ enum class MediaEventType {
   kTrayOpened,
   kTrayClosed,
   kLockChanged,     // the guest locked or unlocked the tray
-  kEjectRequested,  // the guest asked to eject (START STOP UNIT LoEj) while removal was prevented,
-                    // or a host eject button was pressed: the API may act on it
+  kEjectRequested,  // by the guest: it asked to eject (START STOP UNIT LoEj) while removal was
+                    // prevented (the API may act on it); not by the guest: the API (or a host
+                    // eject button) asked for an eject of a locked drive, and the drive tells the
+                    // guest (an MMC EjectRequest media event)
 };
 
 struct MediaEvent {
@@ -84,12 +86,15 @@ class RemovableMedia {
   // HostCdrom forwards them to the drive).
   void FollowHostDrive(std::string drive_path);
   absl::Status InsertFromHostDrive(std::shared_ptr<BlockBackend> backend, std::string source);
-  // Removes the medium (if any) and leaves the tray open. FailedPrecondition if the guest locked the
-  // drive and `force` is false. Publishes kTrayOpened (if it was closed), then kRemoved (if a medium
-  // was present).
+  // Removes the medium (if any) and leaves the tray open. Publishes kTrayOpened (if it was closed),
+  // then kRemoved (if a medium was present). If the guest locked the drive and `force` is false,
+  // nothing changes: the guest is asked to let go (kEjectRequested, not by the guest, which the
+  // drive reports as an MMC EjectRequest event) and the answer is FailedPrecondition. A guest that
+  // agrees unlocks and opens the tray itself (kTrayOpened by the guest); the caller then ejects
+  // again.
   absl::Status Eject(bool force);
-  // Opens or closes the tray without changing the medium. Opening is FailedPrecondition when
-  // locked, unless forced; closing is always allowed (the lock prevents removal only).
+  // Opens or closes the tray without changing the medium. Opening a locked drive without force
+  // asks the guest, as Eject does; closing is always allowed (the lock prevents removal only).
   absl::Status SetTrayOpen(bool open, bool force);
   // The guest's PREVENT ALLOW MEDIUM REMOVAL. kLockChanged only when the value changes.
   void SetLocked(bool locked, bool by_guest);
@@ -107,6 +112,10 @@ class RemovableMedia {
   void Publish(std::shared_ptr<const MediaState> next, MediaEventType type, bool by_guest)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mutex_);
   void Notify(const MediaEvent& event);
+  // Eject/SetTrayOpen on a drive the guest locked: tells the listeners (kEjectRequested) and
+  // returns the FailedPrecondition that says so.
+  absl::Status AskGuestToEject(const std::shared_ptr<const MediaState>& now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mutex_);
 
   std::atomic<std::shared_ptr<const MediaState>> current_;
   absl::Status InsertLocked(std::shared_ptr<BlockBackend> backend, std::string source)

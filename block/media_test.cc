@@ -6,10 +6,13 @@
 #include <vector>
 
 #include "block/memory_backend.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace block {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct Seen {
   MediaEventType type;
@@ -138,11 +141,17 @@ TEST(RemovableMediaTest, LockRefusesRemovalUnlessForced) {
   media.SetLocked(true, true);
   listener.events.clear();
 
-  EXPECT_EQ(media.Eject(false).code(), absl::StatusCode::kFailedPrecondition);
+  // Refused, and the guest is asked to let go (a request not by the guest: the drive reports it as
+  // an MMC EjectRequest), with nothing changed.
+  const absl::Status refused = media.Eject(false);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("it was asked to eject the medium"));
   EXPECT_EQ(media.SetTrayOpen(true, false).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(listener.events.empty());
+  EXPECT_EQ(listener.types(), (std::vector<T>{T::kEjectRequested, T::kEjectRequested}));
+  for (const Seen& seen : listener.events) EXPECT_FALSE(seen.by_guest);
   EXPECT_TRUE(media.Current()->ready());
   EXPECT_EQ(media.Current()->generation, 0u);
+  listener.events.clear();
 
   // Forced: the tray opens although locked; closing is always allowed; the lock stays the guest's.
   ASSERT_TRUE(media.SetTrayOpen(true, /*force=*/true).ok());

@@ -103,6 +103,12 @@ absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
   options.on_error = [name = attached.name](const absl::Status& status) {
     ReportHostDriveError(name, status);
   };
+  // The host drive's eject button while the guest prevents removal: the guest is asked, as for an
+  // API eject without force (the drive reports an MMC EjectRequest); if it agrees, its tray
+  // opening reaches the host drive.
+  options.on_eject_request = [media = std::weak_ptr<block::RemovableMedia>(attached.media)] {
+    if (auto alive = media.lock()) (void)alive->Eject(/*force=*/false);
+  };
   ASSIGN_OR_RETURN(attached.host_drive,
                    block::HostCdrom::Create(std::move(device), attached.media.get(), options));
   // Kernel uevents tell of host media changes; without netlink (a sandbox or a namespace without

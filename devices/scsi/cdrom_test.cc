@@ -351,8 +351,12 @@ TEST_F(CdRomTest, LockedEjectIsRefused) {
   EXPECT_FALSE(setup_.media->Current()->tray_open);
   EXPECT_EQ(GesnEvent(), 1);  // EjectRequest
   EXPECT_EQ(GesnEvent(), 0);
-  // The host cannot eject without force either, and asks the guest (as QEMU's "eject cd").
+  // The host cannot eject without force either, and asks the guest (as QEMU's "eject cd"): the
+  // next GESN reports an EjectRequest, once.
   EXPECT_FALSE(setup_.media->Eject(false).ok());
+  EXPECT_FALSE(setup_.media->Current()->tray_open);
+  EXPECT_EQ(GesnEvent(), 1);
+  EXPECT_EQ(GesnEvent(), 0);
   // ALLOW, then the eject works: the tray opens with the disc in it.
   ASSERT_TRUE(Run({0x1e, 0, 0, 0, 0, 0}).good());
   EXPECT_TRUE(Run({0x1b, 0, 0, 0, 0x02, 0}).good());
