@@ -10,6 +10,10 @@
 #   nested_setup WORK MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL [CACHE]
 #                                  builds the L2 initramfs (init.sh, plus ata_piix for IDE) and the L1
 #                                  initramfs (l1_init.sh, kvm modules, microvm + vmmctl with libraries)
+#   nested_l1_drive IMAGE          one more L1 virtio disk for the current boot, a snapshot of IMAGE
+#                                  (writes dropped); its L1 device (/dev/vdb, ...) in NESTED_L1_DEV
+#   nested_qemu_bundle DIR         QEMU (binary, libraries, firmware) for L1 in DIR, to link into a
+#                                  work disk as /l1disk/qemu; its command there in NESTED_QEMU_CMD
 #   nested_job BOOT                starts L1 boot BOOT: its work-disk directory NESTED_DISK (the L1
 #                                  job sees it as /l1disk) and job script NESTED_JOB (append to it:
 #                                  l2_run lines and L1-side marker handlers, see l1_lib.sh)
@@ -64,7 +68,32 @@ nested_setup() {  # work make-linux-initramfs init.sh make-nested-initramfs l1_i
   [ -x "$NESTED_MKE2FS" ] || NESTED_MKE2FS=$(command -v mke2fs)
 }
 
+nested_qemu_bundle() {  # dir: QEMU for L1 in DIR (the host's binary, the libraries ldd lists and
+  # the firmware -M pc loads, run through the bundled dynamic loader: L1's initramfs has no /lib).
+  # Link DIR into a boot's work disk as /l1disk/qemu; NESTED_QEMU_CMD is the command there.
+  local bundle=$1 loader="" lib fw
+  mkdir -p "$bundle/lib" "$bundle/share"
+  cp -L "$LINUX_QEMU" "$bundle/qemu-system-x86_64" || return 1
+  while read -r lib; do
+    cp -L "$lib" "$bundle/lib/" || return 1
+    case "$lib" in */ld-linux*) loader=$(basename "$lib") ;; esac
+  done < <(ldd "$LINUX_QEMU" | grep -oE '/[^ ]+' | sort -u)
+  [ -n "$loader" ] || { echo "nested_qemu_bundle: no dynamic loader among QEMU's libraries"; return 1; }
+  for fw in bios-256k.bin linuxboot_dma.bin kvmvapic.bin; do
+    cp -L "/usr/share/qemu/$fw" "$bundle/share/" 2>/dev/null ||
+      cp -L "/usr/share/seabios/$fw" "$bundle/share/" || { echo "nested_qemu_bundle: no QEMU firmware $fw"; return 1; }
+  done
+  NESTED_QEMU_CMD="/l1disk/qemu/lib/$loader --library-path /l1disk/qemu/lib /l1disk/qemu/qemu-system-x86_64 -L /l1disk/qemu/share"
+}
+
+nested_l1_drive() {  # image: one more L1 disk, a copy-on-write snapshot of IMAGE (what L1 writes
+  # is dropped when L1 ends); its L1 device (/dev/vdb, /dev/vdc, ... in call order) in NESTED_L1_DEV
+  NESTED_L1_DRIVES+=(-drive "file=$1,if=virtio,format=raw,snapshot=on")
+  NESTED_L1_DEV=/dev/vd$(printf '%s' abcdefghijklmnop | cut -c $(( ${#NESTED_L1_DRIVES[@]} / 2 + 1 )))
+}
+
 nested_job() {  # boot
+  NESTED_L1_DRIVES=()
   NESTED_DISK=$NESTED_WORK/$1/disk
   NESTED_JOB=$NESTED_DISK/job.sh
   rm -rf "${NESTED_WORK:?}/$1"
@@ -120,7 +149,7 @@ nested_boot() {  # boot
              -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log" -serial "file:$klog"
              -kernel "$LINUX_KERNEL" -initrd "$NESTED_L1_INITRAMFS"
              -append "console=ttyS1 quiet panic=-1 ${NESTED_L1_APPEND:-}"
-             -drive "file=$img,if=virtio,format=raw,cache=unsafe")
+             -drive "file=$img,if=virtio,format=raw,cache=unsafe" "${NESTED_L1_DRIVES[@]}")
   printf '%q ' "${cmd[@]}" > "$dir/l1.cmd"
   start=$(date +%s.%N)
   NESTED_L1_FAULT=""

@@ -6,9 +6,14 @@
 # API, an IDE disk, and the VM's lifecycle (pause/resume, SIGTERM, API shutdown, power-off).
 # Skips when QEMU, the cloud kernel, busybox-static, fio or nested SVM is missing.
 #
-# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL
+# A fourth boots a real Debian system (tools/make-debian-image) in our VMM on virtio-scsi and IDE,
+# and in QEMU as the reference.
+#
+# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE
 #   (Bazel passes these; outside Bazel tools/nested runs one scenario, see docs/nested.md)
-#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle)
+#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian)
+#   NESTED_DEBIAN=DIR       the Debian image (tools/make-debian-image's output; tools/test makes it);
+#                           unset: made here, into the default cache of tools/make-debian-image
 #   NESTED_CACHE=DIR        reuse built initramfs images (default: none under Bazel)
 set -uo pipefail
 
@@ -20,7 +25,7 @@ source "$here/nested_harness.sh"
 # shellcheck source=scenarios.sh
 source "$here/scenarios.sh"
 
-[ $# -ge 7 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL"; exit 2; }
+[ $# -ge 8 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE"; exit 2; }
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 args=()
 for a in "$@"; do args+=("$(abs "$a")"); done
@@ -31,6 +36,15 @@ trap linux_cleanup EXIT
 started=$SECONDS
 nested_setup "$WORK" "${args[0]}" "${args[1]}" "${args[2]}" "${args[3]}" "${args[4]}" "${args[5]}" "${args[6]}" \
   "${NESTED_CACHE:-}"
+NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
+case " ${NESTED_ONLY:-debian} " in
+  *" debian "*)
+    if [ -z "${NESTED_DEBIAN:-}" ]; then
+      NESTED_DEBIAN=$WORK/debian
+      "$NESTED_MAKE_DEBIAN_IMAGE" "$NESTED_DEBIAN" || { echo "FAIL: tools/make-debian-image"; exit 1; }
+    fi
+    echo "Debian image: $(cat "$NESTED_DEBIAN/build.txt")" ;;
+esac
 
 run_boot() {  # boot: writes its job and boots L1; 1 when L1's own kernel failed (nested_boot)
   nested_job "$1"
@@ -47,8 +61,8 @@ run_boot() {  # boot: writes its job and boots L1; 1 when L1's own kernel failed
 # in the VMM under test, which is a user process there): such a boot is run again, up to
 # NESTED_L1_ATTEMPTS times in all, and counted in the summary; the checks judge the last attempt.
 l1_faults=0
-for boot in scsi cd-ide lifecycle; do
-  case " ${NESTED_ONLY:-scsi cd-ide lifecycle} " in *" $boot "*) ;; *) continue ;; esac
+for boot in scsi cd-ide lifecycle debian; do
+  case " ${NESTED_ONLY:-scsi cd-ide lifecycle debian} " in *" $boot "*) ;; *) continue ;; esac
   attempt=1
   until run_boot "$boot"; do
     l1_faults=$((l1_faults + 1))

@@ -10,13 +10,15 @@
 
 NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
-                  pause-resume sigterm api-shutdown poweroff jail"
+                  pause-resume sigterm api-shutdown poweroff jail
+                  debian-scsi debian-ide debian-qemu"
 # Only for tools/nested (run, repeat): not part of nested_test.sh.
 NESTED_EXTRA_SCENARIOS="ide-fio-psync"
 
 nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
   case "$1" in
     *-cd-media|host-cd-*|ide-*) echo cd-ide ;;
+    debian-*) echo debian ;;
     scsi-*|smp) echo scsi ;;
     *) echo lifecycle ;;
   esac
@@ -531,4 +533,123 @@ nsc_poweroff_job() {
 nsc_poweroff_check() {
   nested_check_pass "$1" probe
   linux_report dmesg_bad_count
+}
+
+# --- a real Debian system (tools/make-debian-image) ----------------------------------------------
+# Debian 12 with its own kernel, initramfs-tools initrd, systemd, udev and cloud-init, its root disk
+# given to L1 as a snapshot disk (/dev/vdX) that our VMM (or QEMU, the reference) uses whole. The
+# image's microvm-report service (tests/debian/rootfs/microvm-report) prints RESULT lines once
+# systemd's start-up has ended, then runs the actions of microvm.action=. The image comes from
+# NESTED_DEBIAN (a tools/make-debian-image output directory; tools/test and tools/nested make it).
+NESTED_DEBIAN_ARGS="root=LABEL=debian-root ro systemd.mask=serial-getty@ttyS0.service microvm.report=1"
+
+nested_debian_files() {  # the kernel, initrd and discs in the work disk (once per boot)
+  [ -n "${NESTED_DEBIAN:-}" ] && [ -r "$NESTED_DEBIAN/root.img" ] ||
+    { echo "FAIL: no Debian image (NESTED_DEBIAN=${NESTED_DEBIAN:-unset}; tools/make-debian-image makes one)"; exit 1; }
+  [ -e "$NESTED_DISK/debian-vmlinuz" ] && return
+  cp "$NESTED_DEBIAN/vmlinuz" "$NESTED_DISK/debian-vmlinuz"
+  cp "$NESTED_DEBIAN/initrd.img" "$NESTED_DISK/debian-initrd.img"
+  "${NESTED_MAKE_DEBIAN_IMAGE:-tools/make-debian-image}" --disc "$NESTED_DISK/SWAPDISC.iso" --label SWAPDISC --content "the swapped disc" || exit 1
+  cat >> "$NESTED_JOB" <<'JOB'
+# The Debian guest's requests (tests/debian/rootfs/microvm-report): a disc swap, and an eject of
+# the drive it holds locked. A Watch of cd0 runs from the swap on; debian_watch prints it after.
+debian_markers() {
+  case "$1" in
+    DEBIAN-SWAP\ *)
+      l2_ctl media watch cd0 > "$L2_DIR/watch.log" 2>/dev/null &
+      sleep 1
+      l2_action "swap: $(l2_ctl media eject cd0 --force 2>&1) / $(l2_ctl media insert cd0 "/l1disk/${1#DEBIAN-SWAP }.iso" 2>&1)" ;;
+    DEBIAN-EJECT-REQUEST)
+      ( l2_action "eject request: $(l2_ctl --timeout 150 media eject cd0 --wait 2>&1 | tr '\n' ' ')" ) & ;;
+  esac
+}
+debian_watch() {  # run
+  [ -r "/tmp/l2-$1/watch.log" ] || return 0
+  while IFS= read -r line; do echo "L2-ACTION $1 watch: ${line#* }"; done < "/tmp/l2-$1/watch.log"
+}
+JOB
+}
+
+nested_debian_run() {  # run "microvm.action=..." VMM-FLAGS...: one boot of the image, with the
+  # NoCloud seed /l1disk/seed-RUN.iso (hostname RUN) for the flags to use
+  local run=$1 args=$2
+  shift 2
+  "${NESTED_MAKE_DEBIAN_IMAGE:-tools/make-debian-image}" --seed "$NESTED_DISK/seed-$run.iso" --hostname "$run" || exit 1
+  nested_add "L2_MEM=1G L2_TIMEOUT=1200 L2_KERNEL=/l1disk/debian-vmlinuz L2_INITRD=/l1disk/debian-initrd.img L2_MARKERS=debian_markers ${NESTED_DEBIAN_VMM:+L2_VMM=$NESTED_DEBIAN_VMM }l2_run $run '$NESTED_DEBIAN_ARGS $args' $*"
+  nested_add "debian_watch $run"
+}
+
+nested_debian_check() {  # run: the system came up clean, cloud-init used our CD's seed
+  nested_check "$1" 0 || return
+  linux_expect "$1" debian_state running
+  linux_expect "$1" debian_failed_count 0
+  linux_expect "$1" debian_cloud done
+  linux_expect "$1" debian_hostname "$1"
+  linux_expect "$1" debian_seed "seed_$1"
+  linux_report debian_boot debian_multi_user_seconds debian_failed debian_action debian_cloud_warning
+}
+
+nested_debian_media_check() {  # run bus
+  linux_expect "$1" debian_swapped "label=SWAPDISC content=the_swapped_disc"
+  linux_expect "$1" debian_guest_eject ok
+  linux_expect "$1" debian_eject_request "tray opened by udev"
+  local events=$NESTED_RUNS/$1.events
+  grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
+  grep -q "swap: cd0 cdrom $2 .* / cd0 cdrom $2 .*SWAPDISC.iso" "$events" ||
+    linux_fail "$1" "the API did not swap cd0 ($2) to SWAPDISC.iso"
+  grep -q "watch: cd0 TRAY_OPENED by guest" "$events" ||
+    linux_fail "$1" "the Watch stream did not show the guest's eject (TRAY_OPENED by guest)"
+  grep -q "watch: cd0 EJECT_REQUESTED by host" "$events" ||
+    linux_fail "$1" "the Watch stream did not show the API's eject request"
+  grep -q "eject request: .*was asked to eject.* cd0 cdrom $2 .*no medium" "$events" ||
+    linux_fail "$1" "vmmctl media eject --wait did not end with cd0 empty after the guest agreed"
+}
+
+# Root on virtio-scsi (two vCPUs, two request queues on two iothreads, cache=none), the seed and
+# the swapped disc on a virtio-scsi CD; the guest powers off at the end.
+nsc_debian_scsi_job() {
+  nested_debian_files
+  nested_l1_drive "$NESTED_DEBIAN/root.img"
+  nested_debian_run "$1" "microvm.action=media,poweroff microvm.swap=SWAPDISC" \
+    --vcpus=2 --scsi-queues=2 --iothreads=2 "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso"
+}
+nsc_debian_scsi_check() {
+  nested_debian_check "$1" || return
+  nested_debian_media_check "$1" virtio-scsi
+  linux_expect "$1" debian_action poweroff
+}
+
+# Root on IDE (the primary master), the seed and the swapped disc on the IDE CD (secondary master);
+# the guest reboots at the end, which ends the VMM with status 0 (the default, --on-reboot=exit).
+nsc_debian_ide_job() {
+  nested_debian_files
+  nested_l1_drive "$NESTED_DEBIAN/root.img"
+  nested_debian_run "$1" "microvm.action=media,reboot microvm.swap=SWAPDISC" \
+    "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso"
+}
+nsc_debian_ide_check() {
+  nested_debian_check "$1" || return
+  nested_debian_media_check "$1" ide
+  linux_expect "$1" debian_action "reboot boot=1"
+  grep -q "microvm: guest reset" "$NESTED_RUNS/$1.qemu.log" ||
+    linux_fail "$1" "the VMM did not stop on the guest's reboot"
+}
+
+# The reference: the same image in QEMU 7.2 on the same L1 KVM, root on virtio-scsi, the seed on
+# scsi-cd. A failure here is the image's (or the tier's), not our VMM's.
+nsc_debian_qemu_job() {
+  nested_debian_files
+  if [ ! -e "$NESTED_DISK/qemu" ]; then
+    nested_qemu_bundle "$NESTED_DISK/qemu" || exit 1
+    nested_add "L2_QEMU='$NESTED_QEMU_CMD'"
+  fi
+  nested_l1_drive "$NESTED_DEBIAN/root.img"
+  NESTED_DEBIAN_VMM=qemu nested_debian_run "$1" "microvm.action=poweroff" -M pc -cpu host -smp 2 \
+    -device virtio-scsi-pci,id=scsi0 \
+    "-drive file=$NESTED_L1_DEV,if=none,id=hd0,format=raw,cache=none,aio=io_uring -device scsi-hd,drive=hd0,bus=scsi0.0" \
+    "-drive file=/l1disk/seed-$1.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0"
+}
+nsc_debian_qemu_check() {
+  nested_debian_check "$1" || return
+  linux_expect "$1" debian_action poweroff
 }
