@@ -65,6 +65,10 @@ ABSL_FLAG(std::string, boot_marker, "",
           "With --boot-report: also time the first appearance of this text in the serial output "
           "(e.g. a line the guest's init prints).");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
+ABSL_FLAG(std::string, on_reboot, "exit",
+          "What a guest reset (reboot) does: exit (the VMM ends with status 0) or restart (the guest "
+          "boots again in this process: every device back to its power-on state, memory cleared, "
+          "the kernel and initrd reloaded; the drives, their media and the control API stay).");
 ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
 // --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the other flags are
 // parsed (see vmm::ExtractDriveFlags). These definitions only document them. --disk, --cdrom,
@@ -113,7 +117,8 @@ const vmm::ProgramHelp& Help() {
                 {"cpu-features", "LIST"},
                 {"serial", "stdout|none|file:PATH"},
                 {"serial-input", ""},
-                {"kvm-device", "PATH"}}},
+                {"kvm-device", "PATH"},
+                {"on-reboot", "exit|restart"}}},
               {"Drives (virtio-scsi and IDE)", DriveHelp()},
               {"Control API (docs/api.md)",
                {{"api-socket", "PATH"},
@@ -132,8 +137,8 @@ const vmm::ProgramHelp& Help() {
           },
       .epilogue =
           "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
-          "status: the guest's debug-exit value; 0 after a guest reset or power-off or an API "
-          "Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
+          "status: the guest's debug-exit value; 0 after a guest reset (unless --on-reboot=restart) or "
+          "power-off or an API Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
           "--flag=value: what is wrong\" (docs/errors.md lists them).",
   };
   return *help;
@@ -175,6 +180,15 @@ absl::Status Configure(vmm::VmConfig& config) {
   RETURN_IF_ERROR(vmm::IoThreadFlagsInto(config.storage));
   config.cmdline = absl::GetFlag(FLAGS_cmdline);
   config.kvm_path = absl::GetFlag(FLAGS_kvm_device);
+  const std::string on_reboot = absl::GetFlag(FLAGS_on_reboot);
+  if (on_reboot == "exit") {
+    config.on_reboot = vmm::VmConfig::OnReboot::kExit;
+  } else if (on_reboot == "restart") {
+    config.on_reboot = vmm::VmConfig::OnReboot::kRestart;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--on-reboot=%s: expected exit or restart", on_reboot));
+  }
   config.boot_marker = absl::GetFlag(FLAGS_boot_marker);
   return absl::OkStatus();
 }

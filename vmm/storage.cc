@@ -138,21 +138,19 @@ absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
 
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& config) {
   std::unique_ptr<Storage> storage(new Storage());
+  storage->config_ = config;
+  storage->config_.drives.clear();  // the specs live on in drives_
   if (config.drives.empty()) return storage;
   if (config.drives.size() > 256) return absl::InvalidArgumentError("at most 256 drives");
-  auto target = std::make_shared<devices::scsi::Target>();
   int disks = 0;
   int cdroms = 0;
-  uint16_t next_lun = 0;
   for (const DriveSpec& spec : config.drives) {
     AttachedDrive attached;
     attached.spec = spec;
-    const bool on_ide = spec.bus == DriveSpec::Bus::kIde;
     block::DriveOptions options;
     options.cache_mode = spec.cache_mode;
     options.fua_mode = spec.fua_mode;
     options.read_only = spec.read_only;
-    std::shared_ptr<devices::scsi::LogicalUnit> unit;
     if (spec.kind == DriveSpec::Kind::kDisk) {
       attached.name = absl::StrFormat("disk%d", disks++);
       options.name = attached.name;
@@ -163,9 +161,6 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       auto backend = block::raw::RawFileBackend::Open(spec.path, raw);
       if (!backend.ok()) return DriveError(spec, backend.status());
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, *std::move(backend)));
-      if (!on_ide) {
-        ASSIGN_OR_RETURN(unit, devices::scsi::Disk::Create(attached.drive));
-      }
     } else {
       attached.name = absl::StrFormat("cd%d", cdroms++);
       options.name = attached.name;
@@ -183,48 +178,69 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateRemovable(options, attached.media));
-      if (!on_ide) {
-        ASSIGN_OR_RETURN(unit, devices::scsi::CdRom::Create(attached.drive));
-      }
-    }
-    if (!on_ide) {
-      attached.lun = next_lun++;
-      RETURN_IF_ERROR(target->AddLogicalUnit(attached.lun, unit));
     }
     storage->drives_.push_back(std::move(attached));
   }
 
+  uint16_t next_lun = 0;
   std::vector<AttachedDrive*> ide;
   for (AttachedDrive& drive : storage->drives_) {
-    if (drive.spec.bus == DriveSpec::Bus::kIde) ide.push_back(&drive);
+    if (drive.spec.bus == DriveSpec::Bus::kIde) {
+      ide.push_back(&drive);
+    } else {
+      drive.lun = next_lun++;
+    }
   }
   RETURN_IF_ERROR(PlaceIdeDrives(ide));
-  for (const AttachedDrive* drive : ide) {
-    devices::ide::IdeDriveConfig ide_config;
-    ide_config.channel = drive->ide_channel;
-    ide_config.unit = drive->ide_unit;
-    ide_config.kind = drive->spec.kind == DriveSpec::Kind::kCdrom ? devices::ide::DeviceKind::kCdRom
-                                                                 : devices::ide::DeviceKind::kDisk;
-    ide_config.drive = drive->drive;
-    storage->ide_drives_.push_back(ide_config);
+  RETURN_IF_ERROR(storage->CreateDevices());
+  return storage;
+}
+
+absl::Status Storage::CreateDevices() {
+  // Fresh devices in their power-on state on the drives opened once: a unit attention for power on
+  // (SPC-4 6.1.1) per logical unit, new queues, new iothreads.
+  scsi_device_.reset();
+  ide_drives_.clear();
+  ide_iothread_.reset();
+  auto target = std::make_shared<devices::scsi::Target>();
+  bool any_scsi = false;
+  for (const AttachedDrive& drive : drives_) {
+    if (drive.spec.bus == DriveSpec::Bus::kIde) {
+      devices::ide::IdeDriveConfig ide_config;
+      ide_config.channel = drive.ide_channel;
+      ide_config.unit = drive.ide_unit;
+      ide_config.kind = drive.spec.kind == DriveSpec::Kind::kCdrom ? devices::ide::DeviceKind::kCdRom
+                                                                  : devices::ide::DeviceKind::kDisk;
+      ide_config.drive = drive.drive;
+      ide_drives_.push_back(ide_config);
+      continue;
+    }
+    std::shared_ptr<devices::scsi::LogicalUnit> unit;
+    if (drive.spec.kind == DriveSpec::Kind::kDisk) {
+      ASSIGN_OR_RETURN(unit, devices::scsi::Disk::Create(drive.drive));
+    } else {
+      ASSIGN_OR_RETURN(unit, devices::scsi::CdRom::Create(drive.drive));
+    }
+    RETURN_IF_ERROR(target->AddLogicalUnit(drive.lun, unit));
+    any_scsi = true;
   }
   // Every storage thread starts here (devices start none), confined by iothread_start.
   devices::IoThreadOptions thread_options;
-  thread_options.on_start = config.iothread_start;
-  if (!storage->ide_drives_.empty()) {
+  thread_options.on_start = config_.iothread_start;
+  if (!ide_drives_.empty()) {
     // The IDE controller's DMA and block I/O: no polling (its doorbells are port writes that exit).
     ASSIGN_OR_RETURN(auto ide_threads, devices::StartIoThreads("ide-io", 1, thread_options));
-    storage->ide_iothread_ = ide_threads.front();
+    ide_iothread_ = ide_threads.front();
   }
-  if (next_lun == 0) return storage;
+  if (!any_scsi) return absl::OkStatus();
   devices::virtio::scsi::VirtioScsiOptions options;
-  options.num_request_queues = config.scsi_queues;
-  thread_options.poll_max_ns = config.poll_max_ns;
+  options.num_request_queues = config_.scsi_queues;
+  thread_options.poll_max_ns = config_.poll_max_ns;
   ASSIGN_OR_RETURN(options.iothreads,
-                   devices::StartIoThreads("scsi-io", config.iothreads, thread_options));
-  ASSIGN_OR_RETURN(storage->scsi_device_,
+                   devices::StartIoThreads("scsi-io", config_.iothreads, thread_options));
+  ASSIGN_OR_RETURN(scsi_device_,
                    devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
-  return storage;
+  return absl::OkStatus();
 }
 
 }  // namespace vmm

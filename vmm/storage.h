@@ -71,6 +71,10 @@ class Storage {
   const std::vector<devices::ide::IdeDriveConfig>& ide_drives() const { return ide_drives_; }
   const std::shared_ptr<devices::IoThread>& ide_iothread() const { return ide_iothread_; }
   const std::vector<AttachedDrive>& drives() const { return drives_; }
+  // Makes the devices again, in their power-on state, on the same open drives and media (a guest
+  // restart, --on-reboot=restart): the virtio-scsi device (with new iothreads) and the IDE drive
+  // list and iothread. The VM must have destroyed the devices it took before.
+  absl::Status CreateDevices();
   const AttachedDrive* Find(const std::string& name) const;
 
   // Opens `path` as a CD/DVD medium (read-only raw file), for an insert.
@@ -87,6 +91,7 @@ class Storage {
   absl::Status AttachHostDrive(AttachedDrive& attached, std::unique_ptr<block::CdromDevice> device,
                                bool watch_uevents);
 
+  StorageConfig config_;  // queues, iothreads, polling, the thread start (drives: in drives_)
   // Kernel uevents for passed-through drives (declared before drives_: destroyed after them).
   std::unique_ptr<block::UeventMonitor> uevents_;
   std::unique_ptr<block::UeventThread> uevent_thread_;

@@ -83,19 +83,31 @@ Vm::~Vm() {
     exit_latch_.Trigger({VmExit::Kind::kStopped, 0, "VM destroyed"});
     stop_timer_.join();
   }
+  TearDownMachine();
+  storage_.reset();
+}
+
+void Vm::TearDownMachine() {
   // Runners first: their threads use the buses, devices and memory below. Then the PCI devices
   // stop their iothreads and unregister their doorbells while the VM fd still exists.
   vcpus_.clear();
   if (pci_root_) pci_root_->Shutdown();
   // The buses hold the devices; the devices hold MSI vectors and doorbells that need the MSI
-  // controller, the registrar and the VM fd, which are destroyed before the buses as members.
-  // So the devices go first, explicitly.
+  // controller, the registrar and the VM fd. So the devices go first, explicitly.
   pio_bus_.Clear();
   mmio_bus_.Clear();
   pci_root_.reset();
-  storage_.reset();
+  serial_.reset();
+  i8042_.reset();
+  acpi_pm_.reset();
   ioevents_.reset();
   msi_.reset();
+  // Memory before the VM fd, as the members' destruction order has it.
+  memory_.reset();
+  vm_fd_.reset();
+  machine_ = MachineDescription{};
+  device_tree_.clear();
+  acpi_tables_ = acpi::AcpiTables{};
 }
 
 absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
@@ -111,6 +123,14 @@ absl::Status Vm::Initialize() {
                         x86::kMpTableMaxCpus));
   }
   ASSIGN_OR_RETURN(kvm_, Kvm::Open(config_.kvm_path));
+  ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
+  if (!config_.initrd_path.empty()) {
+    ASSIGN_OR_RETURN(initrd_file_, loader::ImageFile::Open(config_.initrd_path));
+  }
+  return BuildMachine();
+}
+
+absl::Status Vm::BuildMachine() {
   ASSIGN_OR_RETURN(vm_fd_, kvm_->CreateVm());
   // Order matters: the TSS and identity map before any vCPU, the irqchip before the PIT and vCPUs.
   absl::Status status = vm_fd_->SetTssAddress(kKvmTssAddress);
@@ -200,7 +220,12 @@ absl::Status Vm::SetUpPci() {
   msi_ = std::make_unique<KvmMsiController>(*vm_fd_);
   ioevents_ = std::make_unique<KvmIoEventRegistrar>(*vm_fd_);
 
-  ASSIGN_OR_RETURN(storage_, Storage::Create(config_.storage));
+  // The drives are opened once; their devices are new with every machine.
+  if (storage_ == nullptr) {
+    ASSIGN_OR_RETURN(storage_, Storage::Create(config_.storage));
+  } else {
+    RETURN_IF_ERROR(storage_->CreateDevices());
+  }
   devices::pci::BarAllocator allocator = devices::pci::BarAllocator::ForX86();
   if (!storage_->ide_drives().empty()) {
     devices::ide::IdeControllerOptions options;
@@ -231,10 +256,10 @@ absl::Status Vm::LoadGuest() {
   ASSIGN_OR_RETURN(acpi_tables_,
                    acpi::BuildMachineAcpi(machine_, kAcpiTablesAddress, kAcpiTablesEnd));
 
-  ASSIGN_OR_RETURN(loader::LoadedKernel kernel, loader::LoadKernel(*memory_, config_.kernel_path));
+  ASSIGN_OR_RETURN(loader::LoadedKernel kernel, loader::LoadKernel(*memory_, *kernel_file_));
   std::optional<loader::InitrdPlacement> initrd;
-  if (!config_.initrd_path.empty()) {
-    ASSIGN_OR_RETURN(initrd, loader::LoadInitrd(*memory_, config_.initrd_path, kernel));
+  if (initrd_file_.has_value()) {
+    ASSIGN_OR_RETURN(initrd, loader::LoadInitrd(*memory_, *initrd_file_, kernel));
   }
   absl::Status status = x86::WriteBootGdt(*memory_);
   if (status.ok()) status = x86::WriteMpTable(*memory_, config_.vcpus);
@@ -353,6 +378,34 @@ void Vm::ForwardSerialInput(int stop_fd) {
 }
 
 VmExit Vm::Run(int signal_fd) {
+  while (true) {
+    const VmExit exit = RunGuest(signal_fd);
+    if (exit.kind != VmExit::Kind::kReset || config_.on_reboot != VmConfig::OnReboot::kRestart) {
+      return exit;
+    }
+    absl::MutexLock lock(&control_mutex_);
+    // A stop asked for (the API, a grace period running) wins over the guest's reboot.
+    if (stop_requested_) return exit;
+    absl::FPrintF(stderr, "microvm: %s, restarting the guest (--on-reboot=restart)\n", exit.message);
+    // API calls wait on control_mutex_ meanwhile; media calls reach the drives, which stay.
+    TearDownMachine();
+    if (absl::Status built = BuildMachine(); !built.ok()) {
+      return VmExit{VmExit::Kind::kFatal, 1,
+                    absl::StrFormat("the guest could not be restarted: %s", built.message())};
+    }
+    exit_latch_.Rearm();
+    paused_ = false;
+    vcpus_stopped_ = false;
+    ++restarts_;
+  }
+}
+
+int Vm::restarts() const {
+  absl::MutexLock lock(&control_mutex_);
+  return restarts_;
+}
+
+VmExit Vm::RunGuest(int signal_fd) {
   {
     absl::MutexLock lock(&control_mutex_);
     // A VM paused (through the API) before Run() starts with its vCPUs parked.

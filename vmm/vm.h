@@ -15,6 +15,7 @@
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
 #include "vmm/kvm/kvm.h"
+#include "vmm/loader/image_file.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/vcpu_runner.h"
@@ -58,6 +59,10 @@ struct VmConfig {
   // Runs first on each vCPU thread (vmm/sandbox confines it there); empty: nothing. The
   // iothreads' counterpart is StorageConfig::iothread_start.
   std::function<absl::Status()> vcpu_thread_start;
+  // A guest reset (i8042, ACPI reset register, triple fault reported as a reset): end Run()
+  // (kExit), or build the machine again and boot the guest anew in this process (kRestart).
+  enum class OnReboot { kExit, kRestart };
+  OnReboot on_reboot = OnReboot::kExit;
 };
 
 // What the VMM measured about one run.
@@ -83,7 +88,13 @@ class Vm {
   Storage& storage() { return *storage_; }
 
   // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM, or -1) ends the VM too.
+  // With OnReboot::kRestart a guest reset does not stop it: the machine is built again (a new KVM
+  // VM, cleared memory, every device in its power-on state, the kernel and initrd reloaded from
+  // the files opened at the start) on the same drives, media and Vm object (the control API keeps
+  // working), and the guest boots again.
   VmExit Run(int signal_fd);
+  // Guest restarts so far (OnReboot::kRestart).
+  int restarts() const;
   BootReport boot_report() const;
   const VmConfig& config() const { return config_; }
 
@@ -105,6 +116,13 @@ class Vm {
  private:
   explicit Vm(const VmConfig& config);
   absl::Status Initialize();
+  // Everything but the KVM system fd, the drives and the kernel/initrd files: a new KVM VM, guest
+  // memory, devices, boot structures and vCPUs (Initialize, and each restart).
+  absl::Status BuildMachine();
+  // Destroys what BuildMachine made, devices before the memory and the VM fd.
+  void TearDownMachine();
+  // One run of the guest until the exit latch fires.
+  VmExit RunGuest(int signal_fd);
   absl::Status SetUpMemory();
   absl::Status SetUpLegacyDevices();
   absl::Status SetUpPci();
@@ -117,6 +135,9 @@ class Vm {
 
   const VmConfig config_;
   std::optional<Kvm> kvm_;
+  // Opened once: a restart reloads from these (inside a jail the paths may not resolve).
+  std::optional<loader::ImageFile> kernel_file_;
+  std::optional<loader::ImageFile> initrd_file_;
   std::optional<VmFd> vm_fd_;
   std::optional<GuestMemory> memory_;
   Bus pio_bus_{"port I/O"};
@@ -142,6 +163,7 @@ class Vm {
   bool paused_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool vcpus_stopped_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(control_mutex_) = false;
+  int restarts_ ABSL_GUARDED_BY(control_mutex_) = 0;
   std::thread stop_timer_;  // a graceful stop's grace period
 
   mutable absl::Mutex report_mutex_;

@@ -21,6 +21,15 @@ void ExitLatch::Trigger(VmExit exit) {
   sys_util::SignalEventFd(event_fd_.get());
 }
 
+void ExitLatch::Rearm() {
+  absl::MutexLock lock(&mutex_);
+  exit_.reset();
+  triggered_.store(false, std::memory_order_release);
+  uint64_t count = 0;
+  // Non-blocking: drains the eventfd's counter if it was signalled, else EAGAIN.
+  (void)!read(event_fd_.get(), &count, sizeof(count));
+}
+
 std::optional<VmExit> ExitLatch::Get() const {
   absl::MutexLock lock(&mutex_);
   return exit_;

@@ -33,6 +33,9 @@ class ExitLatch {
   ExitLatch();
   void Trigger(VmExit exit);
   std::optional<VmExit> Get() const;
+  // Clears the reason, for a VM that restarts its guest after a reset. Only once nothing can
+  // trigger it any more (every vCPU stopped) and nothing waits on fd().
+  void Rearm();
   // Cheap enough to check after every vCPU exit.
   bool triggered() const { return triggered_.load(std::memory_order_acquire); }
   int fd() const { return event_fd_.get(); }

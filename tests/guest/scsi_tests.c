@@ -1473,3 +1473,46 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA
          qd, queues, mode_name, bs, ops, ops * 1000000 / us, ops ? sum / ops : 0, ops ? min : 0,
          percentile(hist, ops, 50), percentile(hist, ops, 99), max, us / 1000, notif, supp);
 }
+
+/* ============================================================================================
+ * scsi-restart
+ *
+ * The VMM's --on-reboot=restart seen from the guest. The disk's last block counts this guest's
+ * boots (a marker and a number). Every boot must meet a disk in its power-on state: the first
+ * command that is not exempt (TEST UNIT READY) gets the power-on unit attention (SPC-4: 06/29/xx).
+ * The first boot writes 1 (FUA) and resets through the i8042, as Linux's reboot=k does; the VMM
+ * builds the machine again and boots the guest anew, which reads 1 from the same disk, writes 2
+ * and passes. boots=N (default 2) is how many boots the test expects in all.
+ */
+GUEST_TEST_NAMED(scsi_restart, "scsi-restart", "virtio-scsi: boots counted on the disk; resets until boots=N (--on-reboot=restart)") {
+  static const char kMarker[16] = "microvm-restart";
+  setup(false);
+  need_disk();
+  struct scsi_lun *l = &disk;
+  uint8_t cdb[16] = {0};  /* TEST UNIT READY */
+  struct vscsi_req *r = scsi_cmd(l, cdb, 6, VSCSI_DIR_NONE, NULL, 0);
+  if (!scsi_check(r, 0x6, 0x29, -1)) test_fail("the first TEST UNIT READY gave %s, not the power-on unit attention 06/29", RES(r));
+  scsi_wait_ready(l, 5000000, false);
+  scsi_read_capacity(l, true);
+  uint8_t *buf = dma_alloc(l->block_size);
+  const uint64_t lba = l->blocks - 1;
+  r = scsi_rw(l, false, 16, lba, 1, false, buf);
+  if (!scsi_good(r)) test_fail("READ(16) of the counter block: %s", RES(r));
+  unsigned boots = 0;
+  if (memcmp(buf, kMarker, sizeof(kMarker)) == 0) boots = buf[sizeof(kMarker)];
+  boots++;
+  const unsigned want = (unsigned)arg_u64("boots", 2);
+  printf("scsi-restart: boot %u of %u\n", boots, want);
+  memset(buf, 0, l->block_size);
+  memcpy(buf, kMarker, sizeof(kMarker));
+  buf[sizeof(kMarker)] = (uint8_t)boots;
+  r = scsi_rw(l, true, 16, lba, 1, true, buf);
+  if (!scsi_good(r)) test_fail("WRITE(16) FUA of the counter block: %s", RES(r));
+  if (boots >= want) return;
+  uint64_t deadline = deadline_after_us(100000);
+  while ((inb(0x64) & 0x02) && !deadline_passed(deadline)) cpu_relax();
+  printf("scsi-restart: resetting through the i8042\n");
+  outb(0x64, 0xfe);
+  udelay(1000000);
+  test_fail("still running 1 s after the reset command");
+}

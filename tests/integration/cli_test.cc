@@ -24,6 +24,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -144,7 +145,9 @@ std::string Code(const std::string& cell) {
   const size_t open = cell.find('`');
   if (open == std::string::npos) return "";
   const size_t close = cell.find('`', open + 1);
-  return close == std::string::npos ? "" : cell.substr(open + 1, close - open - 1);
+  if (close == std::string::npos) return "";
+  // In a table, a bar inside a code span is written "\|" (GitHub renders it as "|").
+  return absl::StrReplaceAll(cell.substr(open + 1, close - open - 1), {{"\\|", "|"}});
 }
 
 std::vector<Row> ErrorRows() {

@@ -252,6 +252,49 @@ TEST_F(ScsiTest, CdReadsEverySectorOfTheIso) {
   EXPECT_THAT(r.out, HasSubstr("READ CAPACITY(10): 4096 blocks of 2048 bytes"));
 }
 
+// --on-reboot=restart: the guest resets twice and boots three times in one VMM process. Each boot
+// meets the disk in its power-on state (the unit attention for power on, checked by the guest)
+// and reads the boot counter the previous boot wrote: the drive and its data stayed.
+TEST_F(ScsiTest, OnRebootRestartBootsTheGuestAgainInThisProcess) {
+  const std::string disk = FreshDisk();
+  std::vector<std::string> flags = Drives(disk);
+  flags.push_back("--vcpus=2");
+  flags.push_back("--on-reboot=restart");
+  ProcessResult r = Run("test=scsi-restart boots=3", flags);
+  for (int boot = 1; boot <= 3; ++boot) {
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("scsi-restart: boot ", boot, " of 3")));
+  }
+  size_t restarts = 0;
+  for (size_t at = r.err.find("restarting the guest"); at != std::string::npos;
+       at = r.err.find("restarting the guest", at + 1)) {
+    ++restarts;
+  }
+  EXPECT_EQ(restarts, 2u) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("guest reset (i8042), restarting the guest (--on-reboot=restart)"));
+  // The last boot's count reached the file.
+  const std::string after = ReadFile(disk);
+  ASSERT_EQ(after.size(), kDiskBytes);
+  EXPECT_EQ(after.substr((kDiskBlocks - 1) * 512, 16), std::string("microvm-restart\0", 16));
+  EXPECT_EQ(static_cast<uint8_t>(after[(kDiskBlocks - 1) * 512 + 16]), 3);
+}
+
+// The default, --on-reboot=exit: the guest's reset ends the VMM with status 0.
+TEST_F(ScsiTest, OnRebootExitEndsTheVmmAtTheReset) {
+  const std::string disk = FreshDisk();
+  std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest,
+                                   "--cmdline=test=scsi-restart boots=2", "--memory=128M"};
+  for (const std::string& flag : Drives(disk)) argv.push_back(flag);
+  ProcessOptions options;
+  options.timeout = absl::Seconds(60);
+  ProcessResult r = RunProcess(argv, options);
+  ASSERT_TRUE(r.exited) << r.err;
+  EXPECT_EQ(r.exit_status, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("scsi-restart: boot 1 of 2"));
+  EXPECT_THAT(r.out, HasSubstr("scsi-restart: resetting through the i8042"));
+  EXPECT_THAT(r.out, Not(HasSubstr("boot 2 of 2")));
+  EXPECT_THAT(r.err, HasSubstr("guest reset (i8042), VM stopped"));
+}
+
 TEST_F(ScsiTest, TwoQueuesOnTwoIothreadsAndTwoVcpus) {
   const std::string disk = FreshDisk();
   std::vector<std::string> flags = Drives(disk);

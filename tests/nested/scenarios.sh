@@ -555,6 +555,9 @@ nested_debian_files() {  # the kernel, initrd and discs in the work disk (once p
 # the drive it holds locked. A Watch of cd0 runs from the swap on; debian_watch prints it after.
 debian_markers() {
   case "$1" in
+    DEBIAN-BOOT\ *)
+      # The API answers in every boot (after a restart too), and the CD holds what it held.
+      l2_action "boot ${1#DEBIAN-BOOT }: $(l2_ctl media status cd0 2>&1 | grep -E '^(medium|tray):' | tr -s ' \n' ' ')" ;;
     DEBIAN-SWAP\ *)
       l2_ctl media watch cd0 > "$L2_DIR/watch.log" 2>/dev/null &
       sleep 1
@@ -620,19 +623,33 @@ nsc_debian_scsi_check() {
 }
 
 # Root on IDE (the primary master), the seed and the swapped disc on the IDE CD (secondary master);
-# the guest reboots at the end, which ends the VMM with status 0 (the default, --on-reboot=exit).
+# then systemctl reboot with --on-reboot=restart: the VMM builds the machine again in the same
+# process and the guest boots a second time, to multi-user, on the same disk with the same (now
+# empty) CD drive and the same API, and powers off. (debian-scsi powers off; the default
+# --on-reboot=exit is checked by //tests/integration:scsi_test.)
 nsc_debian_ide_job() {
   nested_debian_files
   nested_l1_drive "$NESTED_DEBIAN/root.img"
-  nested_debian_run "$1" "microvm.action=media,reboot microvm.swap=SWAPDISC" \
-    "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso"
+  nested_debian_run "$1" "microvm.action=media,reboot microvm.then=poweroff microvm.swap=SWAPDISC" \
+    "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso" --on-reboot=restart
 }
 nsc_debian_ide_check() {
   nested_debian_check "$1" || return
   nested_debian_media_check "$1" ide
   linux_expect "$1" debian_action "reboot boot=1"
-  grep -q "microvm: guest reset" "$NESTED_RUNS/$1.qemu.log" ||
-    linux_fail "$1" "the VMM did not stop on the guest's reboot"
+  local events=$NESTED_RUNS/$1.events
+  grep -q "microvm: guest reset (.*), restarting the guest (--on-reboot=restart)" "$NESTED_RUNS/$1.qemu.log" ||
+    linux_fail "$1" "the VMM did not restart the guest on its reboot"
+  [ "$(linux_results debian_boot_number | tr '\n' ' ')" = "1 2 " ] ||
+    linux_fail "$1" "expected boots 1 and 2, the guest reported: $(linux_results debian_boot_number | tr '\n' ' ')"
+  [ "$(linux_results debian_state | tr '\n' ' ')" = "running running " ] ||
+    linux_fail "$1" "systemd was not running after each boot: $(linux_results debian_state | tr '\n' ' ')"
+  [ "$(linux_results debian_action | tail -n 1)" = poweroff ] ||
+    linux_fail "$1" "the second boot did not power off"
+  # The first boot ended with the drive empty (the eject request): a restart keeps the media as
+  # they are, it does not go back to the command line's seed.
+  grep -q "boot 2: medium: none " "$events" ||
+    linux_fail "$1" "after the restart the API did not show cd0 as the first boot left it (no medium)"
 }
 
 # The reference: the same image in QEMU 7.2 on the same L1 KVM, root on virtio-scsi, the seed on

@@ -13,6 +13,12 @@ namespace vmm::loader {
 absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const std::string& path,
                                            const LoadedKernel& kernel) {
   ASSIGN_OR_RETURN(ImageFile file, ImageFile::Open(path));
+  return LoadInitrd(memory, file, kernel);
+}
+
+absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const ImageFile& file,
+                                           const LoadedKernel& kernel) {
+  const std::string& path = file.path();
   const uint64_t size = file.size();
   if (size == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: initrd is empty", path));

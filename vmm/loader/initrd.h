@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "vmm/machine/guest_memory.h"
+#include "vmm/loader/image_file.h"
 #include "vmm/loader/kernel_loader.h"
 
 namespace vmm::loader {
@@ -22,6 +23,9 @@ struct InitrdPlacement {
 // the page after kernel.reserved_end. NotFound / PermissionDenied for the file, InvalidArgument if it
 // is empty, ResourceExhausted (with the sizes) if it does not fit.
 absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const std::string& path,
+                                           const LoadedKernel& kernel);
+// The same from a file opened before (see LoadKernel's ImageFile overload).
+absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const ImageFile& file,
                                            const LoadedKernel& kernel);
 
 }  // namespace vmm::loader

@@ -377,6 +377,11 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
 
 absl::StatusOr<LoadedKernel> LoadKernel(const GuestMemory& memory, const std::string& path) {
   ASSIGN_OR_RETURN(const ImageFile file, ImageFile::Open(path));
+  return LoadKernel(memory, file);
+}
+
+absl::StatusOr<LoadedKernel> LoadKernel(const GuestMemory& memory, const ImageFile& file) {
+  const std::string& path = file.path();
   if (file.size() == 0) {
     return absl::InvalidArgumentError(absl::StrFormat("%s: kernel image is empty", path));
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "vmm/loader/image_file.h"
 #include "vmm/machine/guest_memory.h"
 
 namespace vmm::loader {
@@ -64,6 +65,9 @@ struct LoadedKernel {
 // has below 3 GiB), OutOfRange (a segment beyond 3 GiB, where the low RAM region never reaches).
 // Every message names the file.
 absl::StatusOr<LoadedKernel> LoadKernel(const GuestMemory& memory, const std::string& path);
+// The same from a file opened before (a VM that restarts its guest reloads the kernel from the
+// descriptor it kept: inside a jail the path may no longer resolve).
+absl::StatusOr<LoadedKernel> LoadKernel(const GuestMemory& memory, const ImageFile& file);
 
 }  // namespace vmm::loader
 
