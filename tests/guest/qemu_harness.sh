@@ -124,7 +124,8 @@ setup_work() {  # name keep-var [guest [make-pattern-image]]
   else
     WORK="$(mktemp -d)"
   fi
-  SOCKDIR="$(mktemp -d "/tmp/mvm-$1.XXXXXX")"
+  # In L1, MICROVM_SOCKET_DIR is a tmpfs of L1's own (tests/l1/run_in_l1.sh).
+  SOCKDIR="$(mktemp -d "${MICROVM_SOCKET_DIR:-/tmp}/mvm-$1.XXXXXX")"
   KEEP_WORK="${!2:-}"
   trap cleanup_work EXIT
   echo "QEMU: $("$QEMU_BIN" --version | head -n 1)"

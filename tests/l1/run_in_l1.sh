@@ -61,6 +61,12 @@ job=$work/job.sh
   export -p | grep -vE '^declare -x (BASH_FUNC_|PWD=|OLDPWD=|SHLVL=|_=)'
   # This process's limits on descriptors (L1's init starts with the kernel's 1024).
   echo "ulimit -Hn $(ulimit -Hn) && ulimit -Sn $(ulimit -Sn)"
+  # Unix sockets on the shared (virtiofs) file system are not reliable in L1: a connect() can miss
+  # a listening socket once L1's kernel has dropped its inode and looked it up again
+  # (ECONNREFUSED, "a stale socket"; seen in api_test and the QEMU monitor of qemu_ide_test under
+  # load). The tests make their sockets in MICROVM_SOCKET_DIR, a tmpfs of L1's own.
+  printf 'mkdir -p %q && mount -t tmpfs -o mode=1777 l1-sockets %q && export MICROVM_SOCKET_DIR=%q\n' \
+    "$work/sockets" "$work/sockets" "$work/sockets"
   printf 'cd %q || exit 125\n' "$PWD"
   printf 'export PWD=%q\n' "$PWD"
   # Through a pipe, as under Bazel on the host (not L1's serial terminal: no colours, no tty).
