@@ -153,7 +153,9 @@ nested_boot() {  # boot
   printf '%q ' "${cmd[@]}" > "$dir/l1.cmd"
   start=$(date +%s.%N)
   NESTED_L1_FAULT=""
-  timeout "${NESTED_TIMEOUT:-1800}" "${cmd[@]}" </dev/null >"$dir/qemu.log" 2>&1 &
+  # TMPDIR: where QEMU keeps the snapshot=on overlays of nested_l1_drive (its default, /var/tmp,
+  # is read-only in Bazel's sandbox).
+  TMPDIR=$dir timeout "${NESTED_TIMEOUT:-1800}" "${cmd[@]}" </dev/null >"$dir/qemu.log" 2>&1 &
   local qemu_pid=$! fault
   # L1's own kernel lines that mean L1 itself broke: its KVM runs on
   # SVM as QEMU's TCG emulates it, and a crash or lockup there (seen: "BUG: TASK stack guard page
