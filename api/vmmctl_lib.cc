@@ -130,6 +130,12 @@ const std::set<std::string>& SwitchOptions() {
   return *names;
 }
 
+// The server refused an eject of a locked drive and asked the guest to let go (block/media.h).
+bool AskedTheGuestToEject(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+         absl::StrContains(status.error_message(), "asked to eject");
+}
+
 class Runner {
  public:
   Runner(const CommandLine& cl, std::ostream& out, std::ostream& err) : cl_(cl), out_(out), err_(err) {}
@@ -157,7 +163,7 @@ class Runner {
       if (const size_t field = message.find(" (use force"); field != std::string::npos) {
         message.erase(field);
       }
-      if (absl::StrContains(message, "asked to eject") && force_allowed_ && what_.rfind("media eject", 0) == 0) {
+      if (AskedTheGuestToEject(status) && what_.rfind("media eject", 0) == 0) {
         return message + " (--wait waits for that, --force ejects now)";
       }
       return message + " (--force overrides the lock)";
@@ -365,9 +371,7 @@ int Runner::MediaEject(const std::string& drive) {
     return reader->Finish();
   };
   grpc::Status status = eject(&response);
-  const bool asked = status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-                     absl::StrContains(status.error_message(), "asked to eject");
-  if (!asked) {
+  if (!AskedTheGuestToEject(status)) {
     end_watch();
     if (!status.ok()) return RpcError(status);
     return Print(response, DriveLine(response) + "\n");

@@ -60,6 +60,10 @@ const char *test_name(void);
 __attribute__((noreturn)) void guest_exit(unsigned status);
 /* Prints "PANIC: <message>" and exits with GUEST_EXIT_FAIL. */
 __attribute__((noreturn, format(printf, 1, 2))) void guest_panic(const char *fmt, ...);
+/* Resets the machine the way Linux's reboot=k does: once the i8042's input buffer is empty (at
+ * most 100 ms), prints `announcement` and writes command 0xFE (pulse the reset line) to port 0x64.
+ * The VMM stops or restarts the guest; still running 1 s later fails the test. */
+__attribute__((noreturn)) void i8042_reset(const char *announcement);
 
 /* ================================================================================================
  * Command line and boot information.

@@ -19,6 +19,15 @@ void guest_exit(unsigned status) {
   cpu_park();
 }
 
+void i8042_reset(const char *announcement) {
+  uint64_t deadline = deadline_after_us(100000);
+  while ((inb(0x64) & 0x02) && !deadline_passed(deadline)) cpu_relax();
+  printf("%s\n", announcement);
+  outb(0x64, 0xfe);
+  udelay(1000000);
+  test_fail("still running 1 s after the reset command");
+}
+
 void guest_panic(const char *fmt, ...) {
   char message[256];
   va_list ap;

@@ -36,13 +36,11 @@ trap linux_cleanup EXIT
 started=$SECONDS
 nested_setup "$WORK" "${args[0]}" "${args[1]}" "${args[2]}" "${args[3]}" "${args[4]}" "${args[5]}" "${args[6]}" \
   "${NESTED_CACHE:-}"
+# shellcheck disable=SC2034  # read by scenarios.sh (nested_debian_image, nested_debian_files)
 NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
 case " ${NESTED_ONLY:-debian} " in
   *" debian "*)
-    if [ -z "${NESTED_DEBIAN:-}" ]; then
-      NESTED_DEBIAN=$WORK/debian
-      "$NESTED_MAKE_DEBIAN_IMAGE" "$NESTED_DEBIAN" || { echo "FAIL: tools/make-debian-image"; exit 1; }
-    fi
+    nested_debian_image || { echo "FAIL: tools/make-debian-image"; exit 1; }
     echo "Debian image: $(cat "$NESTED_DEBIAN/build.txt")" ;;
 esac
 

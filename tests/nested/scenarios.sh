@@ -543,6 +543,12 @@ nsc_poweroff_check() {
 # NESTED_DEBIAN (a tools/make-debian-image output directory; tools/test and tools/nested make it).
 NESTED_DEBIAN_ARGS="root=LABEL=debian-root ro systemd.mask=serial-getty@ttyS0.service microvm.report=1"
 
+nested_debian_image() {  # [make-debian-image]: NESTED_DEBIAN, or made into NESTED_WORK/debian
+  [ -n "${NESTED_DEBIAN:-}" ] && return 0
+  NESTED_DEBIAN=$NESTED_WORK/debian
+  "${1:-${NESTED_MAKE_DEBIAN_IMAGE:-tools/make-debian-image}}" "$NESTED_DEBIAN"
+}
+
 nested_debian_files() {  # the kernel, initrd and discs in the work disk (once per boot)
   [ -n "${NESTED_DEBIAN:-}" ] && [ -r "$NESTED_DEBIAN/root.img" ] ||
     { echo "FAIL: no Debian image (NESTED_DEBIAN=${NESTED_DEBIAN:-unset}; tools/make-debian-image makes one)"; exit 1; }
