@@ -562,8 +562,12 @@ nested_debian_files() {  # the kernel, initrd and discs in the work disk (once p
 debian_markers() {
   case "$1" in
     DEBIAN-BOOT\ *)
+      # When, from the VMM's start, the guest's start-up ended (with the guest's clock at this
+      # line, RESULT debian_marker_uptime, this dates multi-user.target in L1's wall time).
+      l2_action "boot ${1#DEBIAN-BOOT } wall=$(l2_seconds_since "$L2_T0" 2)"
       # The API answers in every boot (after a restart too), and the CD holds what it held.
-      l2_action "boot ${1#DEBIAN-BOOT }: $(l2_ctl media status cd0 2>&1 | grep -E '^(medium|tray):' | tr -s ' \n' ' ')" ;;
+      [ "${L2_VMM:-microvm}" = qemu ] ||
+        l2_action "boot ${1#DEBIAN-BOOT }: $(l2_ctl media status cd0 2>&1 | grep -E '^(medium|tray):' | tr -s ' \n' ' ')" ;;
     DEBIAN-SWAP\ *)
       l2_ctl media watch cd0 > "$L2_DIR/watch.log" 2>/dev/null &
       sleep 1
