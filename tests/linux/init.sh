@@ -240,6 +240,8 @@ scenario_probe() {
   result provisioning_mode "$(cat "$sd_dir/provisioning_mode" 2>/dev/null)"
   result nr_queues "$(ls "$sys/mq" | wc -l)"
   result nr_cpus "$(grep -c ^processor /proc/cpuinfo)"
+  # What the VMM's CPUID gave the guest, as the kernel kept it (compared across VMMs by the soak).
+  result cpu_flags "$(sed -n 's/^flags[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
   result rotational "$(cat "$q/rotational")"
   # Every SCSI disk in one line each (several drives with different cache modes in one boot).
   for d in $(ls /sys/block | grep '^sd' | sort); do

@@ -26,6 +26,16 @@ nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
 
 nested_fn() { echo "nsc_${1//-/_}_$2"; }  # scenario part: the function name
 
+# QEMU's CPU on L1's KVM, wherever QEMU is the reference. Not plain "-cpu host": QEMU 7.2 passes on
+# the XSAVE leaf (0xD) of L1's KVM under TCG, whose sizes do not match the XCR0 bits, and Linux
+# warns ("XSAVE consistency problem: size 2696 != kernel_size 576", fpu__init_system_xstate), then
+# runs without XSAVE (our VMM builds leaf 0xD itself). Not "-cpu host,-xsave" alone either: QEMU
+# then still offers AVX, which needs XSAVE; Linux uses it (aesni_intel's AVX code) and takes an
+# invalid-opcode oops in udev's worker, and the Debian system's shutdown then waits 80 s for that
+# worker. So XSAVE and everything that needs its state go together, as our --cpu-features=-xsave
+# removes them: the guest runs with FXSAVE, cleanly.
+NESTED_QEMU_CPU=host,-xsave,-avx,-avx2,-fma,-f16c,-vaes,-pku
+
 # --- files on the work disk ---------------------------------------------------------------------
 nested_image() {  # name size: a raw image in the work disk; its L1 path on stdout
   # Written out (0xff bytes; mke2fs -d would leave zeros as holes): a write into a hole of L1's ext4
@@ -663,11 +673,8 @@ nsc_debian_ide_check() {
 }
 
 # The reference: the same image in QEMU 7.2 on the same L1 KVM, root on virtio-scsi, the seed on
-# scsi-cd. A failure here is the image's (or the tier's), not our VMM's. Without XSAVE: with
-# -cpu host, QEMU passes on the XSAVE leaf (0xD) of L1's KVM under TCG, which does not match the
-# XCR0 bits (every such boot warns in fpu__init_system_xstate), and the Debian system then resets
-# silently early in its boot, every time (2 of 2, 2026-12-04; our VMM builds leaf 0xD itself).
-# The reference's kernel logs one bare "Call Trace:" (not examined yet): expected there only.
+# scsi-cd, QEMU's CPU as NESTED_QEMU_CPU says. A failure here is the image's (or the tier's), not
+# our VMM's.
 nsc_debian_qemu_job() {
   nested_debian_files
   if [ ! -e "$NESTED_DISK/qemu" ]; then
@@ -675,12 +682,12 @@ nsc_debian_qemu_job() {
     nested_add "L2_QEMU='$NESTED_QEMU_CMD'"
   fi
   nested_l1_drive "$NESTED_DEBIAN/root.img"
-  NESTED_DEBIAN_VMM=qemu nested_debian_run "$1" "microvm.action=poweroff" -M pc -cpu host,-xsave -smp 2 \
+  NESTED_DEBIAN_VMM=qemu nested_debian_run "$1" "microvm.action=poweroff" -M pc -cpu "$NESTED_QEMU_CPU" -smp 2 \
     -device virtio-scsi-pci,id=scsi0 \
     "-drive file=$NESTED_L1_DEV,if=none,id=hd0,format=raw,cache=none,aio=io_uring -device scsi-hd,drive=hd0,bus=scsi0.0" \
     "-drive file=/l1disk/seed-$1.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0"
 }
 nsc_debian_qemu_check() {
-  NESTED_RUN_DMESG_EXPECTED='^Call Trace:$' nested_debian_check "$1" || return
+  nested_debian_check "$1" || return
   linux_expect "$1" debian_action poweroff
 }
