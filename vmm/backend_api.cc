@@ -20,8 +20,9 @@ std::vector<api::DriveEntry> BackendApiControl::Drives() const { return DriveEnt
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> BackendApiControl::OpenMedium(
     const std::string& path) {
-  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path);
-  return Storage::OpenMedium(path);
+  const unsigned threads = storage_.medium_queue_threads();
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, threads);
+  return Storage::OpenMedium(path, threads);
 }
 
 api::VmStatus BackendApiControl::Status() const {

@@ -12,8 +12,9 @@ absl::Status CheckCdMediumSize(uint64_t size_bytes, const std::string& path) {
       size_bytes, kCdBlockBytes));
 }
 
-block::raw::RawFileOptions CdMediumFileOptions() {
+block::raw::RawFileOptions CdMediumFileOptions(unsigned queue_threads) {
   block::raw::RawFileOptions options;
+  options.prepared_rings = queue_threads;
   options.cache_mode = block::CacheMode::kWriteback;
   options.read_only = true;
   return options;

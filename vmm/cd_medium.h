@@ -23,8 +23,9 @@ inline constexpr uint64_t kCdBlockBytes = 2048;
 absl::Status CheckCdMediumSize(uint64_t size_bytes, const std::string& path);
 
 // How every CD/DVD image is opened (--cdrom, --ide-cdrom, the API's Insert with or without
-// --media-dir): read-only, through the page cache.
-block::raw::RawFileOptions CdMediumFileOptions();
+// --media-dir): read-only, through the page cache, with a ring ready for each of the
+// `queue_threads` iothreads that may read it (RawFileOptions::prepared_rings).
+block::raw::RawFileOptions CdMediumFileOptions(unsigned queue_threads);
 
 // The image `opened` from `path` as a medium, or its open error, or CheckCdMediumSize's.
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> AsCdMedium(

@@ -26,7 +26,7 @@ absl::StatusOr<std::unique_ptr<MediaDirectory>> MediaDirectory::Open(const std::
 }
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
-    const std::string& path) const {
+    const std::string& path, unsigned queue_threads) const {
   std::string relative = path;
   if (absl::StartsWith(path, "/")) {
     // An absolute path is accepted where it names a file under the directory as given.
@@ -38,7 +38,8 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
     relative = path.substr(prefix.size());
   }
   return AsCdMedium(
-      block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path, CdMediumFileOptions()),
+      block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path,
+                                              CdMediumFileOptions(queue_threads)),
       path);
 }
 

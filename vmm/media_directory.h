@@ -22,8 +22,10 @@ class MediaDirectory {
   // Opens `path` (O_PATH | O_DIRECTORY). Errors name it.
   static absl::StatusOr<std::unique_ptr<MediaDirectory>> Open(const std::string& path);
 
-  // A read-only medium from the file `path` names in the directory.
-  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) const;
+  // A read-only medium from the file `path` names in the directory, for a drive that up to
+  // `queue_threads` iothreads serve (Storage::medium_queue_threads()).
+  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
+                                                                  unsigned queue_threads) const;
 
   const std::string& path() const { return path_; }
 

@@ -32,7 +32,7 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
   EXPECT_EQ((*dir)->path(), root_ + "/media");
   // Relative, and absolute under the directory.
   for (const std::string& path : {std::string("disc.iso"), root_ + "/media/disc.iso"}) {
-    auto medium = (*dir)->OpenMedium(path);
+    auto medium = (*dir)->OpenMedium(path, 1);
     ASSERT_TRUE(medium.ok()) << path << ": " << medium.status();
     EXPECT_EQ((*medium)->info().size_bytes, 2048u);
     EXPECT_TRUE((*medium)->info().read_only);
@@ -42,12 +42,12 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
        {root_ + "/secret", std::string("../secret"), std::string("../missing"), std::string("link"),
         std::string("/etc/shadow"), root_ + "/media", root_ + "/mediax/disc.iso",
         std::string("/proc/self/root/etc/passwd")}) {
-    auto medium = (*dir)->OpenMedium(path);
+    auto medium = (*dir)->OpenMedium(path, 1);
     ASSERT_FALSE(medium.ok()) << path;
     EXPECT_EQ(medium.status().code(), absl::StatusCode::kPermissionDenied)
         << path << ": " << medium.status();
   }
-  EXPECT_EQ((*dir)->OpenMedium("missing.iso").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*dir)->OpenMedium("missing.iso", 1).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(MediaDirectoryTest, DirectoryMustExist) {

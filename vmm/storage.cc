@@ -3,6 +3,8 @@
 #include <errno.h>  // program_invocation_short_name
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "block/raw/raw_file_backend.h"
 #include "devices/scsi/cdrom.h"
@@ -13,9 +15,13 @@
 
 namespace vmm {
 
-absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const std::string& path) {
-  return AsCdMedium(block::raw::RawFileBackend::Open(path, CdMediumFileOptions()), path);
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const std::string& path,
+                                                                        unsigned queue_threads) {
+  return AsCdMedium(block::raw::RawFileBackend::Open(path, CdMediumFileOptions(queue_threads)),
+                    path);
 }
+
+unsigned Storage::medium_queue_threads() const { return std::max<uint32_t>(config_.iothreads, 1); }
 
 const AttachedDrive* Storage::Find(const std::string& name) const {
   for (const AttachedDrive& drive : drives_) {
@@ -99,7 +105,9 @@ absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
   // The disc itself: read through io_uring like an image. The drive is opened O_NONBLOCK (the raw
   // backend's open), which the uniform CD-ROM driver treats as "open for ioctl": no door lock and
   // no media check at open (drivers/cdrom/cdrom.c, cdrom_open).
-  options.backend_factory = &Storage::OpenMedium;
+  options.backend_factory = [threads = medium_queue_threads()](const std::string& path) {
+    return OpenMedium(path, threads);
+  };
   options.on_error = [name = attached.name](const absl::Status& status) {
     ReportHostDriveError(name, status);
   };
@@ -158,6 +166,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       raw.cache_mode = spec.cache_mode;
       raw.read_only = spec.read_only;
       raw.fua_mode = spec.fua_mode;
+      raw.prepared_rings = spec.bus == DriveSpec::Bus::kIde ? 1 : storage->medium_queue_threads();
       auto backend = block::raw::RawFileBackend::Open(spec.path, raw);
       if (!backend.ok()) return DriveError(spec, backend.status());
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, *std::move(backend)));
@@ -173,7 +182,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         RETURN_IF_ERROR(storage->AttachHostDrive(attached, *std::move(host_device),
                                                  /*watch_uevents=*/!spec.probe_delay_us));
       } else {
-        auto medium = OpenMedium(spec.path);
+        auto medium = OpenMedium(spec.path, storage->medium_queue_threads());
         if (!medium.ok()) return DriveError(spec, medium.status());
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }

@@ -77,8 +77,14 @@ class Storage {
   absl::Status CreateDevices();
   const AttachedDrive* Find(const std::string& name) const;
 
-  // Opens `path` as a CD/DVD medium (read-only raw file), for an insert.
-  static absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path);
+  // Opens `path` as a CD/DVD medium (read-only raw file), for an insert into a drive that up to
+  // `queue_threads` iothreads serve.
+  static absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
+                                                                         unsigned queue_threads);
+  // How many iothreads may serve one drive, so many rings a medium opened for it gets ready (an
+  // iothread cannot make one: vmm/sandbox/thread_policy.cc): every virtio-scsi iothread opens a
+  // queue on every drive; the IDE controller has one.
+  unsigned medium_queue_threads() const;
 
  private:
   Storage() = default;

@@ -40,8 +40,9 @@ std::vector<api::DriveEntry> VmApiControl::Drives() const { return DriveEntries(
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
     const std::string& path) {
-  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path);
-  return Storage::OpenMedium(path);
+  const unsigned threads = vm_.storage().medium_queue_threads();
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, threads);
+  return Storage::OpenMedium(path, threads);
 }
 
 api::VmStatus VmApiControl::Status() const {

@@ -19,13 +19,14 @@
 #include <cstddef>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "block/raw/aligned_buffer.h"
+#include "block/raw/bounce_arena.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -89,11 +90,14 @@ absl::Status LockImage(int fd, const std::string& path, bool read_only) {
   return absl::ErrnoToStatus(error, absl::StrCat("lock ", path));
 }
 
-// Bounce memory one queue may hold at once. Bounce buffers are sized by the guest's requests
-// (misaligned buffers under O_DIRECT): unbounded, 256 such 8 MiB writes from a 32 MiB guest took
-// 2 GB of host memory (F4 of the hardening issue). Requests beyond the budget wait, in order,
-// until earlier ones complete; one request larger than the budget runs alone.
+// Bounce memory one queue may hold at once (its BounceArena). Bounced requests are sized by the
+// guest (misaligned buffers under O_DIRECT): unbounded, 256 such 8 MiB writes from a 32 MiB guest
+// took 2 GB of host memory (F4 of the first hardening review), and heap buffers bounded by a
+// budget still left the heap fragmented at 0.7-0.9 GB (N6 of the second). Requests beyond the
+// arena wait, in order, until earlier ones complete; a request larger than the arena goes through
+// it in arena-sized chunks, one after the other.
 constexpr uint64_t kBounceBudgetBytes = uint64_t{16} << 20;
+constexpr size_t kPageBytes = 4096;
 
 // One request between Enqueue() and its completion.
 struct Op {
@@ -110,8 +114,15 @@ struct Op {
   std::vector<iovec> iovecs;
   size_t first = 0;
   // Set when the caller's buffers cannot go to the kernel as they are (O_DIRECT alignment, or more
-  // than IOV_MAX of them): the data goes through `bounce`, and `caller` receives it after a read.
-  AlignedBuffer bounce;  // its size() counts against the queue's bounce budget
+  // than IOV_MAX of them): the data goes through a piece of the queue's BounceArena
+  // (bounce_bytes at bounce_offset; 0 bytes: not bounced), one chunk of at most that size at a
+  // time, and `caller` receives each chunk after a read. caller_done: bytes of the caller's
+  // buffers that finished chunks covered; chunk_length: the chunk in the kernel now.
+  size_t bounce_offset = 0;
+  size_t bounce_bytes = 0;
+  uint64_t bounce_total = 0;
+  uint64_t caller_done = 0;
+  uint64_t chunk_length = 0;
   std::span<const iovec> caller;
   int retries = 0;
 };
@@ -119,30 +130,40 @@ struct Op {
 class RawFileQueue final : public BlockQueue {
  public:
   RawFileQueue(std::shared_ptr<const RawFileBackend> backend, std::unique_ptr<UringOps> ring,
-               sys_util::ScopedFd event_fd, CompletionHandler handler)
+               CompletionHandler handler)
       : backend_(std::move(backend)),
-        fd_(backend_->fd()),
         info_(backend_->info()),
         direct_io_(backend_->direct_io()),
         memory_alignment_(backend_->memory_alignment()),
         handler_(std::move(handler)),
-        event_fd_(std::move(event_fd)),
+        bounce_arena_(kBounceBudgetBytes, std::max<size_t>(kPageBytes, memory_alignment_)),
         ring_(std::move(ring)) {}
 
   // The kernel may still be reading or writing buffers of submitted requests: wait for every one of
   // them (io_uring_queue_exit(3) does not wait for in-flight I/O before the memory is reused).
-  // Completions arriving here are dropped without calling the handler.
+  // Completions arriving here are dropped without calling the handler. A ring left with nothing in
+  // it goes back to the backend for the next queue (see RawFileBackend::CreateQueue).
   ~RawFileQueue() override {
     pending_.clear();
     bounce_waiting_.clear();
     std::array<CqeResult, kReapBatch> batch;
+    bool drained = true;
     while (kernel_in_flight_ > prepared_) {
       const size_t count = ring_->Reap(batch);
       kernel_in_flight_ -= std::min<size_t>(count, kernel_in_flight_);
       if (count > 0) continue;
-      pollfd pfd = {event_fd_.get(), POLLIN, 0};
-      if (poll(&pfd, 1, -1) < 0 && errno != EINTR) break;
+      pollfd pfd = {ring_->completion_fd(), POLLIN, 0};
+      if (poll(&pfd, 1, -1) < 0 && errno != EINTR) {
+        drained = false;
+        break;
+      }
       DrainEventFd();
+    }
+    // Entries prepared but never submitted would go to the kernel with the next queue's first
+    // submission, pointing at buffers freed with this queue: such a ring is not reused.
+    if (drained && prepared_ == 0 && ring_->Reap(batch) == 0) {
+      DrainEventFd();
+      backend_->ReturnRing(std::move(ring_));
     }
   }
 
@@ -156,7 +177,7 @@ class RawFileQueue final : public BlockQueue {
     // Requests completed without I/O still complete from ProcessCompletions(): wake the loop.
     if (!ready_.empty()) Kick();
   }
-  int completion_fd() const override { return event_fd_.get(); }
+  int completion_fd() const override { return ring_->completion_fd(); }
   void ProcessCompletions() override;
   size_t in_flight() const override { return in_flight_; }
 
@@ -170,9 +191,11 @@ class RawFileQueue final : public BlockQueue {
   // requests that are complete without any I/O.
   int Validate(const Request& request, uint64_t length, bool* trivial) const;
   bool NeedsBounce(std::span<const iovec> buffers) const;
-  // Allocates op's bounce buffer (copying a write's data in) and queues it for the kernel; false
-  // when the budget has no room now. Completes it with ENOMEM if the allocation fails.
+  // Gives op its piece of the bounce arena and starts its first chunk; false when the arena has no
+  // room now. Completes it with ENOMEM if the arena cannot be mapped at all.
   bool StartBounced(uint32_t index);
+  // Queues op's next chunk for the kernel (copying a write's data in).
+  void StartChunk(uint32_t index);
   // Starts waiting bounced requests, in order, while the budget allows.
   void AdmitBounced();
   uint32_t AcquireOp();
@@ -185,16 +208,14 @@ class RawFileQueue final : public BlockQueue {
   void SubmitPrepared();
   void HandleCqe(const CqeResult& cqe);
   void Finish(uint32_t index, int error);
-  void Kick() { sys_util::SignalEventFd(event_fd_.get()); }
-  void DrainEventFd() { sys_util::DrainEventFd(event_fd_.get()); }
+  void Kick() { sys_util::SignalEventFd(ring_->completion_fd()); }
+  void DrainEventFd() { sys_util::DrainEventFd(ring_->completion_fd()); }
 
   const std::shared_ptr<const RawFileBackend> backend_;
-  const int fd_;
   const BackendInfo info_;
   const bool direct_io_;
   const uint32_t memory_alignment_;
   CompletionHandler handler_;
-  sys_util::ScopedFd event_fd_;
   // Slots, reused; an index is the SQE's user_data. unique_ptr keeps each Op in place while the
   // vector grows.
   std::vector<std::unique_ptr<Op>> ops_;
@@ -203,10 +224,10 @@ class RawFileQueue final : public BlockQueue {
   std::deque<uint32_t> pending_;
   // Requests that completed without I/O, reported at the next ProcessCompletions().
   std::deque<Done> ready_;
-  // Requests that need a bounce buffer the budget cannot give yet (their Op holds everything but
-  // the buffer), in arrival order; and the bounce bytes allocated now.
+  // Requests that need bounce memory the arena cannot give yet (their Op holds everything but
+  // that), in arrival order.
   std::deque<uint32_t> bounce_waiting_;
-  uint64_t bounce_bytes_ = 0;
+  BounceArena bounce_arena_;
   size_t in_flight_ = 0;         // enqueued, not yet reported to the handler
   size_t kernel_in_flight_ = 0;  // prepared SQEs whose CQE has not been reaped
   size_t prepared_ = 0;          // prepared SQEs the kernel has not consumed yet
@@ -273,8 +294,8 @@ void RawFileQueue::ReleaseOp(uint32_t index) {
   Op& op = *ops_[index];
   op.busy = false;
   op.iovecs.clear();  // keeps its capacity for the next request
-  bounce_bytes_ -= op.bounce.size();  // 0 without a bounce buffer
-  op.bounce.Reset();
+  if (op.bounce_bytes != 0) bounce_arena_.Free(op.bounce_offset, op.bounce_bytes);
+  op.bounce_bytes = 0;
   op.caller = {};
   free_.push_back(index);
 }
@@ -299,6 +320,8 @@ void RawFileQueue::Enqueue(const Request& request, uint64_t cookie) {
   if (request.type == RequestType::kRead || request.type == RequestType::kWrite) {
     if (NeedsBounce(request.buffers)) {
       op.caller = request.buffers;  // the caller keeps its iovec array until completion
+      op.bounce_total = length;
+      op.caller_done = 0;
       // Behind others already waiting, or over the budget: wait (order is kept).
       if (!bounce_waiting_.empty() || !StartBounced(index)) bounce_waiting_.push_back(index);
       return;
@@ -309,29 +332,70 @@ void RawFileQueue::Enqueue(const Request& request, uint64_t cookie) {
   pending_.push_back(index);
 }
 
+namespace {
+
+// Copies `length` bytes between a flat buffer and the iovecs `buffers`, starting `skip` bytes into
+// the latter.
+void CopyToIovecs(std::span<const iovec> buffers, uint64_t skip, const char* from, uint64_t length) {
+  for (const iovec& buffer : buffers) {
+    if (length == 0) break;
+    if (skip >= buffer.iov_len) {
+      skip -= buffer.iov_len;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(buffer.iov_len - skip, length);
+    std::memcpy(static_cast<char*>(buffer.iov_base) + skip, from, n);
+    from += n;
+    length -= n;
+    skip = 0;
+  }
+}
+
+void CopyFromIovecs(std::span<const iovec> buffers, uint64_t skip, char* to, uint64_t length) {
+  for (const iovec& buffer : buffers) {
+    if (length == 0) break;
+    if (skip >= buffer.iov_len) {
+      skip -= buffer.iov_len;
+      continue;
+    }
+    const uint64_t n = std::min<uint64_t>(buffer.iov_len - skip, length);
+    std::memcpy(to, static_cast<const char*>(buffer.iov_base) + skip, n);
+    to += n;
+    length -= n;
+    skip = 0;
+  }
+}
+
+}  // namespace
+
 bool RawFileQueue::StartBounced(uint32_t index) {
   Op& op = *ops_[index];
-  const uint64_t length = op.remaining;
-  if (bounce_bytes_ != 0 && bounce_bytes_ + length > kBounceBudgetBytes) return false;
-  op.bounce = AlignedBuffer::Allocate(
-      length, std::max<size_t>(memory_alignment_, alignof(std::max_align_t)));
-  if (!op.bounce) {
-    const uint64_t cookie = op.cookie;
+  const size_t wanted = static_cast<size_t>(
+      std::min<uint64_t>(op.bounce_total, bounce_arena_.capacity()));
+  const std::optional<size_t> offset = bounce_arena_.Allocate(wanted);
+  if (!offset.has_value()) {
+    if (bounce_arena_.bytes_in_use() != 0) return false;  // wait for earlier requests
+    const uint64_t cookie = op.cookie;  // an empty arena that cannot be mapped
     ReleaseOp(index);
     ready_.push_back({cookie, ENOMEM});
     return true;
   }
-  bounce_bytes_ += length;
-  if (op.type == RequestType::kWrite) {
-    char* to = op.bounce.data();
-    for (const iovec& buffer : op.caller) {
-      std::memcpy(to, buffer.iov_base, buffer.iov_len);
-      to += buffer.iov_len;
-    }
-  }
-  op.iovecs.assign(1, iovec{op.bounce.data(), length});
-  pending_.push_back(index);
+  op.bounce_offset = *offset;
+  op.bounce_bytes = wanted;
+  StartChunk(index);
   return true;
+}
+
+void RawFileQueue::StartChunk(uint32_t index) {
+  Op& op = *ops_[index];
+  const uint64_t chunk = std::min<uint64_t>(op.bounce_total - op.caller_done, op.bounce_bytes);
+  char* memory = bounce_arena_.at(op.bounce_offset);
+  if (op.type == RequestType::kWrite) CopyFromIovecs(op.caller, op.caller_done, memory, chunk);
+  op.chunk_length = chunk;
+  op.remaining = chunk;
+  op.first = 0;
+  op.iovecs.assign(1, iovec{memory, static_cast<size_t>(chunk)});
+  pending_.push_back(index);
 }
 
 void RawFileQueue::AdmitBounced() {
@@ -343,7 +407,6 @@ void RawFileQueue::AdmitBounced() {
 SqeSpec RawFileQueue::MakeSqe(uint32_t index) const {
   const Op& op = *ops_[index];
   SqeSpec sqe;
-  sqe.fd = fd_;
   sqe.user_data = index;
   sqe.offset = op.offset;
   sqe.length = op.remaining;
@@ -490,11 +553,14 @@ void RawFileQueue::HandleCqe(const CqeResult& cqe) {
 
 void RawFileQueue::Finish(uint32_t index, int error) {
   Op& op = *ops_[index];
-  if (error == 0 && op.type == RequestType::kRead && op.bounce) {
-    const char* from = op.bounce.data();
-    for (const iovec& buffer : op.caller) {
-      std::memcpy(buffer.iov_base, from, buffer.iov_len);
-      from += buffer.iov_len;
+  if (error == 0 && op.bounce_bytes != 0) {
+    if (op.type == RequestType::kRead) {
+      CopyToIovecs(op.caller, op.caller_done, bounce_arena_.at(op.bounce_offset), op.chunk_length);
+    }
+    op.caller_done += op.chunk_length;
+    if (op.caller_done < op.bounce_total) {
+      StartChunk(index);  // the next chunk, through the same piece of the arena
+      return;
     }
   }
   const uint64_t cookie = op.cookie;
@@ -537,6 +603,24 @@ RawFileBackend::RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, B
       direct_io_(direct_io),
       memory_alignment_(memory_alignment),
       ring_entries_(ring_entries) {}
+
+absl::Status RawFileBackend::PrepareRings(unsigned count) {
+  for (unsigned i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring, CreateLockedDownRing(ring_entries_, fd_.get()));
+    ReturnRing(std::move(ring));
+  }
+  return absl::OkStatus();
+}
+
+void RawFileBackend::ReturnRing(std::unique_ptr<UringOps> ring) const {
+  absl::MutexLock lock(&rings_mutex_);
+  idle_rings_.push_back(std::move(ring));
+}
+
+size_t RawFileBackend::idle_rings() const {
+  absl::MutexLock lock(&rings_mutex_);
+  return idle_rings_.size();
+}
 
 namespace {
 
@@ -651,21 +735,38 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
     memory_alignment = alignment.memory;
     info.logical_block_size = std::max(info.logical_block_size, alignment.offset);
   }
-  return std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
-                                          memory_alignment, options.ring_entries);
+  auto backend = std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
+                                                  memory_alignment, options.ring_entries);
+  RETURN_IF_ERROR(backend->PrepareRings(options.prepared_rings));
+  return backend;
 }
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(CompletionHandler handler) {
-  ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring, CreateLiburingOps(ring_entries_));
+  std::unique_ptr<UringOps> ring;
+  {
+    absl::MutexLock lock(&rings_mutex_);
+    if (!idle_rings_.empty()) {
+      ring = std::move(idle_rings_.back());
+      idle_rings_.pop_back();
+    }
+  }
+  if (ring == nullptr) {
+    // None prepared: a thread whose filter refuses io_uring_setup (an iothread) gets EPERM here.
+    absl::StatusOr<std::unique_ptr<UringOps>> created = CreateLockedDownRing(ring_entries_, fd_.get());
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat(path_, ": no prepared ring left for a new queue, and none "
+                                       "can be made on this thread: ", created.status().message()));
+    }
+    ring = *std::move(created);
+  }
   return CreateQueueWithRing(std::move(handler), std::move(ring));
 }
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueueWithRing(
     CompletionHandler handler, std::unique_ptr<UringOps> ring) {
-  ASSIGN_OR_RETURN(sys_util::ScopedFd event_fd, sys_util::MakeEventFd());
-  RETURN_IF_ERROR(ring->RegisterEventFd(event_fd.get()));
-  return std::unique_ptr<BlockQueue>(std::make_unique<RawFileQueue>(
-      shared_from_this(), std::move(ring), std::move(event_fd), std::move(handler)));
+  return std::unique_ptr<BlockQueue>(
+      std::make_unique<RawFileQueue>(shared_from_this(), std::move(ring), std::move(handler)));
 }
 
 }  // namespace block::raw

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "block/backend.h"
 #include "block/cache_mode.h"
 #include "vmm/sys_util/scoped_fd.h"
@@ -27,6 +30,12 @@ struct RawFileOptions {
   // Submission queue entries per io_uring (one ring per queue, that is per iothread). Requests
   // beyond what the ring holds wait in a FIFO inside the queue.
   unsigned ring_entries = 128;
+  // Rings made by Open() itself, on the thread that opens the file, for the queues to come: one
+  // per thread that will serve the drive. An iothread's filter refuses io_uring_setup and
+  // io_uring_register (vmm/sandbox/thread_policy.cc), so the rings its queues use must exist
+  // before; a queue's ring goes back to the backend when the queue is destroyed (a device reset
+  // and the next activation use the same rings).
+  unsigned prepared_rings = 1;
 };
 
 // A raw image (regular file or block device) served through io_uring. Thread-safe as BlockBackend
@@ -50,9 +59,11 @@ class RawFileBackend final : public BlockBackend,
       const RawFileOptions& options);
 
   const BackendInfo& info() const override { return info_; }
+  // Uses one of the prepared rings (RawFileOptions::prepared_rings) or, if none is left, makes one
+  // (which fails on a thread whose filter refuses io_uring_setup).
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override;
 
-  // Test seam: a queue driving `ring` (for example a RecordingRing round CreateLiburingOps()).
+  // Test seam: a queue driving `ring` (for example a RecordingRing round CreateLockedDownRing()).
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueueWithRing(CompletionHandler handler,
                                                                   std::unique_ptr<UringOps> ring);
 
@@ -63,6 +74,10 @@ class RawFileBackend final : public BlockBackend,
   // buffers miss it goes through a bounce buffer.
   uint32_t memory_alignment() const { return memory_alignment_; }
   int fd() const { return fd_.get(); }
+  // Rings ready for new queues.
+  size_t idle_rings() const;
+  // Where a destroyed queue's ring goes (an empty ring, nothing in flight or prepared).
+  void ReturnRing(std::unique_ptr<UringOps> ring) const;
 
   // Use Open(). (Public for std::make_shared; Token keeps it out of reach.)
   struct Token {
@@ -77,6 +92,7 @@ class RawFileBackend final : public BlockBackend,
   // Open's and OpenBeneath's common part: `fd` as open returned it (invalid: `open_error`).
   static absl::StatusOr<std::shared_ptr<RawFileBackend>> FromOpenedFile(
       sys_util::ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options);
+  absl::Status PrepareRings(unsigned count);
 
   std::string path_;
   sys_util::ScopedFd fd_;
@@ -84,6 +100,9 @@ class RawFileBackend final : public BlockBackend,
   bool direct_io_;
   uint32_t memory_alignment_;
   unsigned ring_entries_;
+  // Locked-down rings for queues to come; the queues run on other threads.
+  mutable absl::Mutex rings_mutex_;
+  mutable std::vector<std::unique_ptr<UringOps>> idle_rings_ ABSL_GUARDED_BY(rings_mutex_);
 };
 
 }  // namespace block::raw

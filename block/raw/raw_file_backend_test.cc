@@ -87,7 +87,7 @@ class Harness {
     if (real_ring) {
       queue = backend_->CreateQueue(handler);
     } else {
-      absl::StatusOr<std::unique_ptr<UringOps>> inner = CreateLiburingOps(options.ring_entries);
+      absl::StatusOr<std::unique_ptr<UringOps>> inner = CreateLockedDownRing(options.ring_entries, backend_->fd());
       EXPECT_TRUE(inner.ok()) << inner.status();
       auto ring = std::make_unique<RecordingRing>(*std::move(inner));
       ring_ = ring.get();
@@ -569,6 +569,43 @@ TEST(RawFileBackendTest, BounceBuffersHaveABudget) {
   EXPECT_EQ(tail, std::vector<uint8_t>(source + 100, source + 200));
 }
 
+// A misaligned request larger than the bounce arena (16 MiB) goes through it in chunks: no bounce
+// memory beyond the arena, ever (N6 of the second hardening review), and the data round-trips
+// across the chunk boundaries, reads and writes, with scattered caller buffers.
+TEST(RawFileBackendTest, RequestsLargerThanTheBounceArenaGoInChunks) {
+  constexpr uint64_t kLength = uint64_t{40} << 20;  // 16 + 16 + 8 MiB
+  const std::string path = MakeFile("bounce_large.img", kLength + (1 << 20));
+  RawFileOptions options;
+  options.cache_mode = CacheMode::kNone;
+  Harness h(path, options);
+  AlignedBuffer storage = Buffer(kLength + 8192, 0);
+  char* source = storage.data() + 1;  // misaligned: bounced
+  for (uint64_t i = 0; i < kLength; ++i) source[i] = static_cast<char>(i * 13 + i / 4096);
+  // Three caller segments whose edges fall inside chunks.
+  const iovec write_iov[] = {{source, 5 << 20}, {source + (5 << 20), 20 << 20},
+                             {source + (25 << 20), kLength - (25 << 20)}};
+  h.queue().Enqueue(MakeWrite(4096, write_iov), 1);
+  h.queue().Submit();
+  ASSERT_TRUE(h.Drain());
+  EXPECT_EQ(h.result(1), 0);
+  ASSERT_EQ(h.ring().records().size(), 3u);
+  for (const SqeRecord& record : h.ring().records()) EXPECT_LE(record.length, uint64_t{16} << 20);
+  EXPECT_EQ(h.ring().records()[1].offset, 4096 + (uint64_t{16} << 20));
+  EXPECT_EQ(ReadFile(path, 4096 + (uint64_t{16} << 20) - 50, 100),
+            std::vector<uint8_t>(source + (16 << 20) - 50, source + (16 << 20) + 50));
+
+  AlignedBuffer back_storage = Buffer(kLength + 8192, 0);
+  char* back = back_storage.data() + 3;
+  const iovec read_iov[] = {{back, 17 << 20}, {back + (17 << 20), kLength - (17 << 20)}};
+  h.ring().ClearRecords();
+  h.queue().Enqueue(MakeRead(4096, read_iov), 2);
+  h.queue().Submit();
+  ASSERT_TRUE(h.Drain());
+  EXPECT_EQ(h.result(2), 0);
+  EXPECT_EQ(h.ring().records().size(), 3u);
+  EXPECT_EQ(std::memcmp(back, source, kLength), 0);
+}
+
 TEST(RawFileBackendTest, DirectIoRejectsMisalignedRanges) {
   const std::string path = MakeFile("direct_range.img", kFileSize);
   RawFileOptions options;
@@ -887,6 +924,53 @@ TEST(RawFileBackendTest, DestroyingAQueueWaitsForItsIo) {
   }  // destroyed with I/O in flight and unreaped
   // The backend outlives its queues or not, in either order.
   backend->reset();
+}
+
+// Rings are made when the file is opened (an iothread cannot make one), used by the queues and
+// given back when a queue goes (a device reset, then the next activation), drained.
+TEST(RawFileBackendTest, QueuesUseTheRingsMadeAtOpenAndGiveThemBack) {
+  const std::string path = MakeFile("rings.img", kFileSize);
+  RawFileOptions options;
+  options.prepared_rings = 2;
+  auto backend = RawFileBackend::Open(path, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->idle_rings(), 2u);
+  for (int activation = 0; activation < 3; ++activation) {
+    int done = 0;
+    auto on_done = [&done](uint64_t, Completion completion) {
+      EXPECT_EQ(completion.error, 0);
+      ++done;
+    };
+    auto first = (*backend)->CreateQueue(on_done);
+    auto second = (*backend)->CreateQueue(on_done);
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_EQ((*backend)->idle_rings(), 0u);
+    AlignedBuffer in = Buffer(4096, 0);
+    const iovec read_iov[] = {{in.data(), 4096}};
+    (*first)->Enqueue(MakeRead(4096 * activation, read_iov), 1);
+    (*first)->Submit();
+    while (done == 0) {
+      pollfd pfd = {(*first)->completion_fd(), POLLIN, 0};
+      ASSERT_EQ(poll(&pfd, 1, 10000), 1);
+      (*first)->ProcessCompletions();
+    }
+    EXPECT_EQ(in.data()[0], Pattern(4096 * activation, 1));
+    // One more read left in flight: the queue waits for it before it gives its ring back.
+    (*second)->Enqueue(MakeRead(0, read_iov), 2);
+    (*second)->Submit();
+    first->reset();
+    second->reset();
+    EXPECT_EQ((*backend)->idle_rings(), 2u) << "activation " << activation;
+  }
+  // Beyond what was prepared, a thread that may make rings (this one) gets a new one.
+  std::vector<std::unique_ptr<BlockQueue>> queues;
+  for (int i = 0; i < 3; ++i) {
+    auto queue = (*backend)->CreateQueue([](uint64_t, Completion) {});
+    ASSERT_TRUE(queue.ok()) << queue.status();
+    queues.push_back(*std::move(queue));
+  }
+  queues.clear();
+  EXPECT_EQ((*backend)->idle_rings(), 3u);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ int RecordingRing::Submit() {
     ready_injected_.insert(ready_injected_.end(), prepared_injected_.begin(),
                            prepared_injected_.end());
     prepared_injected_.clear();
-    if (event_fd_ >= 0) eventfd_write(event_fd_, 1);
+    eventfd_write(inner_->completion_fd(), 1);
   }
   const int result = inner_->Submit();
   return result < 0 ? result : result + injected;
@@ -75,11 +75,6 @@ size_t RecordingRing::Reap(std::span<CqeResult> out) {
   const size_t real = inner_->Reap(out.subspan(count));
   for (size_t i = count; i < count + real; ++i) truncated_.erase(out[i].user_data);
   return count + real;
-}
-
-absl::Status RecordingRing::RegisterEventFd(int fd) {
-  event_fd_ = fd;
-  return inner_->RegisterEventFd(fd);
 }
 
 }  // namespace block::raw

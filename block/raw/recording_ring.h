@@ -42,8 +42,8 @@ struct RingFault {
 
 // A test double for the ring: forwards to a real ring (`inner`) while recording every SQE and
 // counting Submit() calls, and applies RingFaults. Injected errors complete at the next Reap()
-// after the Submit() that carried them, and signal the registered eventfd like a real completion
-// would.
+// after the Submit() that carried them, and signal the inner ring's completion eventfd like a
+// real completion would.
 class RecordingRing final : public UringOps {
  public:
   explicit RecordingRing(std::unique_ptr<UringOps> inner) : inner_(std::move(inner)) {}
@@ -59,7 +59,7 @@ class RecordingRing final : public UringOps {
   bool Prep(const SqeSpec& sqe) override;
   int Submit() override;
   size_t Reap(std::span<CqeResult> out) override;
-  absl::Status RegisterEventFd(int fd) override;
+  int completion_fd() const override { return inner_->completion_fd(); }
 
  private:
   // The first fault matching `opcode`, with its remaining count consumed; nullopt if none.
@@ -69,7 +69,6 @@ class RecordingRing final : public UringOps {
   std::vector<SqeRecord> records_;
   int submit_calls_ = 0;
   std::deque<RingFault> faults_;
-  int event_fd_ = -1;
   // Injected completions waiting for Submit(), and those Reap() will return.
   std::vector<CqeResult> prepared_injected_;
   std::deque<CqeResult> ready_injected_;

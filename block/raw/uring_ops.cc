@@ -2,30 +2,85 @@
 
 #include <liburing.h>
 
+#include <array>
 #include <cerrno>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace block::raw {
 namespace {
 
-class LiburingOps final : public UringOps {
- public:
-  LiburingOps() = default;
-  ~LiburingOps() override {
-    if (initialized_) io_uring_queue_exit(&ring_);
-  }
-  LiburingOps(const LiburingOps&) = delete;
-  LiburingOps& operator=(const LiburingOps&) = delete;
+// The fixed-file index of the ring's one file (io_uring_register_files(3)).
+constexpr int kFileIndex = 0;
 
-  absl::Status Init(unsigned entries) {
-    // io_uring_queue_init(3) returns -errno; it does not set errno.
-    const int result = io_uring_queue_init(entries, &ring_, 0);
-    if (result < 0) {
-      return absl::ErrnoToStatus(-result, absl::StrCat("io_uring_queue_init(", entries, ")"));
-    }
+// liburing's calls return -errno and leave errno alone (a plain -1 would be the libc convention).
+absl::Status UringError(int result, const char* call) {
+  return absl::ErrnoToStatus(result == -1 ? errno : -result, call);
+}
+
+io_uring_restriction SqeOp(uint8_t op) {
+  io_uring_restriction restriction{};
+  restriction.opcode = IORING_RESTRICTION_SQE_OP;
+  restriction.sqe_op = op;
+  return restriction;
+}
+
+io_uring_restriction SqeFlags(uint16_t kind, uint8_t flags) {
+  io_uring_restriction restriction{};
+  restriction.opcode = kind;
+  restriction.sqe_flags = flags;
+  return restriction;
+}
+
+// The registrations and restrictions, on a ring created disabled; then it is enabled.
+absl::Status LockDown(io_uring& ring, int file_fd, int event_fd) {
+  int result = io_uring_register_files(&ring, &file_fd, 1);
+  if (result < 0) return UringError(result, "io_uring_register_files");
+  result = io_uring_register_eventfd(&ring, event_fd);
+  if (result < 0) return UringError(result, "io_uring_register_eventfd");
+  // One register operation stays allowed once enabled: IORING_UNREGISTER_FILES, which only takes
+  // away (the owner drops the file before the ring goes, so that the image's lock goes with its
+  // last descriptor at once rather than whenever the kernel's deferred ring teardown runs).
+  io_uring_restriction unregister_files{};
+  unregister_files.opcode = IORING_RESTRICTION_REGISTER_OP;
+  unregister_files.register_op = IORING_UNREGISTER_FILES;
+  const std::array<io_uring_restriction, 7> restrictions = {
+      unregister_files,
+      SqeOp(IORING_OP_READV),
+      SqeOp(IORING_OP_WRITEV),
+      SqeOp(IORING_OP_FSYNC),
+      SqeOp(IORING_OP_FALLOCATE),
+      SqeFlags(IORING_RESTRICTION_SQE_FLAGS_REQUIRED, IOSQE_FIXED_FILE),
+      SqeFlags(IORING_RESTRICTION_SQE_FLAGS_ALLOWED, IOSQE_FIXED_FILE),
+  };
+  // Through io_uring_register itself: Debian 12's liburing 2.3 declares
+  // io_uring_register_restrictions() and io_uring_enable_rings() but does not export them.
+  result = io_uring_register(ring.ring_fd, IORING_REGISTER_RESTRICTIONS, restrictions.data(),
+                             restrictions.size());
+  if (result < 0) return UringError(result, "IORING_REGISTER_RESTRICTIONS");
+  result = io_uring_register(ring.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0);
+  if (result < 0) return UringError(result, "IORING_REGISTER_ENABLE_RINGS");
+  return absl::OkStatus();
+}
+
+class LockedDownRing final : public UringOps {
+ public:
+  LockedDownRing() = default;
+  ~LockedDownRing() override {
+    if (!initialized_) return;
+    io_uring_unregister_files(&ring_);
+    io_uring_queue_exit(&ring_);
+  }
+  LockedDownRing(const LockedDownRing&) = delete;
+  LockedDownRing& operator=(const LockedDownRing&) = delete;
+
+  absl::Status Init(unsigned entries, int file_fd) {
+    ASSIGN_OR_RETURN(event_fd_, sys_util::MakeEventFd());
+    RETURN_IF_ERROR(SetUpLockedDownRing(entries, file_fd, event_fd_.get(), ring_));
     initialized_ = true;
     entries_ = ring_.sq.ring_entries;
     return absl::OkStatus();
@@ -38,20 +93,21 @@ class LiburingOps final : public UringOps {
     if (sqe == nullptr) return false;
     switch (spec.opcode) {
       case UringOpcode::kReadv:
-        io_uring_prep_readv(sqe, spec.fd, spec.iovecs, spec.iovec_count, spec.offset);
+        io_uring_prep_readv(sqe, kFileIndex, spec.iovecs, spec.iovec_count, spec.offset);
         sqe->rw_flags = spec.rw_flags;
         break;
       case UringOpcode::kWritev:
-        io_uring_prep_writev2(sqe, spec.fd, spec.iovecs, spec.iovec_count, spec.offset,
+        io_uring_prep_writev2(sqe, kFileIndex, spec.iovecs, spec.iovec_count, spec.offset,
                               spec.rw_flags);
         break;
       case UringOpcode::kFsync:
-        io_uring_prep_fsync(sqe, spec.fd, spec.fsync_flags);
+        io_uring_prep_fsync(sqe, kFileIndex, spec.fsync_flags);
         break;
       case UringOpcode::kFallocate:
-        io_uring_prep_fallocate(sqe, spec.fd, spec.fallocate_mode, spec.offset, spec.length);
+        io_uring_prep_fallocate(sqe, kFileIndex, spec.fallocate_mode, spec.offset, spec.length);
         break;
     }
+    sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, spec.user_data);
     return true;
   }
@@ -72,13 +128,11 @@ class LiburingOps final : public UringOps {
     return count;
   }
 
-  absl::Status RegisterEventFd(int fd) override {
-    const int result = io_uring_register_eventfd(&ring_, fd);
-    if (result < 0) return absl::ErrnoToStatus(-result, "io_uring_register_eventfd");
-    return absl::OkStatus();
-  }
+  int completion_fd() const override { return event_fd_.get(); }
 
  private:
+  // The ring's registered eventfd: closed only after the destructor's body has torn the ring down.
+  sys_util::ScopedFd event_fd_;
   io_uring ring_{};
   bool initialized_ = false;
   unsigned entries_ = 0;
@@ -86,10 +140,23 @@ class LiburingOps final : public UringOps {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UringOps>> CreateLiburingOps(unsigned entries) {
-  auto ops = std::make_unique<LiburingOps>();
-  RETURN_IF_ERROR(ops->Init(entries));
-  return std::unique_ptr<UringOps>(std::move(ops));
+absl::Status SetUpLockedDownRing(unsigned entries, int file_fd, int event_fd, io_uring& ring) {
+  io_uring_params params{};
+  params.flags = IORING_SETUP_R_DISABLED;
+  const int result = io_uring_queue_init_params(entries, &ring, &params);
+  if (result < 0) return UringError(result, "io_uring_queue_init_params");
+  absl::Status status = LockDown(ring, file_fd, event_fd);
+  if (!status.ok()) {
+    io_uring_queue_exit(&ring);
+    return absl::Status(status.code(), absl::StrCat("locking the ring down: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<UringOps>> CreateLockedDownRing(unsigned entries, int file_fd) {
+  auto ring = std::make_unique<LockedDownRing>();
+  RETURN_IF_ERROR(ring->Init(entries, file_fd));
+  return std::unique_ptr<UringOps>(std::move(ring));
 }
 
 }  // namespace block::raw

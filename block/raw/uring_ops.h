@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+struct io_uring;  // liburing.h
+
 namespace block::raw {
 
 // The io_uring operations the raw backend uses (io_uring_enter(2), "IORING_OP_*").
@@ -22,12 +24,11 @@ enum class UringOpcode : uint8_t {
 };
 
 // One submission queue entry in the backend's own terms: the subset of struct io_uring_sqe it
-// fills. The iovec array must stay valid until the entry has been submitted (the kernel copies it
-// then: IORING_FEAT_SUBMIT_STABLE, io_uring_setup(2)); the backend keeps it until the completion
-// anyway.
+// fills. Every entry acts on the ring's one file (see CreateLockedDownRing). The iovec array must
+// stay valid until the entry has been submitted (the kernel copies it then:
+// IORING_FEAT_SUBMIT_STABLE, io_uring_setup(2)); the backend keeps it until the completion anyway.
 struct SqeSpec {
   UringOpcode opcode = UringOpcode::kReadv;
-  int fd = -1;
   const iovec* iovecs = nullptr;  // kReadv, kWritev
   unsigned iovec_count = 0;
   uint64_t offset = 0;
@@ -45,7 +46,7 @@ struct CqeResult {
   int32_t res = 0;
 };
 
-// The seam between the backend's queue logic and liburing: production uses CreateLiburingOps();
+// The seam between the backend's queue logic and liburing: production uses CreateLockedDownRing();
 // tests wrap it (block/raw/recording_ring.h) to observe every submission and inject short transfers
 // or errors. One virtual call per operation; nothing else sits on the I/O path.
 class UringOps {
@@ -62,13 +63,32 @@ class UringOps {
   // Copies up to out.size() completions into `out`, marks them seen and returns how many there
   // were. Never blocks.
   virtual size_t Reap(std::span<CqeResult> out) = 0;
-  // io_uring_register_eventfd(3): `fd` is signalled whenever a completion is posted.
-  virtual absl::Status RegisterEventFd(int fd) = 0;
+  // An eventfd (owned by the ring) signalled whenever a completion is posted
+  // (io_uring_register_eventfd(3)); the owner may also signal it itself, to wake its loop.
+  virtual int completion_fd() const = 0;
 };
 
-// A real ring (io_uring_queue_init(3) with `entries` SQEs, no setup flags), torn down with
-// io_uring_queue_exit(3).
-absl::StatusOr<std::unique_ptr<UringOps>> CreateLiburingOps(unsigned entries);
+// A real ring with `entries` SQEs for the one file `file_fd`, locked down before anything uses it
+// (io_uring_register(2)), so that a thread which can write the ring's memory (a compromised
+// iothread preparing entries by hand) reaches nothing but that file:
+//   - created disabled (IORING_SETUP_R_DISABLED, Linux 5.10), so nothing runs before the rest;
+//   - `file_fd` registered as fixed file 0 and the ring's own eventfd registered for completions;
+//   - restricted (IORING_REGISTER_RESTRICTIONS) to the four operations of UringOpcode, each entry
+//     required to carry IOSQE_FIXED_FILE and no other flag, so it can name fixed file 0 only;
+//     any other operation (IORING_OP_OPENAT, SOCKET, CONNECT, ...) completes with -EACCES;
+//   - no register operation allowed once enabled but IORING_UNREGISTER_FILES (which the ring
+//     uses as it goes, so the file's lock is released with it): no file, buffer, eventfd or
+//     credential can be added to the ring later (io_uring_register(2) answers EACCES);
+//   - then enabled (IORING_REGISTER_ENABLE_RINGS).
+// The ring keeps no reference to `file_fd` beyond the kernel's own (the registered file holds the
+// open file description); torn down with io_uring_queue_exit(3).
+absl::StatusOr<std::unique_ptr<UringOps>> CreateLockedDownRing(unsigned entries, int file_fd);
+
+// CreateLockedDownRing's set-up on a ring the caller owns: `ring` zero-initialized, `event_fd` the
+// eventfd to register. On success the ring is enabled and the caller tears it down with
+// io_uring_queue_exit(3); on error nothing is left to tear down. (The tests attack a ring set up
+// by exactly this code through liburing directly.)
+absl::Status SetUpLockedDownRing(unsigned entries, int file_fd, int event_fd, io_uring& ring);
 
 }  // namespace block::raw
 
