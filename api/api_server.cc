@@ -6,6 +6,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <limits.h>
 #include <sys/resource.h>
@@ -891,6 +892,11 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
     // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
     // port and take half of the connections. One port, one VMM.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // See ApiServerOptions::max_threads.
+    grpc::ResourceQuota quota("microvm-api");
+    quota.SetMaxThreads(options.max_threads);
+    quota.Resize(options.max_memory_bytes);
+    builder.SetResourceQuota(quota);
     builder.RegisterService(server->core_->media_service());
     builder.RegisterService(server->core_->vm_service());
     if (!server->core_->options().auth_token.empty()) {

@@ -800,6 +800,45 @@ TEST_F(ApiServerTest, TooManyWatchersAreRefused) {
   }
 }
 
+// The server's threads are capped by its resource quota, whatever the callers do (N10 of the
+// second hardening review: calls drove a VMM from 10 threads to 215). Calls beyond the cap wait
+// for a thread (or their deadline) instead of making one; the server answers again once the
+// calls in its threads end.
+int ThreadCount() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+TEST_F(ApiServerTest, TheServersThreadsAreCapped) {
+  StartServer({.unix_socket_path = socket_path_, .max_watchers = 100, .max_threads = 6});
+  const int before = ThreadCount();
+  std::vector<std::unique_ptr<WatchStream>> streams;
+  for (int i = 0; i < 40; ++i) {
+    auto stream = std::make_unique<WatchStream>();
+    Deadline(stream->context);
+    stream->reader = media_->Watch(&stream->context, pb::WatchRequest());
+    streams.push_back(std::move(stream));
+  }
+  // 40 streams, each of which holds a server thread for as long as it is open.
+  streams.front()->reader->WaitForInitialMetadata();
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_LE(ThreadCount() - before, 6 + 2) << "threads beyond the quota (and gRPC's own two)";
+  for (auto& watch : streams) watch->context.TryCancel();
+  for (auto& watch : streams) {
+    pb::MediaEvent event;
+    while (watch->reader->Read(&event)) {
+    }
+    watch->reader->Finish();
+  }
+  streams.clear();
+  pb::VmInfo info;
+  EXPECT_TRUE(WaitFor([&] { return Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok(); }));
+}
+
 // ---- VmService ----
 
 // Calls are served on threads nicer than the one that started the server: a client querying in

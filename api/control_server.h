@@ -30,6 +30,13 @@ struct ApiServerOptions {
   size_t watch_queue_limit = 1024;
   // Watch streams open at once; more are refused with RESOURCE_EXHAUSTED (each holds a thread).
   int max_watchers = 32;
+  // Threads and memory gRPC may use for the server (its resource quota): every call in flight
+  // holds a thread of the synchronous server, and without a cap unauthenticated callers drove the
+  // VMM from 10 threads to 215 (N10 of the second hardening review). Calls beyond the cap wait
+  // for a thread (or their deadline) before any of our code runs. Room for every watcher and then
+  // some.
+  int max_threads = 64;
+  size_t max_memory_bytes = size_t{64} << 20;
   // How long Stop() lets calls in progress finish before cancelling them.
   absl::Duration stop_grace = absl::Seconds(1);
   // The API's threads run this much nicer than the thread that starts the server (Linux nice,
@@ -55,9 +62,9 @@ class ControlServer {
 // The plugin's one entry point, looked up by this name (C linkage: no mangling to agree on).
 // Both sides are built together from this tree with the same compiler and the same shared
 // libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM (2: the token
-// and tcp_insecure in ApiServerOptions).
+// and tcp_insecure in ApiServerOptions; 3: the resource quota).
 inline constexpr char kStartControlServerSymbol[] = "microvm_start_control_server";
-inline constexpr int kControlServerPluginVersion = 2;
+inline constexpr int kControlServerPluginVersion = 3;
 using StartControlServerFn = absl::Status (*)(int version, const ApiServerOptions& options,
                                               VmControl& control,
                                               std::unique_ptr<ControlServer>* server);

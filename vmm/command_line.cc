@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "vmm/machine/layout.h"
+#include "vmm/sys_util/descriptors.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/thread_stacks.h"
@@ -419,6 +420,7 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
 }
 
 absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help) {
+  RETURN_IF_ERROR(sys_util::CloseInheritedDescriptors());
   RETURN_IF_ERROR(UseSmallThreadStacks());
   ASSIGN_OR_RETURN(ParsedCommandLine parsed, ParseFlagsAndDrives(argc, argv));
   if (parsed.help) absl::PrintF("%s", HelpText(help));

@@ -88,7 +88,8 @@ struct ParsedCommandLine {
 // absl::ParseCommandLine, which may print and exit.
 absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv);
 
-// A launcher's first steps, the same in microvm and vhost-user-scsi: small thread stacks (before
+// A launcher's first steps, the same in microvm and vhost-user-scsi: every inherited descriptor
+// above stderr closed (sys_util::CloseInheritedDescriptors), small thread stacks (before
 // any thread exists: vmm/thread_stacks.h), argv parsed (ParseFlagsAndDrives), and with --help the
 // help text printed to stdout (the result's `help` is then set: exit 0).
 absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help);

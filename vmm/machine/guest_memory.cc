@@ -1,8 +1,10 @@
 #include "vmm/machine/guest_memory.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -102,6 +104,19 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
   // the process (F3 of the hardening issue: a front end truncated an unsealed memfd and kicked).
   // Only memory its owner cannot shrink is accepted: a memfd sealed with F_SEAL_SHRINK, which
   // QEMU's memory-backend-memfd does by default (seal=on).
+  // Huge pages (hugetlbfs, a memfd made with MFD_HUGETLB) are allocated from a fixed pool when
+  // first touched; a page the pool cannot give, or one its owner punched out again (fallocate
+  // FALLOC_FL_PUNCH_HOLE, which F_SEAL_SHRINK does not prevent), faults with SIGBUS on our next
+  // access, ending the process (N3 of the second hardening review). Ordinary memfd pages come from
+  // the page allocator and never fault that way, so only those are accepted.
+  struct statfs file_system {};
+  if (fstatfs(fd, &file_system) != 0 || file_system.f_type == HUGETLBFS_MAGIC) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory at 0x%x: huge-page memory (hugetlbfs, MFD_HUGETLB) is not accepted: a page "
+        "missing from the pool would fault in this process; share guest RAM as an ordinary "
+        "memfd (QEMU: memory-backend-memfd without hugetlb=on)",
+        start.value()));
+  }
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -192,6 +194,20 @@ TEST(GuestMemoryTest, FileRegionIsSharedWithTheFile) {
   EXPECT_NE(ftruncate(fd, 0), 0);
   EXPECT_EQ(*memory.ReadObject<uint8_t>(GuestAddress(0x100010)), 0xab);
   munmap(other, 0x6000);
+  close(fd);
+}
+
+// A huge-page memfd, sealed, with no huge page behind it (none reserved, or one its owner punched
+// out): mapping it would hand us a SIGBUS at the first touch. Refused before any mapping.
+TEST(GuestMemoryTest, HugePageMemoryIsRefused) {
+  const int fd = memfd_create("guest-memory-huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+  ASSERT_GE(fd, 0) << "memfd_create(MFD_HUGETLB): " << strerror(errno);
+  ASSERT_EQ(ftruncate(fd, 2 << 20), 0);
+  ASSERT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto region = GuestMemoryRegion::CreateFromFile(GuestAddress(0x200000), 2 << 20, fd, 0);
+  EXPECT_EQ(region.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(region.status().message().find("huge-page memory"), std::string::npos)
+      << region.status();
   close(fd);
 }
 

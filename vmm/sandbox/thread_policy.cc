@@ -1,9 +1,12 @@
 #include "vmm/sandbox/thread_policy.h"
 
 #include <linux/sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+
+#include <unistd.h>
 
 #include <cerrno>
 #include <vector>
@@ -29,10 +32,14 @@ void AddRunningThreadBasics(SyscallAllowlist& list) {
       __NR_ppoll, __NR_eventfd2, __NR_sched_yield, __NR_nanosleep, __NR_clock_nanosleep,
       __NR_clock_gettime, __NR_clock_getres, __NR_gettimeofday, __NR_getpid, __NR_gettid,
       __NR_getrandom, __NR_mmap, __NR_munmap, __NR_mprotect, __NR_mremap, __NR_madvise, __NR_brk,
-      __NR_rt_sigprocmask, __NR_rt_sigreturn, __NR_sigaltstack, __NR_tgkill, __NR_exit,
+      __NR_rt_sigprocmask, __NR_rt_sigreturn, __NR_sigaltstack, __NR_exit,
       __NR_exit_group, __NR_restart_syscall, __NR_rseq, __NR_set_robust_list, __NR_membarrier,
       __NR_sched_getaffinity, __NR_getcpu,
   });
+  // Signals to our own threads only (the vCPU kick, abort()): tgkill's first argument is the
+  // thread group. Any other process, another VMM of the same jailed user included, is out of
+  // reach (N7 of the second hardening review).
+  list.AllowIf(__NR_tgkill, {{.index = 0, .value = static_cast<uint32_t>(getpid())}});
   // Thread names: set at start, read by the violation report.
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NAME}});
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_GET_NAME}});
@@ -71,9 +78,12 @@ SyscallAllowlist VcpuAllowlist(const SandboxOptions& /*options*/) {
 SyscallAllowlist IoAllowlist(const SandboxOptions& options) {
   SyscallAllowlist list;
   list.AllowAll({__NR_io_uring_enter, __NR_epoll_wait, __NR_read, __NR_write, __NR_futex});
-  // Queues are created on their iothread when the guest activates the device.
-  list.AllowAll({__NR_io_uring_setup, __NR_io_uring_register, __NR_fsync, __NR_fdatasync,
-                 __NR_fallocate, __NR_epoll_create1});
+  // Queues are created on their iothread when the guest activates the device, on rings the
+  // control thread made and locked down when it opened the file (block/raw/uring_ops.h): a new
+  // ring would be one without the restrictions, able to open files and sockets by itself
+  // (IORING_OP_OPENAT, IORING_OP_SOCKET), so none can be made or changed here.
+  list.AllowAll({__NR_fsync, __NR_fdatasync, __NR_fallocate, __NR_epoll_create1});
+  list.Refuse(__NR_io_uring_setup, EPERM).Refuse(__NR_io_uring_register, EPERM);
   // Legacy interrupt lines (IDE) are KVM_IRQ_LINE ioctls on the VM fd.
   list.AllowIf(__NR_ioctl, {kKvmIoctl});
   AddRunningThreadBasics(list);
@@ -88,6 +98,17 @@ SyscallAllowlist IoAllowlist(const SandboxOptions& options) {
 SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   SyscallAllowlist list;
   AddRunningThreadBasics(list);
+  // Terminal ioctls that act on someone else's session: TIOCSTI pushes input into a terminal (a
+  // command typed into the operator's shell, N4 of the second hardening review), TIOCLINUX and
+  // TIOCCONS reach the console, TIOCSCTTY and TIOCSETD take over or re-plumb a terminal. The VMM
+  // only reads and sets its console's modes (TCGETS/TCSETS). Before the general ioctl rule below.
+  for (uint32_t request : {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSCTTY, TIOCSETD}) {
+    list.Add({__NR_ioctl, {{.index = 1, .value = request}}, EPERM});
+  }
+  // Nothing in a VMM sends data with a connection attempt: sendto/sendmsg with MSG_FASTOPEN would
+  // open a TCP connection although connect() is refused (N5). Before the rules that allow them.
+  list.Add({__NR_sendto, {{.index = 3, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
+  list.Add({__NR_sendmsg, {{.index = 2, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   list.AllowAll({
       // Files: kernel, initrd, disks, media inserted through the API, the API socket's path.
       __NR_open, __NR_openat, __NR_openat2, __NR_stat, __NR_lstat, __NR_statx, __NR_access,
@@ -113,11 +134,30 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       __NR_getuid, __NR_geteuid, __NR_getgid, __NR_getegid, __NR_getppid, __NR_rt_sigaction,
       __NR_rt_sigtimedwait, __NR_arch_prctl,
       // Narrowing further: a thread stacks its own role's filter.
-      __NR_prctl, __NR_seccomp,
+      __NR_seccomp,
   });
+  // prctl: what the sandbox itself does (NO_NEW_PRIVS, and dumpable 0 in the jail), never the
+  // reverse: PR_SET_DUMPABLE 1 would let the same user ptrace the VMM and read guest memory again
+  // (N7). The rest is refused quietly, as library code may probe.
+  list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NO_NEW_PRIVS}});
+  list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_DUMPABLE}, {.index = 1, .value = 0}});
+  list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_GET_DUMPABLE}});
+#if defined(__SANITIZE_ADDRESS__)
+  list.Allow(__NR_prctl);  // the sanitizer runtime's own calls (test builds only)
+#endif
+  list.Refuse(__NR_prctl, EPERM);
   // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
-  for (int domain : {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK}) {
+  // IPv4 and IPv6 only as stream sockets (the API's TCP listener): no datagram socket, which
+  // could send without connecting (N5). The type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
+  for (int domain : {AF_UNIX, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
+  }
+  for (int domain : {AF_INET, AF_INET6}) {
+    list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)},
+                               {.index = 1, .mask = 0xf, .value = SOCK_STREAM}});
+  }
+  for (int domain : {AF_INET, AF_INET6}) {
+    list.Add({__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}}, EACCES});
   }
   list.Refuse(__NR_socket, EAFNOSUPPORT);
   // Nothing in a VMM connects out (a resolver looking for nscd gets an error and goes on).

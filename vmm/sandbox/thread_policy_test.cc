@@ -1,9 +1,12 @@
 #include "vmm/sandbox/thread_policy.h"
 
 #include <fcntl.h>
+#include <linux/io_uring.h>
 #include <linux/sched.h>
+#include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -11,6 +14,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -55,6 +59,70 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
                   : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// N4 and N5 of the second hardening review: a compromised control thread typed a command into
+// the operator's shell with TIOCSTI, and reached the network with MSG_FASTOPEN and UDP although
+// connect() was refused.
+TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnected) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kControl);
+        const int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (master < 0) ExitNow(4);
+        char c = 'x';
+        const int typed = ioctl(master, TIOCSTI, &c);
+        const int typed_errno = errno;
+        termios modes{};
+        const int got_modes = ioctl(master, TCGETS, &modes);  // ordinary terminal ioctls still run
+        const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        const int udp_errno = errno;
+        const int tcp = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_port = htons(9);
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const ssize_t sent = sendto(tcp4, "x", 1, MSG_FASTOPEN,
+                                    reinterpret_cast<sockaddr*>(&address), sizeof(address));
+        const int sent_errno = errno;
+        ExitNow(typed == -1 && typed_errno == EPERM && got_modes == 0 && udp == -1 &&
+                        udp_errno == EACCES && tcp >= 0 && tcp4 >= 0 && sent == -1 &&
+                        sent_errno == EACCES
+                    ? 0
+                    : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// N7: a compromised thread undid the jail's dumpable 0, and could signal any process.
+TEST(ThreadPolicyDeathTest, ControlThreadsCannotBecomeDumpableAgain) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kControl);
+        const int lowered = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        const int raised = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+        const int raised_errno = errno;
+        ExitNow(lowered == 0 && raised == -1 && raised_errno == EPERM && prctl(PR_GET_DUMPABLE) == 0
+                    ? 0
+                    : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(ThreadPolicyDeathTest, ThreadsSignalOnlyTheirOwnProcess) {
+  auto child = [&] {
+        const pid_t other = fork();  // before the filter: a process of the same user
+        if (other == 0) {
+          alarm(10);  // never outlives the test by long
+          pause();
+          ExitNow(0);
+        }
+        ConfineOrDie(ThreadRole::kControl);
+        // Our own threads: allowed (signal 0 only checks).
+        if (syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), 0) != 0) ExitNow(3);
+        syscall(SYS_tgkill, other, other, SIGKILL);
+        ExitNow(4);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "tgkill");
 }
 
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotExecuteAProgram) {
@@ -105,6 +173,23 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotTraceOrOpen) {
         ExitNow(0);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "ptrace");
+}
+
+// A fresh ring would carry no restrictions: an iothread can neither make one nor change the
+// locked-down rings it was given (refused, not fatal: the queue reports the error).
+TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kIo);
+        io_uring_params params{};
+        const long setup = syscall(__NR_io_uring_setup, 4, &params);
+        const int setup_errno = errno;
+        const long registered = syscall(__NR_io_uring_register, 0, IORING_REGISTER_FILES, nullptr, 0);
+        const int register_errno = errno;
+        ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno == EPERM
+                    ? 0
+                    : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ThreadPolicyDeathTest, ThreadStartConfinesTheNewThreadOnly) {

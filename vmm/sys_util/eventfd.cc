@@ -1,6 +1,7 @@
 #include "vmm/sys_util/eventfd.h"
 
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +26,17 @@ uint64_t DrainEventFd(int fd) {
   iovec buffer = {&count, sizeof(count)};
   if (::preadv2(fd, &buffer, 1, -1, RWF_NOWAIT) != static_cast<ssize_t>(sizeof(count))) return 0;
   return count;
+}
+
+bool IsEventFd(int fd) {
+  ScopedFd ours(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  struct stat reference {}, theirs {};
+  if (!ours.valid() || ::fstat(ours.get(), &reference) != 0 || ::fstat(fd, &theirs) != 0) {
+    return false;
+  }
+  if (theirs.st_dev != reference.st_dev) return false;
+  const uint64_t zero = 0;
+  return ::write(fd, &zero, sizeof(zero)) == static_cast<ssize_t>(sizeof(zero));
 }
 
 }  // namespace sys_util

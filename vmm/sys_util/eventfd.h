@@ -19,6 +19,14 @@ void SignalEventFd(int fd);
 // instead). Returns the count taken, 0 when there was none. An EFD_SEMAPHORE eventfd gives 1 a read.
 uint64_t DrainEventFd(int fd);
 
+// Whether `fd` (from another process: a vhost-user front end) is an eventfd, without /proc (absent
+// in the jail) and without changing it. Every anonymous-inode descriptor (eventfd, timerfd,
+// signalfd, epoll, inotify, pidfd, KVM, io_uring, ...) lives on the kernel's anon_inodefs, so the
+// file must be on the same device as an eventfd of our own (no regular file, pipe or socket is);
+// among those only an eventfd takes an 8-byte write, and adding 0 to its count changes nothing
+// and never blocks (eventfd(2)), while the others have no write at all (EINVAL).
+bool IsEventFd(int fd);
+
 }  // namespace sys_util
 
 #endif  // VMM_SYS_UTIL_EVENTFD_H_

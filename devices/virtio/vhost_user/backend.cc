@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/rate_limited_log.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -82,10 +83,7 @@ absl::Status NoDescriptors(const Message& message) {
 // back end's poll and read or write) needs a front end that races against itself to stall its
 // own device.
 absl::Status CheckEventFd(int fd, const char* what, uint32_t index) {
-  char link[64];
-  const std::string path = "/proc/self/fd/" + std::to_string(fd);
-  const ssize_t length = readlink(path.c_str(), link, sizeof(link) - 1);
-  if (length <= 0 || std::string(link, static_cast<size_t>(length)) != "anon_inode:[eventfd]") {
+  if (!sys_util::IsEventFd(fd)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: ring %u: the descriptor is not an eventfd", what, index));
   }
