@@ -35,6 +35,10 @@
 #       L2-FRESH NAME mib=N seconds=S
 #   L2_TRACE_BOOT=1      trace L1's KVM from the VMM's start to the guest's /init (l2_trace_end):
 #       L2-TRACE NAME total|exit|off-cpu|slow ...
+#   L2_TRACE_FAULTS=1    keep L1's KVM exits, entries, I/O and injected events of the whole run in a
+#       ring (the last few MiB) and count the L2 shutdowns (triple faults) in it, whichever VMM runs:
+#       L2-FAULT NAME shutdowns=N; with one, the 300 events before it and the shutdown exit itself
+#       (its guest_rip is where the guest was) as L2-FTRACE NAME| LINE (l2_fault_trace_end)
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
@@ -54,6 +58,7 @@ L2_MARKERS=${L2_MARKERS:-}
 L2_BOOT_WORK=${L2_BOOT_WORK:-0}
 L2_FRESH_MEMORY=${L2_FRESH_MEMORY:-0}
 L2_TRACE_BOOT=${L2_TRACE_BOOT:-0}
+L2_TRACE_FAULTS=${L2_TRACE_FAULTS:-0}
 
 l2_uptime() { read -r up _ < /proc/uptime; echo "$up"; }
 l2_seconds_since() {  # uptime [digits]: seconds from that uptime to now
@@ -183,6 +188,33 @@ l2_trace_end() {  # L2-TRACE lines: where the time between the two went
     }' $L2_TRACING/trace
 }
 
+L2_FAULT_TRACE_EVENTS="kvm/kvm_exit kvm/kvm_entry kvm/kvm_userspace_exit kvm/kvm_pio kvm/kvm_mmio
+  kvm/kvm_inj_exception kvm/kvm_inj_virq kvm/kvm_page_fault kvm/kvm_msr kvm/kvm_cr"
+
+l2_fault_trace_begin() {  # see L2_TRACE_FAULTS above
+  local e
+  echo 0 > $L2_TRACING/tracing_on
+  for e in $L2_TRACE_EVENTS; do echo 0 > "$L2_TRACING/events/$e/enable"; done
+  echo 0 > $L2_TRACING/events/sched/sched_switch/filter
+  : > $L2_TRACING/trace
+  echo 4096 > $L2_TRACING/buffer_size_kb
+  echo 1 > $L2_TRACING/options/overwrite
+  for e in $L2_FAULT_TRACE_EVENTS; do echo 1 > "$L2_TRACING/events/$e/enable"; done
+  echo 1 > $L2_TRACING/tracing_on
+}
+
+l2_fault_trace_end() {
+  local e first n
+  echo 0 > $L2_TRACING/tracing_on
+  for e in $L2_FAULT_TRACE_EVENTS; do echo 0 > "$L2_TRACING/events/$e/enable"; done
+  # SVM's exit code 0x7f: the guest shut down (a triple fault); KVM's trace names it "shutdown".
+  n=$(grep -c 'kvm_exit: .*reason shutdown' $L2_TRACING/trace)
+  echo "L2-FAULT $L2_NAME shutdowns=$n"
+  [ "$n" -gt 0 ] || return 0
+  first=$(grep -n -m1 'kvm_exit: .*reason shutdown' $L2_TRACING/trace | cut -d: -f1)
+  sed -n "$((first > 300 ? first - 300 : 1)),${first}p" $L2_TRACING/trace | sed "s/^/L2-FTRACE $L2_NAME| /"
+}
+
 l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
   local pid ticks hwm
   case "$1" in
@@ -243,7 +275,11 @@ l2_run() {  # name "guest args" microvm-flags...
   echo "L2-CMD $L2_NAME ${L2_VMM:-microvm} $* -- $gargs"
   [ "$L2_FRESH_MEMORY" != 1 ] || l2_fresh_memory
   [ "$L2_TRACE_BOOT" != 1 ] || l2_trace_begin
+  [ "$L2_TRACE_FAULTS" != 1 ] || l2_fault_trace_begin
   [ "$L2_BOOT_WORK" != 1 ] || echo "L2-BOOTWORK $L2_NAME start $(l2_boot_counters)"
+  # L1's KVM counters (all VMs: one runs at a time) where the run starts; a marker handler prints
+  # them again (debian_markers), so the difference is this run's exits, by kind.
+  echo "L2-KVM $L2_NAME start $(l2_kvm_counters)"
   t0=$(l2_uptime)
   L2_T0=$t0
   # fd 3 keeps the console input open (no EOF for the VMM) and is how @@FINAL is answered.
@@ -275,6 +311,7 @@ l2_run() {  # name "guest args" microvm-flags...
   kill "$wd" 2>/dev/null
   wait "$wd" 2>/dev/null
   status=$(cat "$L2_DIR/status" 2>/dev/null)
+  [ "$L2_TRACE_FAULTS" != 1 ] || l2_fault_trace_end
   # A VMM that ends by itself (not SIGKILL) removes the socket it created.
   [ ! -e "$L2_DIR/api.sock" ] || l2_action "api socket left behind: $L2_DIR/api.sock"
   sed "s/^/L2ERR[$L2_NAME]| /" "$L2_DIR/err"

@@ -575,6 +575,7 @@ debian_markers() {
       # When, from the VMM's start, the guest's start-up ended (with the guest's clock at this
       # line, RESULT debian_marker_uptime, this dates multi-user.target in L1's wall time).
       l2_action "boot ${1#DEBIAN-BOOT } wall=$(l2_seconds_since "$L2_T0" 2)"
+      echo "L2-KVM $L2_NAME boot${1#DEBIAN-BOOT } $(l2_kvm_counters)"
       # The API answers in every boot (after a restart too), and the CD holds what it held.
       [ "${L2_VMM:-microvm}" = qemu ] ||
         l2_action "boot ${1#DEBIAN-BOOT }: $(l2_ctl media status cd0 2>&1 | grep -E '^(medium|tray):' | tr -s ' \n' ' ')" ;;
