@@ -67,23 +67,104 @@ absl::StatusOr<DirectIoAlignment> FindDirectIoAlignment(int fd, const std::strin
                            logical_block_size};
 }
 
-// Two writers on one image corrupt it, and a reader beside a writer reads torn data: a writable
-// image is locked exclusively, a read-only one shared, over the whole file. Open file description
-// locks (fcntl(2), F_OFD_SETLK) belong to this open file, not to the process: a second open in the
-// same VMM conflicts too, and the lock goes when the last descriptor of this open file closes.
-// QEMU locks single bytes of its images the same way, so it and we see each other as well.
-absl::Status LockImage(int fd, const std::string& path, bool read_only) {
-  struct flock lock {};
-  lock.l_type = read_only ? F_RDLCK : F_WRLCK;
-  lock.l_whence = SEEK_SET;  // l_start = 0, l_len = 0: the whole file, however it grows
-  if (fcntl(fd, F_OFD_SETLK, &lock) == 0) return absl::OkStatus();
-  const int error = errno;
-  if (error == EAGAIN || error == EACCES) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is in use: another process (another VMM, or QEMU) holds a lock on it that conflicts "
-        "with opening it ", read_only ? "read-only" : "for writing",
-        read_only ? "" : " (a writable image has one user at a time)"));
+// Two writers on one image corrupt it, and a reader beside a writer reads torn data. Images are
+// locked the way QEMU locks them (block/file-posix.c), so that it and we, in either order, refuse
+// each other exactly as two QEMUs would: one byte per permission, open file description locks
+// (fcntl(2), F_OFD_SETLK: they belong to this open file, not to the process, so a second open in
+// the same VMM conflicts too, and they go when the last descriptor of this open file closes).
+//   - byte 100 + i, shared lock: this user holds permission i;
+//   - byte 200 + i, shared lock: this user does not let others hold permission i;
+// and a user may open only if nobody locked 200 + i for a permission i it wants, nor 100 + i for
+// a permission i it does not share (both tested with F_OFD_GETLK for an exclusive lock, which
+// our own locks never block). The permissions (QEMU's include/block/block-common.h, bits 0-3):
+constexpr uint32_t kPermConsistentRead = 1u << 0;  // the data read is what was written
+constexpr uint32_t kPermWrite = 1u << 1;
+constexpr uint32_t kPermWriteUnchanged = 1u << 2;  // writes that leave the data as it is
+constexpr uint32_t kPermResize = 1u << 3;
+constexpr int kPermissionCount = 4;
+constexpr off_t kPermissionByteBase = 100;
+constexpr off_t kUnsharedByteBase = 200;
+
+const char* PermissionName(int bit) {
+  switch (bit) {
+    case 0:
+      return "consistent read";
+    case 1:
+      return "write";
+    case 2:
+      return "write unchanged";
+    default:
+      return "resize";
   }
+}
+
+// What QEMU's scsi-hd/virtio-blk take for a writable drive, and scsi-cd for a read-only one
+// (blkconf_apply_backend_options without share-rw): read (and write), letting others read and make
+// unchanged writes but neither write nor resize.
+struct ImagePermissions {
+  uint32_t held;
+  uint32_t shared;
+};
+ImagePermissions PermissionsFor(bool read_only) {
+  return {kPermConsistentRead | (read_only ? 0 : kPermWrite),
+          kPermConsistentRead | kPermWriteUnchanged};
+}
+static_assert((kPermConsistentRead | kPermWrite | kPermWriteUnchanged | kPermResize) == 0xf);
+
+// 0, or the errno of F_OFD_SETLK/F_OFD_GETLK; `*conflict` set when a test found another's lock.
+int LockByte(int fd, off_t byte) {
+  struct flock lock {};
+  lock.l_type = F_RDLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = byte;
+  lock.l_len = 1;
+  return fcntl(fd, F_OFD_SETLK, &lock) == 0 ? 0 : errno;
+}
+int TestByte(int fd, off_t byte, bool* conflict) {
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = byte;
+  lock.l_len = 1;
+  if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return errno;
+  *conflict = lock.l_type != F_UNLCK;
+  return 0;
+}
+
+absl::Status LockImage(int fd, const std::string& path, bool read_only) {
+  const ImagePermissions wanted = PermissionsFor(read_only);
+  auto in_use = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is in use: another user of it (another VMM, QEMU, or another drive of this one) ",
+        why, ", which conflicts with opening it ", read_only ? "read-only" : "for writing",
+        read_only ? "" : " (a writable image has one writer, and no other reader)"));
+  };
+  // As QEMU does it (raw_handle_perm_lock): take our bytes first, then look for conflicts, so that
+  // of two users opening at once at least one sees the other.
+  int error = 0;
+  for (int bit = 0; bit < kPermissionCount && error == 0; ++bit) {
+    if (wanted.held & (1u << bit)) error = LockByte(fd, kPermissionByteBase + bit);
+    if (error == 0 && !(wanted.shared & (1u << bit))) error = LockByte(fd, kUnsharedByteBase + bit);
+  }
+  // What another holds first (the plainer message when both apply: "holds write").
+  for (int bit = 0; bit < kPermissionCount && error == 0; ++bit) {
+    bool conflict = false;
+    if (!(wanted.shared & (1u << bit))) error = TestByte(fd, kPermissionByteBase + bit, &conflict);
+    if (error == 0 && conflict) {
+      return in_use(absl::StrCat("holds the \"", PermissionName(bit), "\" permission"));
+    }
+  }
+  for (int bit = 0; bit < kPermissionCount && error == 0; ++bit) {
+    bool conflict = false;
+    if (wanted.held & (1u << bit)) error = TestByte(fd, kUnsharedByteBase + bit, &conflict);
+    if (error == 0 && conflict) {
+      return in_use(absl::StrCat("does not share the \"", PermissionName(bit), "\" permission"));
+    }
+  }
+  if (error == 0) return absl::OkStatus();
+  // A lock of ours refused: someone holds an exclusive lock on that byte (an older VMM of ours
+  // locked whole files that way).
+  if (error == EAGAIN || error == EACCES) return in_use("holds a lock on it");
   // File systems without byte-range locks (ENOLCK from some network ones, EINVAL): run unlocked,
   // as QEMU does when its locking is off.
   if (error == ENOLCK || error == EINVAL || error == EOPNOTSUPP) return absl::OkStatus();

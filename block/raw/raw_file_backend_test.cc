@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -793,6 +794,121 @@ TEST(RawFileBackendTest, AnotherProcessLockIsSeen) {
   close(ready[0]);
   close(ready[1]);
   EXPECT_TRUE(RawFileBackend::Open(path, {}).ok());
+}
+
+// QEMU itself (the host's qemu-system-x86_64, as tools/setup installs it), paused (-S) with the
+// image as a virtio-scsi disk or CD, so that it takes its permission locks and then waits.
+class PausedQemu {
+ public:
+  // Starts it; running() says whether it got its locks (false: it exited, with stderr()).
+  PausedQemu(const std::string& path, bool read_only) {
+    stderr_path_ = TempPath("qemu-stderr.txt");
+    stdout_path_ = TempPath("qemu-stdout.txt");
+    unlink(stdout_path_.c_str());
+    int input[2];
+    EXPECT_EQ(pipe2(input, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(input[0], STDIN_FILENO);
+      const int err = open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(err, STDERR_FILENO);
+      const int out = open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, STDOUT_FILENO);
+      const std::string drive = "file=" + path + ",if=none,id=d0,format=raw" +
+                                (read_only ? ",readonly=on" : "");
+      const std::string device = std::string(read_only ? "scsi-cd" : "scsi-hd") + ",drive=d0";
+      execlp("qemu-system-x86_64", "qemu-system-x86_64", "-S", "-M", "pc", "-accel", "tcg",
+             "-nodefaults", "-no-user-config", "-display", "none", "-serial", "none",
+             "-monitor", "stdio", "-device", "virtio-scsi-pci", "-drive", drive.c_str(), "-device",
+             device.c_str(), nullptr);
+      _exit(127);
+    }
+    close(input[0]);
+    monitor_ = input[1];
+    // Running, or gone. The monitor answers commands only from QEMU's main loop, which starts
+    // once every device (the drive's, with its locks) is set up: "info block" naming d0 means
+    // running. (Its banner and prompt come earlier, before the devices.)
+    (void)!write(monitor_, "info block\n", 11);
+    for (int i = 0; i < 400; ++i) {
+      if (waitpid(pid_, &status_, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::ifstream out(stdout_path_);
+      if (std::string(std::istreambuf_iterator<char>(out), {}).find("d0 (#block") !=
+          std::string::npos) {
+        return;
+      }
+      usleep(50 * 1000);
+    }
+    ADD_FAILURE() << "QEMU neither came up nor exited in 20 s";
+  }
+  ~PausedQemu() {
+    if (pid_ > 0) {
+      (void)!write(monitor_, "quit\n", 5);
+      waitpid(pid_, &status_, 0);
+    }
+    close(monitor_);
+  }
+  bool running() const { return pid_ > 0; }
+  std::string stderr_text() const {
+    std::ifstream in(stderr_path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int monitor_ = -1;
+  int status_ = 0;
+  std::string stderr_path_;
+  std::string stdout_path_;
+};
+
+// Image locks interoperate with QEMU in both directions, as two QEMUs would (QEMU's permission
+// bytes): a writer excludes every other user, readers share.
+TEST(RawFileBackendTest, LocksInteroperateWithQemu) {
+  const std::string path = MakeFile("shared_with_qemu.img", 1 << 20);
+  RawFileOptions writable;
+  RawFileOptions read_only;
+  read_only.read_only = true;
+  {
+    auto ours = RawFileBackend::Open(path, writable);
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    PausedQemu qemu_writer(path, /*read_only=*/false);
+    EXPECT_FALSE(qemu_writer.running());
+    EXPECT_NE(qemu_writer.stderr_text().find("Failed to get \"write\" lock"), std::string::npos)
+        << qemu_writer.stderr_text();
+    PausedQemu qemu_reader(path, /*read_only=*/true);
+    EXPECT_FALSE(qemu_reader.running());
+    EXPECT_NE(qemu_reader.stderr_text().find("Failed to get shared \"write\" lock"),
+              std::string::npos)
+        << qemu_reader.stderr_text();
+  }
+  {
+    auto ours = RawFileBackend::Open(path, read_only);
+    ASSERT_TRUE(ours.ok()) << ours.status();
+    PausedQemu qemu_reader(path, /*read_only=*/true);
+    EXPECT_TRUE(qemu_reader.running()) << qemu_reader.stderr_text();
+    PausedQemu qemu_writer(path, /*read_only=*/false);
+    EXPECT_FALSE(qemu_writer.running());
+  }
+  {
+    PausedQemu qemu_writer(path, /*read_only=*/false);
+    ASSERT_TRUE(qemu_writer.running()) << qemu_writer.stderr_text();
+    for (const RawFileOptions& options : {writable, read_only}) {
+      auto ours = RawFileBackend::Open(path, options);
+      EXPECT_EQ(ours.status().code(), absl::StatusCode::kFailedPrecondition) << ours.status();
+      EXPECT_NE(ours.status().message().find("\"write\" permission"), absl::string_view::npos)
+          << ours.status();
+    }
+  }
+  {
+    PausedQemu qemu_reader(path, /*read_only=*/true);
+    ASSERT_TRUE(qemu_reader.running()) << qemu_reader.stderr_text();
+    EXPECT_TRUE(RawFileBackend::Open(path, read_only).ok());
+    auto writer = RawFileBackend::Open(path, writable);
+    EXPECT_EQ(writer.status().code(), absl::StatusCode::kFailedPrecondition) << writer.status();
+  }
 }
 
 // F1 of the hardening issue: media from one directory only. Inside it, a file opens; "..", an
