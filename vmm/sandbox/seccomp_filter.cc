@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <errno.h>  // program_invocation_short_name
@@ -98,7 +99,21 @@ void WriteNumber(long value) {
   WriteAll(text);
 }
 
-void ReportViolation(int /*signal*/, siginfo_t* info, void* /*context*/) {
+void WriteHex(unsigned long value) {
+  char text[19] = {'0', 'x'};
+  int length = 2;
+  bool leading = true;
+  for (int shift = 60; shift >= 0; shift -= 4) {
+    const unsigned digit = (value >> shift) & 0xf;
+    if (leading && digit == 0 && shift != 0) continue;
+    leading = false;
+    text[length++] = "0123456789abcdef"[digit];
+  }
+  text[length] = '\0';
+  WriteAll(text);
+}
+
+void ReportViolation(int /*signal*/, siginfo_t* info, void* context) {
   char thread_name[17] = {};
   prctl(PR_GET_NAME, thread_name, 0, 0, 0);
   const int number = info->si_syscall;
@@ -109,6 +124,15 @@ void ReportViolation(int /*signal*/, siginfo_t* info, void* /*context*/) {
   WriteNumber(number);
   WriteAll(" (");
   WriteAll(SyscallName(number));
+  // Its first three arguments (x86-64: rdi, rsi, rdx at the trap): an ioctl's request, a
+  // socket's domain and type, a prctl's option.
+  const auto* registers = static_cast<const ucontext_t*>(context)->uc_mcontext.gregs;
+  WriteAll(", arguments ");
+  WriteHex(static_cast<unsigned long>(registers[REG_RDI]));
+  WriteAll(" ");
+  WriteHex(static_cast<unsigned long>(registers[REG_RSI]));
+  WriteAll(" ");
+  WriteHex(static_cast<unsigned long>(registers[REG_RDX]));
   WriteAll("); stopping (docs/security.md)\n");
   // The system call itself, not _exit(): a sanitizer runtime intercepts _exit and would run its
   // exit-time work (a leak check) inside this handler, under the very filter that just trapped.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/io_uring.h>
+#include <linux/kvm.h>
 #include <linux/sched.h>
 #include <netinet/in.h>
 #include <sys/eventfd.h>
@@ -122,7 +123,9 @@ TEST(ThreadPolicyDeathTest, ThreadsSignalOnlyTheirOwnProcess) {
         syscall(SYS_tgkill, other, other, SIGKILL);
         ExitNow(4);
   };
-  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "tgkill");
+  // The trap is the SIGKILL (third argument 9), not the check of our own thread before it.
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
+              "tgkill, arguments 0x[0-9a-f]+ 0x[0-9a-f]+ 0x9\\)");
 }
 
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotExecuteAProgram) {
@@ -190,6 +193,34 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
                     : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// N11: the vCPU filter allowed every KVM request, KVM_CREATE_VM included. The request is checked
+// before the descriptor (-1 here): KVM_RUN passes the filter and fails with EBADF.
+TEST(ThreadPolicyDeathTest, VcpuThreadsMakeOnlyTheirOwnKvmRequests) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kVcpu);
+        if (ioctl(-1, KVM_RUN, 0) != -1 || errno != EBADF) ExitNow(3);
+        if (ioctl(-1, KVM_IRQFD, nullptr) != -1 || errno != EBADF) ExitNow(3);
+        // KVM_SET_GSI_ROUTING as the kernel numbers it (8-byte header; not the C++ macro's 16).
+        if (ioctl(-1, 0x4008ae6aUL, nullptr) != -1 || errno != EBADF) ExitNow(3);
+        ioctl(-1, KVM_CREATE_VM, 0);
+        ExitNow(4);
+  };
+  // The trap names the request (KVM_CREATE_VM is 0xae01): no earlier call trapped.
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
+              "ioctl, arguments 0xffffffff 0xae01 ");
+}
+
+TEST(ThreadPolicyDeathTest, IoThreadsMayRaiseALegacyInterruptOnly) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kIo);
+        if (ioctl(-1, KVM_IRQ_LINE, nullptr) != -1 || errno != EBADF) ExitNow(3);
+        ioctl(-1, KVM_RUN, 0);
+        ExitNow(4);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
+              "ioctl, arguments 0xffffffff 0xae80 ");
 }
 
 TEST(ThreadPolicyDeathTest, ThreadStartConfinesTheNewThreadOnly) {
