@@ -38,7 +38,8 @@
 #   L2_TRACE_FAULTS=1    keep L1's KVM exits, entries, I/O and injected events of the whole run in a
 #       ring (the last few MiB) and count the L2 shutdowns (triple faults) in it, whichever VMM runs:
 #       L2-FAULT NAME shutdowns=N; with one, the 300 events before it and the shutdown exit itself
-#       (its guest_rip is where the guest was) as L2-FTRACE NAME| LINE (l2_fault_trace_end)
+#       (its guest_rip is where the guest was) as L2-FTRACE NAME| LINE (l2_fault_trace_end); a hung
+#       VMM's last 300 events the same way (l2_hung)
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
@@ -103,6 +104,11 @@ l2_hung() {  # why: what a watchdog saw before it kills the VMM
   done
   l2_action "vm info: $(l2_ctl --timeout 5 vm info 2>&1 | tr '\n' ' ')"
   l2_stats hung
+  # With L2_TRACE_FAULTS: what the vCPUs did last, as L1's KVM saw it (a guest spinning between
+  # exits, or an interrupt never injected), in the run's .ftrace like a shutdown's.
+  if [ "$L2_TRACE_FAULTS" = 1 ]; then
+    tail -n 300 $L2_TRACING/trace | sed "s/^/L2-FTRACE $L2_NAME| /"
+  fi
   kill -KILL "$pid"
 }
 
