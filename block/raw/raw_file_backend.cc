@@ -111,21 +111,23 @@ ImagePermissions PermissionsFor(bool read_only) {
 }
 static_assert((kPermConsistentRead | kPermWrite | kPermWriteUnchanged | kPermResize) == 0xf);
 
-// 0, or the errno of F_OFD_SETLK/F_OFD_GETLK; `*conflict` set when a test found another's lock.
-int LockByte(int fd, off_t byte) {
+// A lock of `type` on the one byte `byte`.
+struct flock OneByte(short type, off_t byte) {
   struct flock lock {};
-  lock.l_type = F_RDLCK;
+  lock.l_type = type;
   lock.l_whence = SEEK_SET;
   lock.l_start = byte;
   lock.l_len = 1;
+  return lock;
+}
+// Both return 0, or the errno of F_OFD_SETLK/F_OFD_GETLK; TestByte sets `*conflict` when another
+// open file holds a lock on the byte.
+int LockByte(int fd, off_t byte) {
+  struct flock lock = OneByte(F_RDLCK, byte);
   return fcntl(fd, F_OFD_SETLK, &lock) == 0 ? 0 : errno;
 }
 int TestByte(int fd, off_t byte, bool* conflict) {
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  lock.l_start = byte;
-  lock.l_len = 1;
+  struct flock lock = OneByte(F_WRLCK, byte);
   if (fcntl(fd, F_OFD_GETLK, &lock) != 0) return errno;
   *conflict = lock.l_type != F_UNLCK;
   return 0;
@@ -415,9 +417,11 @@ void RawFileQueue::Enqueue(const Request& request, uint64_t cookie) {
 
 namespace {
 
-// Copies `length` bytes between a flat buffer and the iovecs `buffers`, starting `skip` bytes into
-// the latter.
-void CopyToIovecs(std::span<const iovec> buffers, uint64_t skip, const char* from, uint64_t length) {
+// Copies `length` bytes between the flat buffer `flat` and the iovecs `buffers`, starting `skip`
+// bytes into the latter: into the iovecs for a read's data, out of them for a write's.
+enum class CopyDirection { kToIovecs, kFromIovecs };
+void CopyIovecs(std::span<const iovec> buffers, uint64_t skip, char* flat, uint64_t length,
+                CopyDirection direction) {
   for (const iovec& buffer : buffers) {
     if (length == 0) break;
     if (skip >= buffer.iov_len) {
@@ -425,23 +429,13 @@ void CopyToIovecs(std::span<const iovec> buffers, uint64_t skip, const char* fro
       continue;
     }
     const uint64_t n = std::min<uint64_t>(buffer.iov_len - skip, length);
-    std::memcpy(static_cast<char*>(buffer.iov_base) + skip, from, n);
-    from += n;
-    length -= n;
-    skip = 0;
-  }
-}
-
-void CopyFromIovecs(std::span<const iovec> buffers, uint64_t skip, char* to, uint64_t length) {
-  for (const iovec& buffer : buffers) {
-    if (length == 0) break;
-    if (skip >= buffer.iov_len) {
-      skip -= buffer.iov_len;
-      continue;
+    char* segment = static_cast<char*>(buffer.iov_base) + skip;
+    if (direction == CopyDirection::kToIovecs) {
+      std::memcpy(segment, flat, n);
+    } else {
+      std::memcpy(flat, segment, n);
     }
-    const uint64_t n = std::min<uint64_t>(buffer.iov_len - skip, length);
-    std::memcpy(to, static_cast<const char*>(buffer.iov_base) + skip, n);
-    to += n;
+    flat += n;
     length -= n;
     skip = 0;
   }
@@ -471,7 +465,9 @@ void RawFileQueue::StartChunk(uint32_t index) {
   Op& op = *ops_[index];
   const uint64_t chunk = std::min<uint64_t>(op.bounce_total - op.caller_done, op.bounce_bytes);
   char* memory = bounce_arena_.at(op.bounce_offset);
-  if (op.type == RequestType::kWrite) CopyFromIovecs(op.caller, op.caller_done, memory, chunk);
+  if (op.type == RequestType::kWrite) {
+    CopyIovecs(op.caller, op.caller_done, memory, chunk, CopyDirection::kFromIovecs);
+  }
   op.chunk_length = chunk;
   op.remaining = chunk;
   op.first = 0;
@@ -636,7 +632,8 @@ void RawFileQueue::Finish(uint32_t index, int error) {
   Op& op = *ops_[index];
   if (error == 0 && op.bounce_bytes != 0) {
     if (op.type == RequestType::kRead) {
-      CopyToIovecs(op.caller, op.caller_done, bounce_arena_.at(op.bounce_offset), op.chunk_length);
+      CopyIovecs(op.caller, op.caller_done, bounce_arena_.at(op.bounce_offset), op.chunk_length,
+                 CopyDirection::kToIovecs);
     }
     op.caller_done += op.chunk_length;
     if (op.caller_done < op.bounce_total) {

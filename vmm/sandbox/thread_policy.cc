@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "vmm/kvm/kvm_abi.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace vmm::sandbox {
@@ -23,18 +24,13 @@ namespace {
 // activates a virtio device or programs its MSI-X table; KVM_GET_REGS/KVM_GET_SREGS for the
 // report of a fatal exit. Not every 0xAE request: KVM_CREATE_VM, KVM_CREATE_VCPU, memory slots or
 // another vCPU's registers are none of a running thread's business (N11 of the second hardening
-// review).
-//
-// KVM_SET_GSI_ROUTING's number encodes the size of struct kvm_irq_routing, whose flexible array
-// is declared with __DECLARE_FLEX_ARRAY: 8 bytes in C, 16 in C++ (an empty struct has size 1),
-// so the header's macro is wrong here. The kernel's number, as vmm/kvm/kvm_abi.h spells it: the
-// 8-byte header (nr, flags).
-constexpr uint32_t kKvmSetGsiRouting = _IOC(_IOC_WRITE, KVMIO, 0x6a, 8);
-
+// review). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in C++
+// (vmm/kvm/kvm_abi.h).
 void AllowVcpuKvmIoctls(SyscallAllowlist& list) {
   for (uint32_t request : {static_cast<uint32_t>(KVM_RUN), static_cast<uint32_t>(KVM_IRQ_LINE),
                            static_cast<uint32_t>(KVM_IOEVENTFD), static_cast<uint32_t>(KVM_IRQFD),
-                           kKvmSetGsiRouting, static_cast<uint32_t>(KVM_GET_REGS),
+                           static_cast<uint32_t>(kvm_abi::kSetGsiRouting),
+                           static_cast<uint32_t>(KVM_GET_REGS),
                            static_cast<uint32_t>(KVM_GET_SREGS)}) {
     list.AllowIf(__NR_ioctl, {{.index = 1, .value = request}});
   }
