@@ -156,6 +156,9 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NO_NEW_PRIVS}});
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_DUMPABLE}, {.index = 1, .value = 0}});
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_GET_DUMPABLE}});
+  // Any other dumpable value is refused before the sanitizer's allowance below, so an ASan build
+  // keeps N7's guarantee too (its CI pass runs the same death test).
+  list.Add({__NR_prctl, {{.index = 0, .value = PR_SET_DUMPABLE}}, EPERM});
 #if defined(__SANITIZE_ADDRESS__)
   list.Allow(__NR_prctl);  // the sanitizer runtime's own calls (test builds only)
 #endif
