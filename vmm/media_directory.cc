@@ -1,8 +1,10 @@
 #include "vmm/media_directory.h"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -22,11 +24,38 @@ absl::StatusOr<std::unique_ptr<MediaDirectory>> MediaDirectory::Open(const std::
     return absl::InvalidArgumentError(
         absl::StrCat("--media-dir=", path, ": ", std::strerror(errno)));
   }
-  return std::unique_ptr<MediaDirectory>(new MediaDirectory(trimmed, std::move(fd)));
+  char* resolved = realpath(trimmed.c_str(), nullptr);
+  if (resolved == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--media-dir=", path, ": ", std::strerror(errno)));
+  }
+  std::string resolved_path = resolved;
+  std::free(resolved);
+  return std::unique_ptr<MediaDirectory>(
+      new MediaDirectory(trimmed, std::move(resolved_path), std::move(fd)));
+}
+
+std::unique_ptr<MediaDirectory> MediaDirectory::NoneInTheJail() {
+  return std::unique_ptr<MediaDirectory>(new MediaDirectory("", "", sys_util::ScopedFd()));
+}
+
+absl::Status MediaDirectory::ReopenInTheJail() {
+  if (!fd_.valid()) return absl::OkStatus();
+  sys_util::ScopedFd fresh(open(resolved_path_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fresh.valid() || dup3(fresh.get(), fd_.get(), O_CLOEXEC) < 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("--media-dir=", path_, ": opening it again in the jail"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
     const std::string& path, unsigned queue_threads) const {
+  if (!fd_.valid()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": the VMM runs in its jail, where only --media-dir is reachable, and none was "
+              "given (docs/security.md)"));
+  }
   std::string relative = path;
   if (absl::StartsWith(path, "/")) {
     // An absolute path is accepted where it names a file under the directory as given.

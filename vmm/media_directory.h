@@ -21,6 +21,15 @@ class MediaDirectory {
  public:
   // Opens `path` (O_PATH | O_DIRECTORY). Errors name it.
   static absl::StatusOr<std::unique_ptr<MediaDirectory>> Open(const std::string& path);
+  // The jail without --media-dir: its root holds no file, so every medium is refused, with a
+  // message that says why (FailedPrecondition).
+  static std::unique_ptr<MediaDirectory> NoneInTheJail();
+
+  // Opens the directory again at its resolved path, in place of the descriptor held so far: once
+  // the jail is entered, where it is bind-mounted at that path (vmm/sandbox/jail.h). A descriptor
+  // from outside the jail would lead out of it ("..": N2 of the second hardening review). The
+  // descriptor's number stays, so a concurrent OpenMedium uses the old or the new one.
+  absl::Status ReopenInTheJail();
 
   // A read-only medium from the file `path` names in the directory, for a drive that up to
   // `queue_threads` iothreads serve (Storage::medium_queue_threads()).
@@ -28,11 +37,15 @@ class MediaDirectory {
                                                                   unsigned queue_threads) const;
 
   const std::string& path() const { return path_; }
+  // Resolved (realpath) when opened: where the jail shares it. Empty for NoneInTheJail().
+  const std::string& resolved_path() const { return resolved_path_; }
 
  private:
-  MediaDirectory(std::string path, sys_util::ScopedFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  MediaDirectory(std::string path, std::string resolved_path, sys_util::ScopedFd fd)
+      : path_(std::move(path)), resolved_path_(std::move(resolved_path)), fd_(std::move(fd)) {}
 
   std::string path_;  // as given, without trailing slashes
+  std::string resolved_path_;
   sys_util::ScopedFd fd_;
 };
 

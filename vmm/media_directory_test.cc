@@ -50,6 +50,32 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
   EXPECT_EQ((*dir)->OpenMedium("missing.iso", 1).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(MediaDirectoryTest, ReopensInPlaceAndKnowsItsResolvedPath) {
+  const std::string alias = root_ + "/alias";
+  unlink(alias.c_str());
+  ASSERT_EQ(symlink((root_ + "/media").c_str(), alias.c_str()), 0);
+  auto dir = MediaDirectory::Open(alias);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ((*dir)->path(), alias);  // API callers' absolute paths match what they gave
+  char* real = realpath((root_ + "/media").c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  EXPECT_EQ((*dir)->resolved_path(), real);
+  std::free(real);
+  ASSERT_TRUE((*dir)->ReopenInTheJail().ok());
+  EXPECT_TRUE((*dir)->OpenMedium(alias + "/disc.iso", 1).ok());
+}
+
+TEST_F(MediaDirectoryTest, NothingIsReachableInTheJailWithoutOne) {
+  auto none = MediaDirectory::NoneInTheJail();
+  for (const std::string& path : {root_ + "/media/disc.iso", std::string("disc.iso")}) {
+    auto medium = none->OpenMedium(path, 1);
+    ASSERT_FALSE(medium.ok());
+    EXPECT_EQ(medium.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(medium.status().message().find("--media-dir"), std::string::npos);
+  }
+  EXPECT_TRUE(none->ReopenInTheJail().ok());
+}
+
 TEST_F(MediaDirectoryTest, DirectoryMustExist) {
   auto dir = MediaDirectory::Open(root_ + "/no-such-dir");
   ASSERT_FALSE(dir.ok());

@@ -29,8 +29,8 @@
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
+#include "vmm/launcher_sandbox.h"
 #include "vmm/media_directory.h"
-#include "vmm/sandbox/sandbox_flags.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/vm.h"
@@ -128,7 +128,7 @@ const vmm::ProgramHelp& Help() {
                 {"api-listen-any", ""},
                 {"media-dir", "DIR"}}},
               {"Sandbox (docs/security.md)",
-               {{"seccomp", "trap|log|off"}, {"jail", "DIR"}, {"jail-user", "UID:GID"}}},
+               {{"seccomp", "trap|log|off"}, {"jail", "auto|on|off"}, {"jail-user", "UID:GID"}}},
               {"Debugging and benchmarks",
                {{"dump-dtb", "FILE"},
                 {"dump-acpi", "DIR"},
@@ -240,8 +240,9 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   if (!api_flags.ok()) return Fail(api_flags.status());
   api::ApiServerOptions& api_options = api_flags->options;
   std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
-  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
-  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  // Before any thread starts: the jail's namespaces, and the process's filter, which every
+  // thread inherits (docs/security.md).
+  auto sandbox = vmm::EnableLauncherSandbox("microvm", config.storage.drives, *api_flags);
   if (!sandbox.ok()) return Fail(sandbox.status());
   config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
@@ -316,11 +317,9 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
 
   // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
   // before the guest runs a single instruction.
-  if (sandbox->jail.has_value()) {
-    if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
-      if (api_server != nullptr) api_server->Stop();
-      return Fail(absl::StrCat("--jail: ", jailed.message()));
-    }
+  if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {
+    if (api_server != nullptr) api_server->Stop();
+    return Fail(jailed);
   }
   const vmm::VmExit exit = (*vm)->Run(signal_fd->get());
   // No API call may reach the VM once it is stopping (Watch streams end here).

@@ -30,13 +30,13 @@
 #include "vmm/api_flags.h"
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
+#include "vmm/launcher_sandbox.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
-#include "vmm/sandbox/sandbox_flags.h"
 
 ABSL_FLAG(std::string, socket, "",
           "The vhost-user socket to listen on (required; QEMU: -chardev socket,path=...). Created "
@@ -80,7 +80,7 @@ const vmm::ProgramHelp& Help() {
                 {"api-tcp-insecure", ""},
                 {"media-dir", "DIR"}}},
               {"Sandbox (docs/security.md)",
-               {{"seccomp", "trap|log|off"}, {"jail", "DIR"}, {"jail-user", "UID:GID"}}},
+               {{"seccomp", "trap|log|off"}, {"jail", "auto|on|off"}, {"jail-user", "UID:GID"}}},
           },
       .epilogue =
           "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
@@ -156,8 +156,9 @@ int main(int argc, char** argv) {
     return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, ready));
   }
 
-  // Before any thread starts: every thread inherits the process's filter (docs/security.md).
-  auto sandbox = vmm::sandbox::EnableSandboxFromFlags();
+  // Before any thread starts: the jail's namespaces, and the process's filter, which every
+  // thread inherits (docs/security.md).
+  auto sandbox = vmm::EnableLauncherSandbox("vhost-user-scsi", parsed->drives, *api_flags);
   if (!sandbox.ok()) return Fail(sandbox.status());
 
   // A front end that goes away mid-write must cost an error, not the process.
@@ -232,15 +233,13 @@ int main(int argc, char** argv) {
   std::thread signal_watcher = *std::move(watcher);
 
   // Everything is open (disks, the sockets): into the jail before a front end connects.
-  if (sandbox->jail.has_value()) {
-    if (absl::Status jailed = vmm::sandbox::EnterJail(*sandbox->jail); !jailed.ok()) {
-      server.Stop();
-      sys_util::SignalEventFd(watcher_stop.get());
-      signal_watcher.join();
-      if (api_server != nullptr) api_server->Stop();
-      unlink(socket_path.c_str());
-      return Fail(absl::StrCat("--jail: ", jailed.message()));
-    }
+  if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {
+    server.Stop();
+    sys_util::SignalEventFd(watcher_stop.get());
+    signal_watcher.join();
+    if (api_server != nullptr) api_server->Stop();
+    unlink(socket_path.c_str());
+    return Fail(jailed);
   }
   absl::FPrintF(stderr, "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
                 socket_path, absl::StrJoin(names, ", "), config.scsi_queues, config.iothreads);

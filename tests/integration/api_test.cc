@@ -442,8 +442,11 @@ class ApiTest : public ::testing::Test {
                              std::function<std::string(const std::string&)> on_line = nullptr,
                              absl::Duration timeout = absl::Seconds(60),
                              bool without_file_capabilities = false) {
+    // Outside the jail: these tests insert media from anywhere (a FIFO, /dev/null, unreadable
+    // files) to check the API's answers; jailed, only --media-dir is reachable (the jail's own
+    // tests: vmm/sandbox:jail_test, the nested tier's "jail" and media scenarios).
     std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest, "--cmdline=" + cmdline,
-                                     "--memory=128M"};
+                                     "--memory=128M", "--jail=off"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     ProcessOptions options;
     options.timeout = timeout;

@@ -235,9 +235,10 @@ nested_media_check() {  # run bus
   reads=$(nested_stat "$1" final cd0 readRequests)
   echo "    block layer: cd0 read requests ${reads:-?}, errors $(nested_stat "$1" final cd0 errors)"
 }
-nsc_scsi_cd_media_job() { nested_media_job "$1" "--cdrom=/l1disk/a.iso"; }
+# Jailed (as every run here), the VMM reaches media through --media-dir only.
+nsc_scsi_cd_media_job() { nested_media_job "$1" "--cdrom=/l1disk/a.iso --media-dir=/l1disk"; }
 nsc_scsi_cd_media_check() { nested_media_check "$1" virtio-scsi; }
-nsc_ide_cd_media_job() { nested_media_job "$1" "--ide-cdrom=/l1disk/a.iso"; }
+nsc_ide_cd_media_job() { nested_media_job "$1" "--ide-cdrom=/l1disk/a.iso --media-dir=/l1disk"; }
 nsc_ide_cd_media_check() { nested_media_check "$1" ide; }
 
 # --- a host optical drive passed through --------------------------------------------------------
@@ -487,7 +488,9 @@ shutdown_markers() {
   esac
 }
 EOF
-  nested_add "L2_MARKERS=shutdown_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SHUTDOWN' --disk=$(nested_image "$1.img" 32M),cache=none"
+  # Outside the jail (the only run here that is): a jailed VMM cannot reach its API socket's path
+  # to remove it (docs/security.md), an unjailed one must, and nested_killed_check checks it.
+  nested_add "L2_MARKERS=shutdown_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SHUTDOWN' --disk=$(nested_image "$1.img" 32M),cache=none --jail=off"
 }
 nsc_api_shutdown_check() {
   nested_killed_check "$1" 0 before-shutdown
@@ -496,9 +499,11 @@ nsc_api_shutdown_check() {
   grep -q 'stopped by the API' "$NESTED_RUNS/$1.qemu.log" || linux_fail "$1" "the VMM did not say the API stopped it"
 }
 
-# The sandbox (docs/security.md): the VMM jailed (chroot, uid 65534) serves fio to its guest; each
-# thread's /proc status, read from L1 while fio runs, shows the user, NO_NEW_PRIVS and the seccomp
-# filters stacked on it: 1 (the process's) on the main thread, 2 on vCPU and iothreads.
+# The sandbox (docs/security.md): the VMM jailed (every run here is: the jail is on by default
+# as root; this one names its user and a media directory) serves fio to its guest. Read from L1
+# while fio runs: each thread's /proc status shows the user, NO_NEW_PRIVS and the seccomp filters
+# stacked on it (1, the process's, on the main thread; 2 on vCPU and iothreads); the VMM's root
+# holds nothing but the media directory; its mount and network namespaces are not L1's.
 nsc_jail_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 jail_markers() {
@@ -510,20 +515,30 @@ jail_markers() {
         l2_action "thread $(cat "$task/comm") $(awk '/^Uid:/ {u = $2} /^NoNewPrivs:/ {n = $2}
           /^Seccomp_filters:/ {f = $2} END {print "uid=" u, "no_new_privs=" n, "filters=" f}' "$task/status")"
       done
-      l2_action "root $(readlink /proc/"$pid"/root)"
+      l2_action "root holds: $(cd /proc/"$pid"/root && find . -mindepth 1 | sort | tr '\n' ' ')"
+      for ns in mnt net; do
+        if [ "$(readlink /proc/"$pid"/ns/$ns)" = "$(readlink /proc/self/ns/$ns)" ]; then
+          l2_action "namespace $ns: L1's"
+        else
+          l2_action "namespace $ns: its own"
+        fi
+      done
     ) & ;;
   esac
 }
-mkdir -p /tmp/jail-root
+mkdir -p /tmp/jail-media
 EOF
-  nested_add "L2_MARKERS=jail_markers l2_run $1 'scenario=fio qd=4 size=4M runtime=900 marker=JAILED' --disk=$(nested_image "$1.img" 32M),cache=none --jail=/tmp/jail-root --jail-user=65534:65534"
+  nested_add "L2_MARKERS=jail_markers l2_run $1 'scenario=fio qd=4 size=4M runtime=900 marker=JAILED' --disk=$(nested_image "$1.img" 32M),cache=none --jail=on --jail-user=65534:65534 --media-dir=/tmp/jail-media"
 }
 nsc_jail_check() {
   nested_check_pass "$1" fio || return
   linux_expect "$1" fio_verify ok
   local events=$NESTED_RUNS/$1.events
   grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
-  grep -q 'root /tmp/jail-root$' "$events" || linux_fail "$1" "the VMM's root is not the jail"
+  grep -q 'root holds: ./tmp ./tmp/jail-media $' "$events" ||
+    linux_fail "$1" "the VMM's root holds more than its media directory"
+  grep -q 'namespace mnt: its own' "$events" || linux_fail "$1" "the VMM shares L1's mount namespace"
+  grep -q 'namespace net: its own' "$events" || linux_fail "$1" "the VMM shares L1's network namespace"
   grep -q 'thread microvm uid=65534 no_new_privs=1 filters=1$' "$events" ||
     linux_fail "$1" "the main thread is not uid 65534 with NO_NEW_PRIVS and the process filter"
   grep -q 'thread vcpu0 uid=65534 no_new_privs=1 filters=2$' "$events" ||
@@ -635,7 +650,8 @@ nsc_debian_scsi_job() {
   nested_debian_files
   nested_l1_drive "$NESTED_DEBIAN/root.img"
   nested_debian_run "$1" "microvm.action=media,poweroff microvm.swap=SWAPDISC" \
-    --vcpus=2 --scsi-queues=2 --iothreads=2 "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso"
+    --vcpus=2 --scsi-queues=2 --iothreads=2 "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso" \
+    --media-dir=/l1disk
 }
 nsc_debian_scsi_check() {
   nested_debian_check "$1" || return
@@ -652,7 +668,8 @@ nsc_debian_ide_job() {
   nested_debian_files
   nested_l1_drive "$NESTED_DEBIAN/root.img"
   nested_debian_run "$1" "microvm.action=media,reboot microvm.then=poweroff microvm.swap=SWAPDISC" \
-    "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso" --on-reboot=restart
+    "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso" --on-reboot=restart \
+    --media-dir=/l1disk
 }
 nsc_debian_ide_check() {
   nested_debian_check "$1" || return

@@ -3,37 +3,60 @@
 
 #include <sys/types.h>
 
-#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace vmm::sandbox {
 
-// Where the VMM goes once it has opened everything it needs (kernel, initrd, disks, /dev/kvm, the
-// API socket, the media directory): Firecracker's jailer, done in process, so the files need not
-// be copied into the jail first.
+// The jail (docs/security.md, "The jail"): Firecracker's jailer done in process, in two steps,
+// so that nothing has to be copied into the jail first:
+//
+// 1. EnterNamespaces(), while the process has one thread (namespaces belong to threads: one
+//    started before would stay outside, in the host's): new mount, IPC, UTS
+//    and (unless the API listens on TCP) network namespaces; every mount made private, so nothing
+//    the jail mounts reaches the host; the controlling terminal let go.
+// 2. EnterJail(), once every file is open (kernel, disks, /dev/kvm, the API's socket): the root
+//    becomes a fresh, empty tmpfs holding only what the VM still opens by path, the old root is
+//    detached, and the process becomes an unprivileged user.
+
+// What the jailed VMM still reaches by path.
 struct JailOptions {
-  // The new root directory (chroot): an empty directory the VMM's user cannot write is best.
-  std::string root;
-  // The user and group to run as; both or neither. Without them the process keeps its ids (a jail
-  // as root is weak: root can leave a chroot).
-  std::optional<uid_t> uid;
-  std::optional<gid_t> gid;
+  // The user and group the VMM becomes (numbers: nothing can be looked up in the jail). One of its
+  // own per VM is best; the default is nobody/nogroup.
+  uid_t uid = 65534;
+  gid_t gid = 65534;
   // RLIMIT_NOFILE once jailed: descriptors the process may still open (inserted media, API
   // connections). 0 keeps the current limit.
   uint64_t max_open_files = 4096;
+  // Host directories bind-mounted at the same path inside the jail, nosuid, nodev and noexec
+  // (--media-dir: the API names media by their host paths, which keep working).
+  std::vector<std::string> shared_directories;
+  // Device nodes the VMM opens again by path (a passed-through host CD-ROM drive, reopened when its
+  // disc changes): made anew inside the jail, the same kind and numbers, owned by the jail's user
+  // with mode 0600, so the host's node keeps its own owner and mode.
+  std::vector<std::string> device_nodes;
 };
 
-// Parses --jail-user=UID:GID (numbers: a jailed process cannot look names up).
+// True when the process runs in the initial user namespace, where root's capabilities are real.
+// In another one (a container's, Bazel's sandbox) the jail cannot change to its user (only the
+// ids mapped there exist) nor drop supplementary groups (setgroups is often denied).
+bool InInitialUserNamespace();
+
+// Parses --jail-user=UID:GID (numbers, neither 0) into `options`.
 absl::Status ParseJailUser(const std::string& text, JailOptions& options);
 
-// Confines the whole process (every thread): chroot into `root` and chdir("/"); drop
-// supplementary groups, set the real, effective and saved gid and uid; verify no capability is
-// left; no core dumps and no ptrace by the same user (PR_SET_DUMPABLE 0: guest memory stays out
-// of reach); NO_NEW_PRIVS; RLIMIT_NOFILE lowered. Call from one thread after
-// everything is open and before the vCPUs run. Needs CAP_SYS_CHROOT (root).
+// Step 1 above. `new_network`: false keeps the host's network namespace (a TCP listener for the
+// API, which gRPC binds later, must be reachable). Needs CAP_SYS_ADMIN and a single thread.
+absl::Status EnterNamespaces(bool new_network);
+
+// Step 2 above, after EnterNamespaces(): the new root (pivot_root, or chroot where the old root
+// is the initramfs, which cannot be pivoted), the shared directories and device nodes inside it;
+// then RLIMIT_NOFILE and RLIMIT_CORE lowered, PR_SET_DUMPABLE 0 (no core dump of guest memory, no
+// ptrace by the same user), supplementary groups dropped, gid and uid changed (every capability
+// goes with uid 0; checked), NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
 absl::Status EnterJail(const JailOptions& options);
 
 }  // namespace vmm::sandbox

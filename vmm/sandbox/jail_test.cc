@@ -1,16 +1,21 @@
 #include "vmm/sandbox/jail.h"
 
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <string>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/support/skip.h"
 
@@ -27,25 +32,40 @@ namespace {
 TEST(JailTest, ParsesNumericUsersOnly) {
   JailOptions options;
   ASSERT_TRUE(ParseJailUser("65534:65533", options).ok());
-  EXPECT_EQ(*options.uid, 65534u);
-  EXPECT_EQ(*options.gid, 65533u);
+  EXPECT_EQ(options.uid, 65534u);
+  EXPECT_EQ(options.gid, 65533u);
   EXPECT_EQ(ParseJailUser("nobody:nogroup", options).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseJailUser("65534", options).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseJailUser("0:0", options).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(JailTest, RefusesHalfAUserAndAMissingRootWithoutChangingAnything) {
-  JailOptions half;
-  half.root = "/";
-  half.uid = 65534;
-  EXPECT_EQ(EnterJail(half).code(), absl::StatusCode::kInvalidArgument);
-  JailOptions missing;
-  missing.root = "/nonexistent/jail";
-  EXPECT_EQ(EnterJail(missing).code(), absl::StatusCode::kInvalidArgument);
+TEST(JailTest, RefusesRootAndUnclearPathsBeforeMountingAnything) {
+  JailOptions as_root;
+  as_root.uid = 0;
+  EXPECT_EQ(EnterJail(as_root).code(), absl::StatusCode::kInvalidArgument);
+  for (const char* path : {"media", "/srv/../etc", "/srv/./media", ""}) {
+    JailOptions unclear;
+    unclear.shared_directories = {path};
+    EXPECT_EQ(EnterJail(unclear).code(), absl::StatusCode::kInvalidArgument) << path;
+  }
+  JailOptions unclear_node;
+  unclear_node.device_nodes = {"dev/null"};
+  EXPECT_EQ(EnterJail(unclear_node).code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(JailDeathTest, ConfinesTheProcessToItsRootAsAnUnprivilegedUser) {
-  if (geteuid() != 0) MICROVM_SKIP("entering a jail needs root (chroot, setuid)");
+// Reads the one line of a small file, or "" when it cannot be opened.
+std::string FirstLine(const std::string& path) {
+  std::string line;
+  if (FILE* file = fopen(path.c_str(), "r")) {
+    char buffer[256] = {};
+    if (fgets(buffer, sizeof(buffer), file) != nullptr) line = buffer;
+    fclose(file);
+  }
+  return line;
+}
+
+TEST(JailDeathTest, ConfinesTheProcessToAnEmptyRootAsAnUnprivilegedUser) {
+  if (geteuid() != 0) MICROVM_SKIP("entering a jail needs root (namespaces, pivot_root, setuid)");
   if (FILE* setgroups = fopen("/proc/self/setgroups", "r")) {
     char policy[8] = {};
     const bool denied = fgets(policy, sizeof(policy), setgroups) != nullptr &&
@@ -53,15 +73,34 @@ TEST(JailDeathTest, ConfinesTheProcessToItsRootAsAnUnprivilegedUser) {
     fclose(setgroups);
     ASSERT_FALSE(denied) << "in a user namespace that denies setgroups(2) (the target is no-sandbox)";
   }
-  char root_template[] = "/tmp/jail_test.XXXXXX";
-  ASSERT_NE(mkdtemp(root_template), nullptr);
-  const std::string root = root_template;
+  // A shared directory with a file in it (world-readable, as media for the jail's user must be),
+  // beside a file that stays outside.
+  char host_template[] = "/tmp/jail_test.XXXXXX";
+  ASSERT_NE(mkdtemp(host_template), nullptr);
+  const std::string host = host_template;
+  ASSERT_EQ(chmod(host.c_str(), 0755), 0);
+  const std::string media = host + "/media";
+  ASSERT_EQ(mkdir(media.c_str(), 0755), 0);
+  for (const std::string& file : {media + "/disc.iso", host + "/outside"}) {
+    FILE* out = fopen(file.c_str(), "w");
+    ASSERT_NE(out, nullptr);
+    fputs("contents\n", out);
+    fclose(out);
+    ASSERT_EQ(chmod(file.c_str(), 0644), 0);
+  }
   auto child = [&] {
+        if (absl::Status entered = EnterNamespaces(/*new_network=*/true); !entered.ok()) {
+          fprintf(stderr, "%s\n", std::string(entered.message()).c_str());
+          ExitNow(2);
+        }
+        // Opened before the jail, as the VMM opens its disks: it keeps working.
+        const int kept = open((host + "/outside").c_str(), O_RDONLY | O_CLOEXEC);
         JailOptions options;
-        options.root = root;
         options.uid = 65534;
         options.gid = 65534;
         options.max_open_files = 64;
+        options.shared_directories = {media};
+        options.device_nodes = {"/dev/null"};
         if (absl::Status entered = EnterJail(options); !entered.ok()) {
           fprintf(stderr, "%s\n", std::string(entered.message()).c_str());
           ExitNow(2);
@@ -74,21 +113,64 @@ TEST(JailDeathTest, ConfinesTheProcessToItsRootAsAnUnprivilegedUser) {
         rlimit files{};
         getrlimit(RLIMIT_NOFILE, &files);
         char cwd[16] = {};
+        char kept_byte = 0;
+        struct stat null_node {};
         const bool ids = getuid() == 65534 && geteuid() == 65534 && getgid() == 65534;
-        const bool rooted = access("/etc/passwd", F_OK) != 0 &&
+        // The host's files are gone, ".." leads nowhere, the shared directory is at its own path.
+        const bool rooted = access("/etc/passwd", F_OK) != 0 && access("/proc", F_OK) != 0 &&
+                            access((host + "/outside").c_str(), F_OK) != 0 &&
+                            access("/../../etc/passwd", F_OK) != 0 &&
                             getcwd(cwd, sizeof(cwd)) != nullptr && std::string(cwd) == "/";
+        const bool shared = FirstLine(media + "/disc.iso") == "contents\n" &&
+                            open((media + "/new").c_str(), O_CREAT | O_WRONLY, 0644) < 0 &&
+                            read(kept, &kept_byte, 1) == 1;
+        const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        const bool node = stat("/dev/null", &null_node) == 0 && S_ISCHR(null_node.st_mode) &&
+                          null_node.st_uid == 65534 && (null_node.st_mode & 0777) == 0600 &&
+                          null_fd >= 0 && write(null_fd, "x", 1) == 1;
+        // Nothing is writable by the jail's user, and no mount can change that.
+        const bool read_only = mkdir("/tmp", 0755) != 0 &&
+                               mount("none", "/", "tmpfs", 0, nullptr) != 0 && errno == EPERM;
         const bool no_caps = caps[0].permitted == 0 && caps[0].effective == 0;
         const bool flags = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0 &&
                            prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
         const bool limits = core.rlim_max == 0 && files.rlim_cur == 64;
         const bool stays = setuid(0) != 0;
-        fprintf(stderr, "ids %d rooted %d no_caps %d flags %d limits %d stays %d\n", ids, rooted,
-                no_caps, flags, limits, stays);
-        const bool checks = ids && rooted && no_caps && flags && limits && stays;
+        fprintf(stderr, "ids %d rooted %d shared %d node %d read_only %d no_caps %d flags %d "
+                "limits %d stays %d\n", ids, rooted, shared, node, read_only, no_caps, flags,
+                limits, stays);
+        const bool checks =
+            ids && rooted && shared && node && read_only && no_caps && flags && limits && stays;
         ExitNow(checks ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
-  rmdir(root.c_str());
+  // Nothing of the jail reached the host: no mount on the shared directory.
+  std::string mounts;
+  if (FILE* file = fopen("/proc/self/mountinfo", "r")) {
+    char buffer[4096];
+    size_t got = 0;
+    while ((got = fread(buffer, 1, sizeof(buffer), file)) > 0) mounts.append(buffer, got);
+    fclose(file);
+  }
+  EXPECT_EQ(mounts.find(media), std::string::npos);
+  unlink((media + "/disc.iso").c_str());
+  unlink((host + "/outside").c_str());
+  rmdir(media.c_str());
+  rmdir(host.c_str());
+}
+
+TEST(JailDeathTest, NamespacesNeedASingleThread) {
+  if (geteuid() != 0) MICROVM_SKIP("new namespaces need root");
+  auto child = [&] {
+        std::thread sleeper([] { usleep(200000); });
+        const absl::Status status = EnterNamespaces(true);
+        sleeper.join();
+        ExitNow(status.code() == absl::StatusCode::kFailedPrecondition &&
+                        absl::StrContains(status.message(), "already runs 2 threads")
+                    ? 0
+                    : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "vmm/sandbox/jail.h"
@@ -12,16 +13,25 @@ namespace vmm::sandbox {
 
 // The launchers' sandbox flags, defined once for microvm and vhost-user-scsi:
 //   --seccomp=trap|log|off   per-thread seccomp filters (default trap)
-//   --jail=DIR               chroot into DIR once everything is open
-//   --jail-user=UID:GID      and run as this user (needs --jail)
+//   --jail=auto|on|off       the jail (default auto: on when started as root)
+//   --jail-user=UID:GID      the jailed VMM's user (default 65534:65534)
 struct SandboxFromFlags {
   ProcessSandbox sandbox;
-  std::optional<JailOptions> jail;
+  std::optional<JailOptions> jail;  // set when the process is to enter the jail
+  std::string notice;               // for stderr when not empty (--jail=off as root)
 };
 
-// Validates the flags and enables the sandbox (ProcessSandbox::Enable): call in main() right
-// after parsing the flags, before any thread starts. Errors name the flag.
-absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags();
+// What the jail must hold or keep for this VMM (the launcher knows its drives and API).
+struct JailNeeds {
+  bool host_network = false;                    // --api-tcp listens in the host's namespace
+  std::vector<std::string> shared_directories;  // --media-dir
+  std::vector<std::string> device_nodes;        // passed-through host CD-ROM drives
+};
+
+// Validates the flags; for a jail, enters its namespaces (EnterNamespaces); then enables the
+// sandbox (ProcessSandbox::Enable). Call in main() after parsing the flags, before any thread
+// starts. Errors name the flag.
+absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs);
 
 }  // namespace vmm::sandbox
 

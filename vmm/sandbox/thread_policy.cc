@@ -185,8 +185,14 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // filter cannot read.
   list.Refuse(__NR_clone3, ENOSYS);
   if (options.jail) {
+    // EnterJail (vmm/sandbox/jail.cc) runs after threads exist: the new root (a tmpfs built with
+    // the mount API, bind mounts, device nodes, pivot_root or chroot) and the change of user. Once
+    // it is done the process holds no capability, and each of these fails with EPERM.
     AddIdChanges(list);
-    list.AllowAll({__NR_chroot, __NR_chdir, __NR_capget, __NR_capset});
+    list.AllowAll({__NR_chroot, __NR_chdir, __NR_fchdir, __NR_capget, __NR_capset, __NR_fsopen,
+                   __NR_fsconfig, __NR_fsmount, __NR_move_mount, __NR_open_tree,
+                   __NR_mount_setattr, __NR_pivot_root, __NR_umount2, __NR_mknodat,
+                   __NR_fchownat, __NR_symlinkat});
   }
 #if defined(__SANITIZE_ADDRESS__)
   // Test builds only: LeakSanitizer stops the world at exit from a traced helper task, which lists

@@ -27,7 +27,7 @@ struct SandboxOptions {
   ViolationAction action = ViolationAction::kTrap;
   // The process will enter a jail (vmm/sandbox/jail.h) after threads exist: glibc changes the
   // ids of every thread by making each call setresuid/setresgid/setgroups itself, so kControl and
-  // kIo allow those (and kControl chroot, chdir and capset).
+  // kIo allow those (and kControl the calls that build and enter the jail's root).
   bool jail = false;
 };
 
