@@ -70,7 +70,8 @@ uint32_t ViolationVerdict(ViolationAction action) {
   X(mlock2) X(copy_file_range) X(preadv2) X(pwritev2) X(pkey_mprotect) X(statx) X(rseq)           \
   X(io_uring_setup) X(io_uring_enter) X(io_uring_register) X(open_tree) X(move_mount) X(fsopen)   \
   X(pidfd_open) X(clone3) X(openat2) X(pidfd_getfd) X(faccessat2) X(process_madvise)              \
-  X(epoll_pwait2) X(mount_setattr) X(memfd_secret)
+  X(epoll_pwait2) X(mount_setattr) X(memfd_secret) X(fsconfig) X(fsmount) X(mknodat)            \
+  X(fchownat) X(symlinkat) X(gettimeofday) X(linkat) X(rt_sigtimedwait)
 
 struct NamedSyscall {
   int number;
