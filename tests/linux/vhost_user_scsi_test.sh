@@ -53,7 +53,10 @@ BACKEND_LOG=$WORK/backend.log
 # Jailed (the default as root, docs/security.md): the API's media come from --media-dir, which the
 # jail's user (65534) must be able to read.
 chmod 755 "$WORK"
-"$BACKEND" --socket="$VHOST_SOCKET" --api-socket="$API_SOCKET" --scsi-queues=2 --iothreads=2 \
+# Under AddressSanitizer (tools/test's ASan pass) LeakSanitizer lists the threads at exit through
+# /proc, which the jail does not have: no leak check for this back end there (the unjailed one
+# below keeps it). A product build ignores the variable.
+LSAN_OPTIONS=detect_leaks=0 "$BACKEND" --socket="$VHOST_SOCKET" --api-socket="$API_SOCKET" --scsi-queues=2 --iothreads=2 \
   --disk="$DISK,cache=none" --cdrom="$WORK/a.iso" --media-dir="$WORK" >"$BACKEND_LOG" 2>&1 &
 BACKEND_PID=$!
 for _ in $(seq 100); do
