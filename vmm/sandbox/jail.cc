@@ -110,13 +110,19 @@ absl::Status MakeParents(int root, const std::string& relative) {
   return absl::OkStatus();
 }
 
+// `path` with every symbolic link and "." or ".." resolved (realpath); errors name it.
+absl::StatusOr<std::string> Resolve(const std::string& path) {
+  char* real = realpath(path.c_str(), nullptr);
+  if (real == nullptr) return Errno(path);
+  std::string resolved = real;
+  std::free(real);
+  return resolved;
+}
+
 // Bind-mounts the host directory `path` at the same path inside the jail: nosuid, nodev, noexec,
 // and only that directory (not the mounts beneath it).
 absl::Status ShareDirectory(int root, const std::string& path) {
-  char* real = realpath(path.c_str(), nullptr);
-  if (real == nullptr) return Errno(absl::StrFormat("%s", path));
-  const std::string resolved = real;
-  std::free(real);
+  ASSIGN_OR_RETURN(const std::string resolved, Resolve(path));
   ASSIGN_OR_RETURN(const std::string inside, InsideTheJail(resolved));
   RETURN_IF_ERROR(MakeParents(root, inside));
   if (mkdirat(root, inside.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -139,10 +145,7 @@ absl::Status ShareDirectory(int root, const std::string& path) {
 // at `path` when that is one: block/host_cdrom.cc tells drives apart by the resolved name), owned
 // by the jail's user, mode 0600.
 absl::Status CopyDeviceNode(int root, const std::string& path, uid_t uid, gid_t gid) {
-  char* real = realpath(path.c_str(), nullptr);
-  if (real == nullptr) return Errno(absl::StrFormat("%s", path));
-  const std::string resolved = real;
-  std::free(real);
+  ASSIGN_OR_RETURN(const std::string resolved, Resolve(path));
   struct stat node {};
   if (stat(resolved.c_str(), &node) != 0) return Errno(absl::StrFormat("stat(%s)", resolved));
   if (!S_ISBLK(node.st_mode) && !S_ISCHR(node.st_mode)) {
