@@ -8,11 +8,13 @@
 namespace vmm {
 
 BackendApiControl::BackendApiControl(const Storage& storage, std::string description,
-                                     absl::Time launch_time, absl::AnyInvocable<void()> stop,
+                                     absl::Time launch_time, pid_t host_pid,
+                                     absl::AnyInvocable<void()> stop,
                                      const MediaDirectory* media_dir)
     : storage_(storage),
       description_(std::move(description)),
       launch_time_(launch_time),
+      host_pid_(host_pid),
       media_dir_(media_dir),
       stop_(std::move(stop)) {}
 
@@ -30,7 +32,7 @@ api::VmStatus BackendApiControl::Status() const {
   status.state = stopping_.load() ? api::VmRunState::kStopping : api::VmRunState::kRunning;
   status.cmdline = description_;
   status.uptime = absl::Now() - launch_time_;
-  status.pid = static_cast<uint32_t>(getpid());
+  status.pid = static_cast<uint32_t>(host_pid_);
   return status;
 }
 

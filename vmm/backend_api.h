@@ -21,8 +21,10 @@ class BackendApiControl : public api::VmControl {
  public:
   // `storage` outlives this object; `stop` is called once, on the first Shutdown.
   // With `media_dir`, media come from that directory only (MediaDirectory); it must outlive this.
+  // `host_pid`: the process's id as whoever started it sees it (SandboxFromFlags::supervised).
   BackendApiControl(const Storage& storage, std::string description, absl::Time launch_time,
-                    absl::AnyInvocable<void()> stop, const MediaDirectory* media_dir = nullptr);
+                    pid_t host_pid, absl::AnyInvocable<void()> stop,
+                    const MediaDirectory* media_dir = nullptr);
 
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
@@ -36,6 +38,7 @@ class BackendApiControl : public api::VmControl {
   const Storage& storage_;
   const std::string description_;
   const absl::Time launch_time_;
+  const pid_t host_pid_;
   const MediaDirectory* const media_dir_;
   absl::Mutex mutex_;
   absl::AnyInvocable<void()> stop_ ABSL_GUARDED_BY(mutex_);

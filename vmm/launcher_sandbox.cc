@@ -10,6 +10,7 @@ namespace vmm {
 absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
     const char* program, const std::vector<DriveSpec>& drives, ApiFlags& api) {
   sandbox::JailNeeds needs;
+  needs.program = program;
   needs.host_network = !api.options.tcp_address.empty();
   if (api.media_dir != nullptr) needs.shared_directories.push_back(api.media_dir->resolved_path());
   for (const DriveSpec& drive : drives) {

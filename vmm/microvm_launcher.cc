@@ -128,7 +128,11 @@ const vmm::ProgramHelp& Help() {
                 {"api-listen-any", ""},
                 {"media-dir", "DIR"}}},
               {"Sandbox (docs/security.md)",
-               {{"seccomp", "trap|log|off"}, {"jail", "auto|on|off"}, {"jail-user", "UID:GID"}}},
+               {{"seccomp", "trap|log|off"},
+                {"jail", "auto|on|off"},
+                {"jail-user", "UID:GID"},
+                {"jail-cgroup", "FILE=VALUE,..."},
+                {"jail-cgroup-parent", "PATH"}}},
               {"Debugging and benchmarks",
                {{"dump-dtb", "FILE"},
                 {"dump-acpi", "DIR"},
@@ -244,6 +248,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   // thread inherits (docs/security.md).
   auto sandbox = vmm::EnableLauncherSandbox("microvm", config.storage.drives, *api_flags);
   if (!sandbox.ok()) return Fail(sandbox.status());
+  config.host_pid = sandbox->supervised.host_pid;
   config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 

@@ -183,7 +183,7 @@ class StorageApiTest : public StorageTest {
 
   void Start(const MediaDirectory* media_dir = nullptr) {
     control_ = std::make_unique<BackendApiControl>(
-        *storage_, "test", absl::Now(), [] {}, media_dir);
+        *storage_, "test", absl::Now(), getpid(), [] {}, media_dir);
     api::ApiServerOptions options;
     options.unix_socket_path = Path("api.sock");
     auto server = api::ApiServer::Start(options, *control_);

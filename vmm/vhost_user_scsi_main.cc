@@ -80,7 +80,11 @@ const vmm::ProgramHelp& Help() {
                 {"api-tcp-insecure", ""},
                 {"media-dir", "DIR"}}},
               {"Sandbox (docs/security.md)",
-               {{"seccomp", "trap|log|off"}, {"jail", "auto|on|off"}, {"jail-user", "UID:GID"}}},
+               {{"seccomp", "trap|log|off"},
+                {"jail", "auto|on|off"},
+                {"jail-user", "UID:GID"},
+                {"jail-cgroup", "FILE=VALUE,..."},
+                {"jail-cgroup-parent", "PATH"}}},
           },
       .epilogue =
           "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
@@ -185,7 +189,7 @@ int main(int argc, char** argv) {
   vmm::BackendApiControl control(
       **storage,
       absl::StrFormat("vhost-user-scsi on %s: %s", socket_path, absl::StrJoin(names, ", ")),
-      launch_time, [&server] { server.Stop(); }, media_dir.get());
+      launch_time, sandbox->supervised.host_pid, [&server] { server.Stop(); }, media_dir.get());
   std::unique_ptr<api::ApiServer> api_server;
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     auto started = api::ApiServer::Start(api_options, control);

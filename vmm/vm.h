@@ -54,6 +54,9 @@ struct VmConfig {
   StorageConfig storage;
   // When the process started, for the start-up report.
   absl::Time launch_time = absl::Now();
+  // The VMM's process id as whoever started it sees it (the API reports it): jailed, the VMM is
+  // PID 1 of its own namespace (vmm/sandbox/pid_namespace.h). 0: getpid().
+  pid_t host_pid = 0;
   // Text whose first appearance in the serial output the start-up report times; empty: none.
   std::string boot_marker;
   // Runs first on each vCPU thread (vmm/sandbox confines it there); empty: nothing. The

@@ -64,7 +64,7 @@ api::VmStatus VmApiControl::Status() const {
   status.kernel = config.kernel_path;
   status.cmdline = config.cmdline;
   status.uptime = absl::Now() - config.launch_time;
-  status.pid = static_cast<uint32_t>(getpid());
+  status.pid = static_cast<uint32_t>(config.host_pid != 0 ? config.host_pid : getpid());
   return status;
 }
 

@@ -101,7 +101,7 @@ TEST_P(HelpTest, ListsEveryFlagWithDashesAndExitsZero) {
     const std::set<std::string> flags = HelpFlags(result.out);
     for (const char* flag : {"api-socket", "api-tcp", "api-token-file", "api-tcp-insecure",
                              "media-dir", "disk", "cdrom", "scsi-queues", "iothreads",
-                             "poll-max-ns", "seccomp", "jail", "jail-user", "help"}) {
+                             "poll-max-ns", "seccomp", "jail", "jail-user", "jail-cgroup", "help"}) {
       EXPECT_EQ(flags.count(flag), 1u)
           << "--" << flag << " missing from " << GetParam() << " --help";
     }

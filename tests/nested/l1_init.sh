@@ -23,6 +23,8 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mount -t tmpfs tmpfs /tmp
+# cgroup v2 with every controller (the jail scenario's --jail-cgroup).
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
 # KVM's exit and injection counters (tools/bench-linux reads them per workload).
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 # The job's console is ttyS0; L1's kernel (console=ttyS1) logs to the second port, so its lines

@@ -41,7 +41,7 @@
 #       (its guest_rip is where the guest was) as L2-FTRACE NAME| LINE (l2_fault_trace_end); a hung
 #       VMM's last 300 events the same way (l2_hung)
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
-#   l2_pid               the running microvm's pid
+#   l2_pid               the running microvm's pid (jailed: the supervisor's child)
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
 #   l2_action TEXT       print an L2-ACTION line
 #
@@ -65,7 +65,15 @@ l2_uptime() { read -r up _ < /proc/uptime; echo "$up"; }
 l2_seconds_since() {  # uptime [digits]: seconds from that uptime to now
   awk -v a="$1" -v b="$(l2_uptime)" -v f="%.${2:-1}f" 'BEGIN { printf f, b - a }'
 }
-l2_pid() { cat "$L2_DIR/pid" 2>/dev/null; }
+# The VMM's pid. The shell started the launcher; jailed (the default as root), that process is
+# the supervisor and the VMM its only child, PID 1 of its own namespace (docs/security.md).
+l2_pid() {
+  local pid child
+  pid=$(cat "$L2_DIR/pid" 2>/dev/null) || return 0
+  child=$(cat /proc/"$pid"/task/"$pid"/children 2>/dev/null)
+  child=${child%% *}
+  echo "${child:-$pid}"
+}
 l2_ctl() { "$VMMCTL" --api "unix:$L2_DIR/api.sock" "$@"; }
 l2_action() { echo "L2-ACTION $L2_NAME $*"; }
 

@@ -500,10 +500,12 @@ nsc_api_shutdown_check() {
 }
 
 # The sandbox (docs/security.md): the VMM jailed (every run here is: the jail is on by default
-# as root; this one names its user and a media directory) serves fio to its guest. Read from L1
-# while fio runs: each thread's /proc status shows the user, NO_NEW_PRIVS and the seccomp filters
-# stacked on it (1, the process's, on the main thread; 2 on vCPU and iothreads); the VMM's root
-# holds nothing but the media directory; its mount and network namespaces are not L1's.
+# as root; this one names its user, a media directory and cgroup limits) serves fio to its guest.
+# Read from L1 while fio runs: the launcher is the supervisor and the VMM its child, PID 1 of its
+# own PID namespace; each thread's /proc status shows the user, NO_NEW_PRIVS and the seccomp
+# filters stacked on it (1, the process's, on the main thread; 2 on vCPU and iothreads); the VMM's
+# root holds nothing but the media directory; its mount, network and PID namespaces are not L1's;
+# it runs in a cgroup of its own with the limits asked for, which is gone once it has exited.
 nsc_jail_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 jail_markers() {
@@ -511,34 +513,62 @@ jail_markers() {
     JAILED) (
       sleep 1
       pid=$(l2_pid)
+      supervisor=$(cat "$L2_DIR/pid")
+      l2_action "supervisor: $( [ "$pid" != "$supervisor" ] && echo yes || echo no)" \
+        "uid=$(awk '/^Uid:/ {print $2}' /proc/"$supervisor"/status)" \
+        "filters=$(awk '/^Seccomp_filters:/ {print $2}' /proc/"$supervisor"/status)" \
+        "above_stdio=$(for fd in /proc/"$supervisor"/fd/*; do
+            [ "${fd##*/}" -gt 2 ] && readlink "$fd" | sed 's/:.*//'; done | sort | tr '\n' ' ')"
+      l2_action "nspid: $(awk '/^NSpid:/ {print $3}' /proc/"$pid"/status)"
       for task in /proc/"$pid"/task/*; do
         l2_action "thread $(cat "$task/comm") $(awk '/^Uid:/ {u = $2} /^NoNewPrivs:/ {n = $2}
           /^Seccomp_filters:/ {f = $2} END {print "uid=" u, "no_new_privs=" n, "filters=" f}' "$task/status")"
       done
       l2_action "root holds: $(cd /proc/"$pid"/root && find . -mindepth 1 | sort | tr '\n' ' ')"
-      for ns in mnt net; do
+      for ns in mnt net pid; do
         if [ "$(readlink /proc/"$pid"/ns/$ns)" = "$(readlink /proc/self/ns/$ns)" ]; then
           l2_action "namespace $ns: L1's"
         else
           l2_action "namespace $ns: its own"
         fi
       done
+      cgroup=$(sed -n 's/^0:://p' /proc/"$pid"/cgroup)
+      # Besides the VMM, KVM's own per-VM kernel threads (kvm-nx-lpage-recovery) join the cgroup
+      # of the process that made the VM, so that their work counts against its limits.
+      procs="" kernel=""
+      for proc in $(cat /sys/fs/cgroup"$cgroup"/cgroup.procs); do
+        if [ "$(awk '/^PPid:/ {print $2}' /proc/"$proc"/status)" = 2 ]; then
+          kernel="$kernel $(cat /proc/"$proc"/comm)"
+        else
+          procs="$procs $proc"
+        fi
+      done
+      l2_action "cgroup: $cgroup memory.max=$(cat /sys/fs/cgroup"$cgroup"/memory.max)" \
+        "pids.max=$(cat /sys/fs/cgroup"$cgroup"/pids.max) processes=${procs# } vmm=$pid" \
+        "kernel threads:$kernel"
     ) & ;;
   esac
 }
 mkdir -p /tmp/jail-media
 EOF
-  nested_add "L2_MARKERS=jail_markers l2_run $1 'scenario=fio qd=4 size=4M runtime=900 marker=JAILED' --disk=$(nested_image "$1.img" 32M),cache=none --jail=on --jail-user=65534:65534 --media-dir=/tmp/jail-media"
+  nested_add "L2_MARKERS=jail_markers l2_run $1 'scenario=fio qd=4 size=4M runtime=900 marker=JAILED' --disk=$(nested_image "$1.img" 32M),cache=none --jail=on --jail-user=65534:65534 --media-dir=/tmp/jail-media --jail-cgroup=memory.max=256M,pids.max=64"
+  nested_add "echo \"L2-ACTION $1 cgroups left: \$(find /sys/fs/cgroup/microvm -mindepth 1 -type d | tr '\\n' ' ')\""
 }
 nsc_jail_check() {
   nested_check_pass "$1" fio || return
   linux_expect "$1" fio_verify ok
-  local events=$NESTED_RUNS/$1.events
+  local events=$NESTED_RUNS/$1.events ns
   grep '^L2-ACTION' "$events" | cut -d' ' -f3- | sed 's/^/    L1: /'
   grep -q 'root holds: ./tmp ./tmp/jail-media $' "$events" ||
     linux_fail "$1" "the VMM's root holds more than its media directory"
-  grep -q 'namespace mnt: its own' "$events" || linux_fail "$1" "the VMM shares L1's mount namespace"
-  grep -q 'namespace net: its own' "$events" || linux_fail "$1" "the VMM shares L1's network namespace"
+  for ns in mnt net pid; do
+    grep -q "namespace $ns: its own" "$events" || linux_fail "$1" "the VMM shares L1's $ns namespace"
+  done
+  grep -q 'nspid: 1$' "$events" || linux_fail "$1" "the VMM is not PID 1 of its namespace"
+  # The supervisor: root (it removes the cgroup), its own filter; besides stdio it holds only its
+  # pipe to the VMM and the cgroups' parent directory.
+  grep -q 'supervisor: yes uid=0 filters=1 above_stdio=/sys/fs/cgroup/microvm pipe $' "$events" ||
+    linux_fail "$1" "the launcher is not a filtered supervisor holding only its pipe and cgroup"
   grep -q 'thread microvm uid=65534 no_new_privs=1 filters=1$' "$events" ||
     linux_fail "$1" "the main thread is not uid 65534 with NO_NEW_PRIVS and the process filter"
   grep -q 'thread vcpu0 uid=65534 no_new_privs=1 filters=2$' "$events" ||
@@ -548,6 +578,9 @@ nsc_jail_check() {
   if grep '^L2-ACTION [^ ]* thread' "$events" | grep -qv 'uid=65534'; then
     linux_fail "$1" "a thread of the jailed VMM is not uid 65534"
   fi
+  grep -Eq 'cgroup: /microvm/microvm-[0-9]+ memory.max=268435456 pids.max=64 processes=([0-9]+) vmm=\1 kernel threads:( kvm-[a-z-]+-\1)*$' "$events" ||
+    linux_fail "$1" "the VMM is not alone in a cgroup of its own with the limits asked for"
+  grep -q 'cgroups left: $' "$events" || linux_fail "$1" "the VMM's cgroup is left after it exited"
 }
 
 # The guest's own power-off (poweroff -f): needs a power-off path Linux knows (ACPI PM1a_CNT

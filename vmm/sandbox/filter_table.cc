@@ -5,11 +5,13 @@
 
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "vmm/sandbox/pid_namespace.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -59,21 +61,22 @@ std::string DescribeRules(const SyscallAllowlist& list, int number) {
 }  // namespace
 
 std::string FilterTable(const SandboxOptions& options) {
-  const struct {
-    const char* title;
-    ThreadRole role;
-  } roles[] = {{"every thread (the process's filter)", ThreadRole::kControl},
-               {"vCPU threads (also bound by the process's)", ThreadRole::kVcpu},
-               {"iothreads (also bound by the process's)", ThreadRole::kIo}};
+  const std::pair<const char*, SyscallAllowlist> roles[] = {
+      {"every thread (the process's filter)", AllowlistFor(ThreadRole::kControl, options)},
+      {"vCPU threads (also bound by the process's)", AllowlistFor(ThreadRole::kVcpu, options)},
+      {"iothreads (also bound by the process's)", AllowlistFor(ThreadRole::kIo, options)},
+      {"the jail's supervisor (a process of its own)", SupervisorAllowlist()}};
   std::vector<SyscallAllowlist> lists;
   std::map<std::string, int> calls;  // by name: the table reads alphabetically
-  for (const auto& role : roles) {
-    lists.push_back(AllowlistFor(role.role, options));
-    for (const SyscallRule& rule : lists.back().rules()) calls[SyscallName(rule.number)] = rule.number;
+  for (const auto& [title, list] : roles) {
+    lists.push_back(list);
+    for (const SyscallRule& rule : list.rules()) calls[SyscallName(rule.number)] = rule.number;
   }
   std::string table = "| system call";
-  for (const auto& role : roles) absl::StrAppend(&table, " | ", role.title);
-  absl::StrAppend(&table, " |\n|---|---|---|---|\n");
+  for (const auto& [title, list] : roles) absl::StrAppend(&table, " | ", title);
+  absl::StrAppend(&table, " |\n|---");
+  for (size_t column = 0; column < lists.size(); ++column) absl::StrAppend(&table, "|---");
+  absl::StrAppend(&table, "|\n");
   for (const auto& [name, number] : calls) {
     absl::StrAppend(&table, "| `", name, "`");
     for (const SyscallAllowlist& list : lists) absl::StrAppend(&table, " | ", DescribeRules(list, number));

@@ -5,6 +5,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -221,25 +222,27 @@ absl::Status ParseJailUser(const std::string& text, JailOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status EnterNamespaces(bool new_network) {
+absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options) {
   // IPC and UTS too: System V objects and the host name are the host's business, and cost nothing
   // to leave behind.
   // Namespaces belong to threads: unshare() moves the calling thread only (and gives it its own
   // root and working directory), so a thread started before would stay in the host's namespaces,
-  // outside the jail. The kernel allows it; we do not.
+  // outside the jail. The kernel allows it; we do not. The fork below needs one thread too.
   ASSIGN_OR_RETURN(const int threads, CountThreads());
   if (threads != 1) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the process already runs %d threads (the namespaces come before any)", threads));
   }
-  const int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | (new_network ? CLONE_NEWNET : 0);
-  if (unshare(flags) != 0) return Errno("unshare (new mount, IPC, UTS and network namespaces)");
+  const int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID |
+                    (options.new_network ? CLONE_NEWNET : 0);
+  if (unshare(flags) != 0) return Errno("unshare (new mount, IPC, UTS, PID and network namespaces)");
   // Private, recursively: the jail's mounts stay in this namespace, and pivot_root refuses a
   // shared mount (systemd makes / shared).
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
     return Errno("making every mount private");
   }
-  return LetGoOfTheTerminal();
+  RETURN_IF_ERROR(LetGoOfTheTerminal());
+  return ForkIntoPidNamespace({.seccomp = options.seccomp, .cgroup = std::move(options.cgroup)});
 }
 
 absl::Status EnterJail(const JailOptions& options) {
@@ -290,6 +293,13 @@ absl::Status EnterJail(const JailOptions& options) {
   if (setgroups(0, nullptr) != 0) return Errno("setgroups");
   if (setresgid(options.gid, options.gid, options.gid) != 0) return Errno("setresgid");
   if (setresuid(options.uid, options.uid, options.uid) != 0) return Errno("setresuid");
+  // The change of user cleared the parent-death signal (prctl(2), PR_SET_PDEATHSIG).
+  if (options.supervisor_alive >= 0) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return Errno("PR_SET_PDEATHSIG");
+    if (SupervisorGone(options.supervisor_alive)) {
+      return absl::AbortedError("the supervisor ended while the VMM entered the jail");
+    }
+  }
   // With every uid non-zero the kernel has cleared the capability sets (capabilities(7), "Effect of
   // user ID changes on capabilities"); check rather than trust.
   ASSIGN_OR_RETURN(const bool none, HoldsNoCapability());

@@ -3,11 +3,15 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "vmm/sandbox/cgroup.h"
+#include "vmm/sandbox/pid_namespace.h"
+#include "vmm/sandbox/thread_policy.h"
 
 namespace vmm::sandbox {
 
@@ -15,9 +19,10 @@ namespace vmm::sandbox {
 // so that nothing has to be copied into the jail first:
 //
 // 1. EnterNamespaces(), while the process has one thread (namespaces belong to threads: one
-//    started before would stay outside, in the host's): new mount, IPC, UTS
-//    and (unless the API listens on TCP) network namespaces; every mount made private, so nothing
-//    the jail mounts reaches the host; the controlling terminal let go.
+//    started before would stay outside, in the host's): new mount, IPC, UTS, PID and (unless the
+//    API listens on TCP) network namespaces; every mount made private, so nothing the jail
+//    mounts reaches the host; the controlling terminal let go; the cgroup made; then the fork
+//    that makes the VMM PID 1 of its namespace, its parent its supervisor (pid_namespace.h).
 // 2. EnterJail(), once every file is open (kernel, disks, /dev/kvm, the API's socket): the root
 //    becomes a fresh, empty tmpfs holding only what the VM still opens by path, the old root is
 //    detached, and the process becomes an unprivileged user.
@@ -38,6 +43,18 @@ struct JailOptions {
   // disc changes): made anew inside the jail, the same kind and numbers, owned by the jail's user
   // with mode 0600, so the host's node keeps its own owner and mode.
   std::vector<std::string> device_nodes;
+  // SupervisedChild::supervisor_alive (-1: not supervised): changing the user clears the
+  // parent-death signal, which is set again, and the supervisor's death checked for, after it.
+  int supervisor_alive = -1;
+};
+
+// What EnterNamespaces does besides the namespaces.
+struct NamespaceOptions {
+  // False keeps the host's network namespace (a TCP listener for the API, which gRPC binds later,
+  // must be reachable).
+  bool new_network = true;
+  SeccompSetting seccomp;        // the supervisor's filter
+  std::optional<Cgroup> cgroup;  // the VM's cgroup, made beforehand (--jail-cgroup)
 };
 
 // True when the process runs in the initial user namespace, where root's capabilities are real.
@@ -48,15 +65,15 @@ bool InInitialUserNamespace();
 // Parses --jail-user=UID:GID (numbers, neither 0) into `options`.
 absl::Status ParseJailUser(const std::string& text, JailOptions& options);
 
-// Step 1 above. `new_network`: false keeps the host's network namespace (a TCP listener for the
-// API, which gRPC binds later, must be reachable). Needs CAP_SYS_ADMIN and a single thread.
-absl::Status EnterNamespaces(bool new_network);
+// Step 1 above. Needs CAP_SYS_ADMIN and a single thread. Returns in the VMM, PID 1 of the new
+// PID namespace; the process that called it supervises and never returns.
+absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options);
 
 // Step 2 above, after EnterNamespaces(): the new root (pivot_root, or chroot where the old root
 // is the initramfs, which cannot be pivoted), the shared directories and device nodes inside it;
 // then RLIMIT_NOFILE and RLIMIT_CORE lowered, PR_SET_DUMPABLE 0 (no core dump of guest memory, no
 // ptrace by the same user), supplementary groups dropped, gid and uid changed (every capability
-// goes with uid 0; checked), NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
+// goes with uid 0; checked), the parent-death signal again, NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
 absl::Status EnterJail(const JailOptions& options);
 
 }  // namespace vmm::sandbox

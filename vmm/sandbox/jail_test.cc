@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -89,10 +90,14 @@ TEST(JailDeathTest, ConfinesTheProcessToAnEmptyRootAsAnUnprivilegedUser) {
     ASSERT_EQ(chmod(file.c_str(), 0644), 0);
   }
   auto child = [&] {
-        if (absl::Status entered = EnterNamespaces(/*new_network=*/true); !entered.ok()) {
-          fprintf(stderr, "%s\n", std::string(entered.message()).c_str());
+        // From here on this process is the supervisor; what follows runs in its child, PID 1 of
+        // the new PID namespace, and the supervisor exits with its status.
+        auto namespaces = EnterNamespaces({.new_network = true});
+        if (!namespaces.ok()) {
+          fprintf(stderr, "%s\n", std::string(namespaces.status().message()).c_str());
           ExitNow(2);
         }
+        const bool first = getpid() == 1 && namespaces->host_pid > 1;
         // Opened before the jail, as the VMM opens its disks: it keeps working.
         const int kept = open((host + "/outside").c_str(), O_RDONLY | O_CLOEXEC);
         JailOptions options;
@@ -101,6 +106,7 @@ TEST(JailDeathTest, ConfinesTheProcessToAnEmptyRootAsAnUnprivilegedUser) {
         options.max_open_files = 64;
         options.shared_directories = {media};
         options.device_nodes = {"/dev/null"};
+        options.supervisor_alive = namespaces->supervisor_alive.get();
         if (absl::Status entered = EnterJail(options); !entered.ok()) {
           fprintf(stderr, "%s\n", std::string(entered.message()).c_str());
           ExitNow(2);
@@ -136,11 +142,14 @@ TEST(JailDeathTest, ConfinesTheProcessToAnEmptyRootAsAnUnprivilegedUser) {
                            prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1;
         const bool limits = core.rlim_max == 0 && files.rlim_cur == 64;
         const bool stays = setuid(0) != 0;
+        int death_signal = 0;
+        prctl(PR_GET_PDEATHSIG, &death_signal, 0, 0, 0);
+        const bool supervised = !SupervisorGone(options.supervisor_alive) && death_signal == SIGKILL;
         fprintf(stderr, "ids %d rooted %d shared %d node %d read_only %d no_caps %d flags %d "
-                "limits %d stays %d\n", ids, rooted, shared, node, read_only, no_caps, flags,
-                limits, stays);
-        const bool checks =
-            ids && rooted && shared && node && read_only && no_caps && flags && limits && stays;
+                "limits %d stays %d first %d supervised %d\n", ids, rooted, shared, node,
+                read_only, no_caps, flags, limits, stays, first, supervised);
+        const bool checks = ids && rooted && shared && node && read_only && no_caps && flags &&
+                            limits && stays && first && supervised;
         ExitNow(checks ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
@@ -163,7 +172,7 @@ TEST(JailDeathTest, NamespacesNeedASingleThread) {
   if (geteuid() != 0) MICROVM_SKIP("new namespaces need root");
   auto child = [&] {
         std::thread sleeper([] { usleep(200000); });
-        const absl::Status status = EnterNamespaces(true);
+        const absl::Status status = EnterNamespaces({}).status();
         sleeper.join();
         ExitNow(status.code() == absl::StatusCode::kFailedPrecondition &&
                         absl::StrContains(status.message(), "already runs 2 threads")

@@ -11,12 +11,19 @@ ABSL_FLAG(std::string, seccomp, "trap",
           "Per-thread seccomp filters (docs/security.md): trap (a forbidden system call ends the "
           "process with a report naming it), log (allowed, logged by the kernel), off.");
 ABSL_FLAG(std::string, jail, "auto",
-          "The jail (docs/security.md): new mount, network, IPC and UTS namespaces, an empty root "
+          "The jail (docs/security.md): new mount, PID, network, IPC and UTS namespaces, an empty root "
           "holding only --media-dir and passed-through drives, an unprivileged user. auto: on "
           "when started as root (outside a user namespace); on; off.");
 ABSL_FLAG(std::string, jail_user, "",
           "The jailed VMM's user and group, UID:GID (numbers, not root; default 65534:65534). "
           "One of its own per VM is best.");
+
+ABSL_FLAG(std::string, jail_cgroup, "",
+          "cgroup v2 limits for the jailed VMM, FILE=VALUE[,FILE=VALUE...] (interface files of "
+          "the memory, pids, cpu, io and cpuset controllers, e.g. memory.max=512M,pids.max=64). "
+          "The VMM gets a cgroup of its own, removed when it exits.");
+ABSL_FLAG(std::string, jail_cgroup_parent, "microvm",
+          "The parent of the VMs' cgroups (--jail-cgroup), below the cgroup2 mount.");
 
 namespace vmm::sandbox {
 namespace {
@@ -55,18 +62,36 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     return absl::InvalidArgumentError(
         absl::StrFormat("--jail=%s: expected auto, on or off", jail_setting));
   }
-  if (!jail_user.empty() && !jailed) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--jail-user applies to the jail, which is off (%s)",
-        jail_setting == "off" ? "--jail=off" : "not root outside a user namespace"));
+  const std::string jail_cgroup = absl::GetFlag(FLAGS_jail_cgroup);
+  CgroupLimits cgroup_limits;
+  cgroup_limits.parent = absl::GetFlag(FLAGS_jail_cgroup_parent);
+  if (!jail_cgroup.empty()) RETURN_IF_ERROR(ParseCgroupLimits(jail_cgroup, cgroup_limits));
+  for (const auto& [flag, given] : {std::pair{"--jail-user", !jail_user.empty()},
+                                    {"--jail-cgroup", !jail_cgroup.empty()}}) {
+    if (given && !jailed) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s applies to the jail, which is off (%s)", flag,
+          jail_setting == "off" ? "--jail=off" : "not root outside a user namespace"));
+    }
   }
   std::optional<JailOptions> jail;
+  SupervisedChild supervised{.host_pid = getpid()};
   if (jailed) {
     options.shared_directories = needs.shared_directories;
     options.device_nodes = needs.device_nodes;
-    if (absl::Status entered = EnterNamespaces(!needs.host_network); !entered.ok()) {
-      return JailError(entered);
+    NamespaceOptions namespaces{.new_network = !needs.host_network, .seccomp = setting};
+    if (!jail_cgroup.empty()) {
+      auto cgroup = Cgroup::Create(cgroup_limits, absl::StrFormat("%s-%d", needs.program, getpid()));
+      if (!cgroup.ok()) {
+        return absl::Status(cgroup.status().code(),
+                            absl::StrCat("--jail-cgroup: ", cgroup.status().message()));
+      }
+      namespaces.cgroup = *std::move(cgroup);
     }
+    auto entered = EnterNamespaces(std::move(namespaces));
+    if (!entered.ok()) return JailError(entered.status());
+    supervised = *std::move(entered);
+    options.supervisor_alive = supervised.supervisor_alive.get();
     jail = std::move(options);
   }
   SandboxOptions sandbox_options;
@@ -76,7 +101,8 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     return absl::Status(sandbox.status().code(),
                         absl::StrFormat("--seccomp: %s", sandbox.status().message()));
   }
-  return SandboxFromFlags{*std::move(sandbox), std::move(jail), std::move(notice)};
+  return SandboxFromFlags{*std::move(sandbox), std::move(jail), std::move(notice),
+                          std::move(supervised)};
 }
 
 }  // namespace vmm::sandbox

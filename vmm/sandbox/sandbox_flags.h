@@ -15,14 +15,20 @@ namespace vmm::sandbox {
 //   --seccomp=trap|log|off   per-thread seccomp filters (default trap)
 //   --jail=auto|on|off       the jail (default auto: on when started as root)
 //   --jail-user=UID:GID      the jailed VMM's user (default 65534:65534)
+//   --jail-cgroup=FILE=VALUE,...  cgroup v2 limits for the jailed VMM (cgroup.h)
+//   --jail-cgroup-parent=PATH     their parent cgroup (default microvm)
 struct SandboxFromFlags {
   ProcessSandbox sandbox;
   std::optional<JailOptions> jail;  // set when the process is to enter the jail
   std::string notice;               // for stderr when not empty (--jail=off as root)
+  // Jailed: the VMM's host pid and its supervisor's pipe (pid_namespace.h). Otherwise host_pid is
+  // getpid() and the pipe is not open.
+  SupervisedChild supervised;
 };
 
 // What the jail must hold or keep for this VMM (the launcher knows its drives and API).
 struct JailNeeds {
+  std::string program;                          // names the VM's cgroup: PROGRAM-PID
   bool host_network = false;                    // --api-tcp listens in the host's namespace
   std::vector<std::string> shared_directories;  // --media-dir
   std::vector<std::string> device_nodes;        // passed-through host CD-ROM drives

@@ -3,6 +3,7 @@
 #include <linux/kvm.h>
 #include <linux/sched.h>
 #include <sys/ioctl.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -159,6 +160,11 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // Any other dumpable value is refused before the sanitizer's allowance below, so an ASan build
   // keeps N7's guarantee too (its CI pass runs the same death test).
   list.Add({__NR_prctl, {{.index = 0, .value = PR_SET_DUMPABLE}}, EPERM});
+  // In the jail: the supervisor's death ends the VMM, set again after the change of user clears it
+  // (vmm/sandbox/pid_namespace.h). Only that signal, so a compromised thread cannot turn it off.
+  if (options.jail) {
+    list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_PDEATHSIG}, {.index = 1, .value = SIGKILL}});
+  }
 #if defined(__SANITIZE_ADDRESS__)
   list.Allow(__NR_prctl);  // the sanitizer runtime's own calls (test builds only)
 #endif
