@@ -179,7 +179,7 @@ TEST(ParseFlagsTest, ErrorsNameTheFlagAndTheValue) {
       {{"stray"},
        "unexpected argument \"stray\" (settings are --flag=value; launcher --help lists them)"},
       {{"--disk=d.img,turbo"},
-       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly)"},
+       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=)"},
       {{"--ide-cdrom=a.iso,unit=2"}, "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
   };
   for (const auto& c : cases) {

@@ -1,7 +1,9 @@
 #include "vmm/drive_spec.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,12 +17,21 @@ namespace {
 const char* OptionsOf(DriveSpec::Kind kind, DriveSpec::Bus bus) {
   const bool ide = bus == DriveSpec::Bus::kIde;
   if (kind == DriveSpec::Kind::kDisk) {
-    return ide ? "cache=, fua=, readonly, channel=, unit=" : "cache=, fua=, readonly";
+    return ide ? "cache=, fua=, readonly, channel=, unit=, id=" : "cache=, fua=, readonly, id=";
   }
-  return ide ? "channel=, unit=, probe-delay-us=" : "probe-delay-us=";
+  return ide ? "channel=, unit=, probe-delay-us=, id=" : "probe-delay-us=, id=";
 }
 
 }  // namespace
+
+bool IsValidDriveId(absl::string_view id) {
+  if (id.empty() || id.size() > 32 || !absl::ascii_isalpha(static_cast<unsigned char>(id[0]))) {
+    return false;
+  }
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+}
 
 const char* DriveFlag(DriveSpec::Kind kind, DriveSpec::Bus bus) {
   const bool ide = bus == DriveSpec::Bus::kIde;
@@ -87,6 +98,13 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
         return absl::InvalidArgumentError(
             absl::StrCat(typed, ": probe-delay-us simulates a drive; it cannot go with host:"));
       }
+    } else if (key_value.first == "id") {
+      if (!IsValidDriveId(key_value.second)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            typed, ": id \"", key_value.second,
+            "\" is not a drive name (1 to 32 letters, digits, '.', '_' or '-', starting with a letter)"));
+      }
+      spec.id = std::string(key_value.second);
     } else if (option == "readonly" || option == "ro") {
       spec.read_only = true;
     } else {

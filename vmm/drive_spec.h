@@ -16,7 +16,8 @@ namespace vmm {
 //                            host:PATH to insist on one, is passed through: block/host_cdrom.h)
 //   --ide-disk PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1]
 //   --ide-cdrom [PATH][,channel=0|1][,unit=0|1]
-// --disk and --cdrom go on the virtio-scsi controller, --ide-* on the PIIX3 IDE controller.
+// and on every one of them ,id=NAME. --disk and --cdrom go on the virtio-scsi controller, --ide-*
+// on the PIIX3 IDE controller.
 struct DriveSpec {
   enum class Kind { kDisk, kCdrom };
   enum class Bus { kScsi, kIde };
@@ -41,7 +42,14 @@ struct DriveSpec {
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
   block::FuaMode fua_mode = block::FuaMode::kNative;
   bool read_only = false;
+  // ",id=NAME": the drive's name in the API, vmmctl and messages. Empty: its position among the
+  // drives of its kind, "disk0", "cd1" (counting named ones too, so naming a drive renames no
+  // other).
+  std::string id;
 };
+
+// Whether `id` may name a drive: 1 to 32 letters, digits, '.', '_' or '-', starting with a letter.
+bool IsValidDriveId(absl::string_view id);
 
 // Errors name the flag and the text: "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\"".
 absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view text,

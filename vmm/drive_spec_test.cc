@@ -20,6 +20,25 @@ TEST(DriveSpecTest, ParsesDisksWithOptions) {
   EXPECT_FALSE(plain->read_only);
 }
 
+TEST(DriveSpecTest, EveryDriveMayBeNamed) {
+  auto disk = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,id=root-disk.1,cache=none");
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  EXPECT_EQ(disk->id, "root-disk.1");
+  auto cd = ParseDriveSpec(DriveSpec::Kind::kCdrom, ",id=installer", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(cd.ok()) << cd.status();
+  EXPECT_EQ(cd->id, "installer");
+  EXPECT_TRUE(cd->path.empty());
+  EXPECT_TRUE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img").value().id.empty());
+  for (const char* bad : {"", "1disk", "a b", "a/b", "a,b", "-x", "x:y", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+    EXPECT_FALSE(IsValidDriveId(bad)) << bad;
+  }
+  const auto refused = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,id=9lives");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "--disk=d.img,id=9lives: id \"9lives\" is not a drive name (1 to 32 letters, digits, '.', "
+            "'_' or '-', starting with a letter)");
+}
+
 TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
   auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "");
   ASSERT_TRUE(spec.ok());
@@ -82,7 +101,7 @@ TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
     const char* message;
   } cases[] = {
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "",
-       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly])"},
+       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly, id=])"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, ",cache=none",
        "--ide-disk=,cache=none: needs the image's path"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,cache=fast",
@@ -93,7 +112,7 @@ TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
        "--ide-cdrom=host:: host: needs the drive's device node (host:/dev/sr0)"},
       {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,cache=none",
        "--ide-cdrom=a.iso,cache=none: unknown option \"cache=none\" (--ide-cdrom takes channel=, "
-       "unit=, probe-delay-us=)"},
+       "unit=, probe-delay-us=, id=)"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,channel=0",
        "--disk=d.img,channel=0: unknown option \"channel=0\" (channel= and unit= place IDE drives: "
        "--ide-disk)"},

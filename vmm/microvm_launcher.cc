@@ -74,8 +74,8 @@ ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
 // parsed (see vmm::ExtractDriveFlags). These definitions only document them. --disk, --cdrom,
 // --iothreads and --poll-max-ns are vmm/storage_flags.cc's, shared with vhost-user-scsi.
 ABSL_FLAG(std::string, ide_disk, "",
-          "An IDE (PIIX3) disk, options as --disk; channel and unit place it (default: the first "
-          "free place from the primary master). Repeatable, four IDE drives at most.");
+          "An IDE (PIIX3) disk, options as --disk (id= too); channel and unit place it (default: "
+          "the first free place from the primary master). Repeatable, four IDE drives at most.");
 ABSL_FLAG(std::string, ide_cdrom, "",
           "An IDE ATAPI CD/DVD-ROM, as --cdrom (default place: the secondary master, as QEMU's "
           "-cdrom). Repeatable.");
@@ -93,8 +93,9 @@ int Fail(const absl::Status& status) { return Fail(std::string(status.message())
 
 std::vector<vmm::HelpFlag> DriveHelp() {
   std::vector<vmm::HelpFlag> flags = vmm::SharedStorageHelp();
-  flags.push_back({"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1]"});
-  flags.push_back({"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1]"});
+  flags.push_back(
+      {"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1][,id=NAME]"});
+  flags.push_back({"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1][,id=NAME]"});
   flags.push_back({"scsi-queues", "N"});
   return flags;
 }

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "block/raw/raw_file_backend.h"
@@ -43,6 +46,29 @@ void ReportHostDriveError(const std::string& drive, const absl::Status& status) 
 
 // Places the IDE drives: explicit channel/unit first, then the rest in the first free position —
 // CD-ROMs from the secondary master (QEMU's -cdrom), disks from the primary master.
+// Each drive's name: its id, or its position among the drives of its kind ("disk0", "cd1"). Two
+// drives with one name are refused, naming both.
+absl::StatusOr<std::vector<std::string>> NameDrives(const std::vector<DriveSpec>& drives) {
+  std::vector<std::string> names;
+  std::map<std::string, const DriveSpec*> named;
+  int disks = 0;
+  int cdroms = 0;
+  for (const DriveSpec& spec : drives) {
+    const bool disk = spec.kind == DriveSpec::Kind::kDisk;
+    const int position = disk ? disks++ : cdroms++;
+    std::string name = spec.id.empty() ? absl::StrFormat("%s%d", disk ? "disk" : "cd", position) : spec.id;
+    if (auto [other, inserted] = named.emplace(name, &spec); !inserted) {
+      const DriveSpec& first = *other->second;
+      return DriveError(spec, absl::InvalidArgumentError(absl::StrFormat(
+                                  "the drive name %s is taken by %s=%s%s", name, DriveFlag(first),
+                                  first.given_path.empty() ? first.path : first.given_path,
+                                  first.id.empty() ? " (its position gives it that name)" : "")));
+    }
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
 absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
   bool taken[2][2] = {};
   for (AttachedDrive* drive : ide) {
@@ -150,9 +176,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   storage->config_.drives.clear();  // the specs live on in drives_
   if (config.drives.empty()) return storage;
   if (config.drives.size() > 256) return absl::InvalidArgumentError("at most 256 drives");
-  int disks = 0;
-  int cdroms = 0;
-  for (const DriveSpec& spec : config.drives) {
+  ASSIGN_OR_RETURN(const std::vector<std::string> names, NameDrives(config.drives));
+  for (size_t index = 0; index < config.drives.size(); ++index) {
+    const DriveSpec& spec = config.drives[index];
     AttachedDrive attached;
     attached.spec = spec;
     block::DriveOptions options;
@@ -160,7 +186,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
     options.fua_mode = spec.fua_mode;
     options.read_only = spec.read_only;
     if (spec.kind == DriveSpec::Kind::kDisk) {
-      attached.name = absl::StrFormat("disk%d", disks++);
+      attached.name = names[index];
       options.name = attached.name;
       block::raw::RawFileOptions raw;
       raw.cache_mode = spec.cache_mode;
@@ -171,7 +197,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       if (!backend.ok()) return DriveError(spec, backend.status());
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, *std::move(backend)));
     } else {
-      attached.name = absl::StrFormat("cd%d", cdroms++);
+      attached.name = names[index];
       options.name = attached.name;
       options.read_only = true;
       auto host_device = HostDriveOf(attached, config.simulated_drive);

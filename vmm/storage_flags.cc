@@ -9,12 +9,13 @@
 // Documentation only: --disk and --cdrom are taken out of argv before the flags are parsed.
 ABSL_FLAG(std::string, disk, "",
           "A disk on the virtio-scsi controller (LUN 0, 1, ... in command-line order): a raw "
-          "image; cache none, writeback (default), writethrough, directsync or unsafe; readonly. "
-          "Repeatable.");
+          "image; cache none, writeback (default), writethrough, directsync or unsafe; readonly; "
+          "id=NAME names it (default disk0, disk1, ... by position). Repeatable.");
 ABSL_FLAG(std::string, cdrom, "",
           "A CD/DVD-ROM on the virtio-scsi controller holding the ISO at PATH (at least one "
           "2048-byte block); no PATH: an empty drive. A host optical drive (/dev/sr0, or "
-          "host:PATH to insist) is passed through (docs/host-cdrom.md). Repeatable.");
+          "host:PATH to insist) is passed through (docs/host-cdrom.md). id=NAME names it (default "
+          "cd0, cd1, ... by position). Repeatable.");
 ABSL_FLAG(uint32_t, iothreads, 1,
           "iothreads serving the virtio-scsi request queues (queue i on iothread i % N), 1 to 64.");
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
@@ -33,8 +34,8 @@ absl::Status IoThreadFlagsInto(StorageConfig& config) {
 }
 
 std::vector<HelpFlag> SharedStorageHelp() {
-  return {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly]"},
-          {"cdrom", "[=PATH]"},
+  return {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly][,id=NAME]"},
+          {"cdrom", "[=PATH][,id=NAME]"},
           {"iothreads", "N"},
           {"poll-max-ns", "NS"}};
 }

@@ -133,6 +133,31 @@ TEST_F(StorageTest, DriveErrorsNameTheirFlag) {
   EXPECT_EQ((*storage)->drives()[0].media->Current()->source, Path("one-block.iso"));
 }
 
+// Named drives keep their names; the others are named by their position among the drives of their
+// kind, named ones counted; one name twice is refused, naming both drives.
+TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
+  StorageConfig config;
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,id=root,readonly"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, ""),
+                   Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, "disk.img,readonly"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,id=seed")};
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  std::vector<std::string> names;
+  for (const AttachedDrive& drive : (*storage)->drives()) names.push_back(drive.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"root", "cd0", "disk1", "seed"}));
+  EXPECT_NE((*storage)->Find("seed"), nullptr);
+
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,readonly"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "disc.iso,id=disk0")};
+  auto clash = Storage::Create(config);
+  ASSERT_FALSE(clash.ok());
+  EXPECT_EQ(clash.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clash.status().message(),
+            "--cdrom=disc.iso: the drive name disk0 is taken by --disk=disk.img (its position gives "
+            "it that name)");
+}
+
 // probe-delay-us needs a simulated drive, which only the test build of the launcher supplies: the
 // product (no factory) refuses the option, naming the flag; with a factory the drive is used.
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
