@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "api/api_token.h"
 #include "google/protobuf/util/json_util.h"
+#include "vmm/sys_util/version.h"
 
 namespace vmmctl {
 namespace {
@@ -126,7 +127,7 @@ const std::set<std::string>& ValueOptions() {
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
-  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait"};
+  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait", "version"};
   return *names;
 }
 
@@ -666,6 +667,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.json = true;
     } else if (name == "help") {
       cl.help = true;
+    } else if (name == "version") {
+      cl.version = true;
     } else if (name == "timeout") {
       if (!ParseSeconds(*value, &cl.timeout)) {
         return absl::InvalidArgumentError("--timeout=" + *value + ": expected seconds > 0 (at most 1000000)");
@@ -716,6 +719,10 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
   if (!cl.ok()) {
     err << "vmmctl: " << cl.status().message() << "\n(vmmctl --help for usage)\n";
     return kExitUsage;
+  }
+  if (cl->version) {
+    out << sys_util::VersionText("vmmctl");
+    return kExitOk;
   }
   if (cl->help || (cl->words.size() == 1 && cl->words[0] == "help")) {
     out << UsageText();

@@ -55,6 +55,7 @@ struct CommandLine {
   absl::Duration timeout = absl::Seconds(10);         // --timeout SECONDS: deadline of every unary call
   absl::Duration connect_timeout = absl::Seconds(5);  // --connect-timeout SECONDS
   bool help = false;
+  bool version = false;  // --version: print sys_util::VersionText and exit 0
   std::vector<std::string> words;    // "media", "eject", "cd0"
   std::map<std::string, std::string> options;  // command options: "force" -> "", "grace-ms" -> "500"
 };

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/flags/commandlineflag.h"
@@ -28,6 +29,7 @@
 #include "vmm/sys_util/descriptors.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/version.h"
 #include "vmm/thread_stacks.h"
 
 namespace vmm {
@@ -81,8 +83,25 @@ size_t Distance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
+// QEMU's spellings of what the launchers call otherwise (a QEMU user types these first).
+const char* QemuEquivalent(absl::string_view dashed) {
+  static constexpr std::pair<const char*, const char*> kQemu[] = {
+      {"m", "--memory"},          {"smp", "--vcpus"},   {"append", "--cmdline"},
+      {"drive", "--disk or --cdrom"}, {"hda", "--ide-disk"}, {"hdb", "--ide-disk"},
+      {"hdc", "--ide-cdrom"},     {"hdd", "--ide-disk"}, {"nographic", "--serial=stdout (the default)"},
+      {"enable-kvm", "nothing (KVM is always used)"}, {"qmp", "--api-socket (a gRPC API: vmmctl)"}};
+  for (const auto& [qemu, ours] : kQemu) {
+    if (dashed == qemu) return ours;
+  }
+  return nullptr;
+}
+
 std::string UnknownFlag(absl::string_view program, const std::string& name) {
   const std::string dashed = Dashed(name);
+  if (const char* ours = QemuEquivalent(dashed)) {
+    return absl::StrCat("--", dashed, ": unknown flag (QEMU's -", dashed, " is ", ours, " here; ",
+                        program, " --help lists them all)");
+  }
   std::string nearest;
   size_t best = 3;  // at most two edits away
   std::vector<std::string> known = DefinedFlagNames();
@@ -99,9 +118,23 @@ std::string UnknownFlag(absl::string_view program, const std::string& name) {
                       program, " --help lists them all)");
 }
 
-// What a flag of this type expects, for a value it did not take.
+// What a flag of this type expects, for a value it did not take. A whole number's range is the
+// one its help states ("1 to 40", checked after parsing: CheckRange), else its type's.
 std::string Expected(const absl::CommandLineFlag& flag, const std::string& error) {
   if (flag.IsOfType<bool>()) return "expected true or false";
+  if (flag.IsOfType<uint32_t>() || flag.IsOfType<uint64_t>() || flag.IsOfType<int32_t>() ||
+      flag.IsOfType<int64_t>()) {
+    const std::vector<std::string> words = absl::StrSplit(flag.Help(), absl::ByAnyChar(" ,;()."),
+                                                          absl::SkipEmpty());
+    for (size_t i = 0; i + 2 < words.size(); ++i) {
+      int64_t low = 0;
+      int64_t high = 0;
+      if (words[i + 1] == "to" && absl::SimpleAtoi(words[i], &low) &&
+          absl::SimpleAtoi(words[i + 2], &high)) {
+        return absl::StrFormat("expected a whole number from %d to %d", low, high);
+      }
+    }
+  }
   if (flag.IsOfType<uint32_t>()) return "expected a whole number from 0 to 4294967295";
   if (flag.IsOfType<uint64_t>()) return "expected a whole number >= 0";
   if (flag.IsOfType<int32_t>() || flag.IsOfType<int64_t>()) return "not a whole number";
@@ -122,6 +155,23 @@ std::string Wrap(absl::string_view text, size_t indent, size_t width) {
   }
   if (!line.empty()) absl::StrAppend(&out, std::string(indent, ' '), line, "\n");
   return out;
+}
+
+// --helpfull's second part: Abseil's own flags, which --help leaves out.
+std::string AbseilFlagsHelp() {
+  std::string text = "Abseil's own flags:\n";
+  std::vector<std::pair<std::string, const absl::CommandLineFlag*>> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (!flag->IsRetired() && IsAbseilFlag(*flag)) flags.emplace_back(std::string(name), flag);
+  }
+  std::sort(flags.begin(), flags.end());
+  for (const auto& [name, flag] : flags) {
+    absl::StrAppend(&text, "  --", name, "\n");
+    std::string help = flag->Help();
+    if (!flag->DefaultValue().empty()) absl::StrAppend(&help, " Default: ", flag->DefaultValue(), ".");
+    absl::StrAppend(&text, Wrap(help, 6, 100));
+  }
+  return text;
 }
 
 std::string FlagHelp(const HelpFlag& entry) {
@@ -317,8 +367,9 @@ std::string HelpText(const ProgramHelp& help) {
     for (const std::string& name : others)
       absl::StrAppend(&text, FlagHelp({name.c_str(), "VALUE"}));
   }
-  absl::StrAppend(&text, "\nHelp:\n  -h, --help\n",
-                  Wrap("This text. --helpfull also lists Abseil's own flags.", 6, 100));
+  absl::StrAppend(&text, "\nHelp:\n  -h, --help\n", Wrap("This text.", 6, 100), "  --helpfull\n",
+                  Wrap("This text, then Abseil's own flags.", 6, 100), "  --version\n",
+                  Wrap("The version and the build (opt, fastbuild or dbg).", 6, 100));
   if (!help.epilogue.empty()) absl::StrAppend(&text, "\n", Wrap(help.epilogue, 0, 100));
   return text;
 }
@@ -333,15 +384,16 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
   }
   // Help first: whatever else the line holds, help is what was asked for.
   for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
-    if (IsHelpRequest(args[i])) {
-      parsed.help = true;
-      return parsed;
-    }
+    if (IsHelpRequest(args[i])) parsed.request = ParsedCommandLine::Request::kHelp;
+    if (args[i] == "--helpfull") parsed.request = ParsedCommandLine::Request::kHelpFull;
+    if (args[i] == "--version") parsed.request = ParsedCommandLine::Request::kVersion;
+    if (parsed.request != ParsedCommandLine::Request::kRun) return parsed;
   }
   ASSIGN_OR_RETURN(parsed.drives, ExtractDriveFlags(args));
   for (DriveSpec& drive : parsed.drives) drive.path = AbsolutePath(drive.path);
 
   std::vector<std::string> for_abseil = {args.empty() ? std::string() : args[0]};
+  std::map<std::string, std::string> given;  // flag -> as typed, for "given twice"
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--" && i + 1 < args.size()) {
@@ -359,6 +411,17 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
     const size_t equals = body.find('=');
     const std::string name(body.substr(0, equals));
     const bool has_value = equals != absl::string_view::npos;
+    // A drive flag with one dash (QEMU's "-cdrom disc.iso") is not a drive flag to the extraction
+    // above; taken as a setting it would give a VM without that drive, silently.
+    if (!absl::StartsWith(arg, "--")) {
+      for (const char* drive : {"disk", "cdrom", "ide-disk", "ide-cdrom", "ide_disk", "ide_cdrom"}) {
+        if (name == drive) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "-%s: a drive flag takes two dashes here (--%s=PATH; -%s is QEMU's spelling)", name,
+              Dashed(name), name));
+        }
+      }
+    }
     std::string value = has_value ? std::string(body.substr(equals + 1)) : std::string();
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     bool negated = false;
@@ -402,6 +465,12 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
       }
       value = args[++i];
     }
+    const std::string typed = negated ? shown : absl::StrCat(shown, "=", value);
+    if (auto [previous, first] = given.emplace(flag->Name(), typed); !first) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s is given twice (%s, then %s): give each setting once",
+                          Dashed(flag->Name()), previous->second, typed));
+    }
     std::string error;
     if (!flag->ParseFrom(value, &error)) {
       return absl::InvalidArgumentError(
@@ -423,7 +492,19 @@ absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const Pro
   RETURN_IF_ERROR(sys_util::CloseInheritedDescriptors());
   RETURN_IF_ERROR(UseSmallThreadStacks());
   ASSIGN_OR_RETURN(ParsedCommandLine parsed, ParseFlagsAndDrives(argc, argv));
-  if (parsed.help) absl::PrintF("%s", HelpText(help));
+  switch (parsed.request) {
+    case ParsedCommandLine::Request::kRun:
+      break;
+    case ParsedCommandLine::Request::kHelp:
+      absl::PrintF("%s", HelpText(help));
+      break;
+    case ParsedCommandLine::Request::kHelpFull:
+      absl::PrintF("%s\n%s", HelpText(help), AbseilFlagsHelp());
+      break;
+    case ParsedCommandLine::Request::kVersion:
+      absl::PrintF("%s", sys_util::VersionText(help.program));
+      break;
+  }
   return parsed;
 }
 
@@ -432,6 +513,7 @@ absl::StatusOr<sys_util::ScopedFd> StopSignalFd() {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // the terminal went away: stop as cleanly as for SIGTERM
   if (int error = pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr); error != 0) {
     return sys_util::ErrnoStatus(error, "pthread_sigmask");
   }

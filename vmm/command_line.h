@@ -74,8 +74,11 @@ std::string HelpText(const ProgramHelp& help);
 std::vector<std::string> DefinedFlagNames();
 
 struct ParsedCommandLine {
-  // --help or -h was given: print HelpText() to stdout and exit 0. Nothing else was parsed.
-  bool help = false;
+  // What was asked for instead of a run, answered on stdout with exit status 0; nothing else was
+  // parsed: --help or -h (HelpText()), --helpfull (the same, then Abseil's own flags), --version
+  // (sys_util::VersionText()).
+  enum class Request { kRun, kHelp, kHelpFull, kVersion };
+  Request request = Request::kRun;
   // The drive flags, in command-line order, their paths made absolute (AbsolutePath).
   std::vector<DriveSpec> drives;
 };
@@ -84,17 +87,18 @@ struct ParsedCommandLine {
 // "--name=value", "--name value", "--switch", "--switch=false" or "--noswitch" against the
 // binary's flags, names with dashes or underscores. Errors name the flag and the value as typed:
 // an unknown flag (with the nearest known name), a missing value, a value of the wrong type, an
-// argument that is not a flag. Abseil's own flags (--helpfull, --version, --flagfile) go to
-// absl::ParseCommandLine, which may print and exit.
+// argument that is not a flag, a setting given twice, a drive flag with one dash (QEMU's
+// -cdrom). Abseil's own flags (--flagfile, ...) go to absl::ParseCommandLine.
 absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv);
 
 // A launcher's first steps, the same in microvm and vhost-user-scsi: every inherited descriptor
 // above stderr closed (sys_util::CloseInheritedDescriptors), small thread stacks (before
 // any thread exists: vmm/thread_stacks.h), argv parsed (ParseFlagsAndDrives), and with --help the
-// help text printed to stdout (the result's `help` is then set: exit 0).
+// help text printed to stdout (the result's `request` is then not kRun: exit 0); likewise
+// --helpfull and --version.
 absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help);
 
-// Blocks SIGINT and SIGTERM for the calling thread and every thread it starts from now on (call
+// Blocks SIGINT, SIGTERM and SIGHUP for the calling thread and every thread it starts from now on (call
 // before the first), and returns a non-blocking signalfd that reads them: a launcher's main loop
 // stops the VMM on them.
 absl::StatusOr<sys_util::ScopedFd> StopSignalFd();

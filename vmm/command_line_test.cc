@@ -20,6 +20,7 @@ ABSL_FLAG(std::string, test_name, "", "A name.");
 ABSL_FLAG(bool, test_switch, true, "A switch that is on by default.");
 ABSL_FLAG(bool, test_off_switch, false, "A switch that is off by default.");
 ABSL_FLAG(int64_t, test_unlisted, 7, "A flag no help group lists.");
+ABSL_FLAG(uint32_t, test_ranged, 4, "vCPUs, 1 to 40 (checked after parsing).");
 
 namespace vmm {
 namespace {
@@ -133,7 +134,7 @@ TEST(ParseFlagsTest, DashesUnderscoresSwitchesAndDrives) {
       Parse({"--test-count=3", "--test_name", "alpha", "--notest-switch", "--test-off-switch",
              "--disk=d.img,cache=none", "--cdrom", "--ide-cdrom", "/isos/./a.iso"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_FALSE(parsed->help);
+  EXPECT_EQ(parsed->request, ParsedCommandLine::Request::kRun);
   EXPECT_EQ(absl::GetFlag(FLAGS_test_count), 3u);
   EXPECT_EQ(absl::GetFlag(FLAGS_test_name), "alpha");
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
@@ -146,18 +147,23 @@ TEST(ParseFlagsTest, DashesUnderscoresSwitchesAndDrives) {
   EXPECT_EQ(parsed->drives[2].path, "/isos/a.iso");
   EXPECT_EQ(parsed->drives[2].bus, DriveSpec::Bus::kIde);
 
-  parsed = Parse({"--no-test-switch", "--test-switch=false", "--test_off_switch=true"});
+  parsed = Parse({"--no-test-switch", "--test_off_switch=true"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
   EXPECT_TRUE(absl::GetFlag(FLAGS_test_off_switch));
+  parsed = Parse({"--test-switch=false"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
 }
 
 TEST(ParseFlagsTest, HelpWinsOverEverythingElse) {
   for (const char* help : {"--help", "-h", "--helpshort"}) {
     auto parsed = Parse({"--test-count=oops", help, "--no-such-flag"});
     ASSERT_TRUE(parsed.ok()) << help << ": " << parsed.status();
-    EXPECT_TRUE(parsed->help);
+    EXPECT_EQ(parsed->request, ParsedCommandLine::Request::kHelp);
   }
+  EXPECT_EQ(Parse({"--test-count=oops", "--helpfull"})->request, ParsedCommandLine::Request::kHelpFull);
+  EXPECT_EQ(Parse({"--bogus", "--version"})->request, ParsedCommandLine::Request::kVersion);
   // After "--", "--help" is an argument (and refused as one).
   EXPECT_THAT(Message(Parse({"--", "--help"})), HasSubstr("unexpected argument \"--help\""));
 }
@@ -181,6 +187,21 @@ TEST(ParseFlagsTest, ErrorsNameTheFlagAndTheValue) {
       {{"--disk=d.img,turbo"},
        "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=)"},
       {{"--ide-cdrom=a.iso,unit=2"}, "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
+      // The range a flag's help states, not its type's.
+      {{"--test-ranged=-1"}, "--test-ranged=-1: expected a whole number from 1 to 40"},
+      // A setting twice is refused, whatever the spelling; drives repeat.
+      {{"--test-count=2", "--test_count", "3"},
+       "--test-count is given twice (--test-count=2, then --test-count=3): give each setting once"},
+      {{"--notest-switch", "--test-switch"},
+       "--test-switch is given twice (--notest-switch, then --test-switch=true): give each setting "
+       "once"},
+      // QEMU's spellings: a drive flag with one dash would give a VM without the drive.
+      {{"-cdrom", "disc.iso"},
+       "-cdrom: a drive flag takes two dashes here (--cdrom=PATH; -cdrom is QEMU's spelling)"},
+      {{"-ide-disk", "d.img"},
+       "-ide-disk: a drive flag takes two dashes here (--ide-disk=PATH; -ide-disk is QEMU's "
+       "spelling)"},
+      {{"-smp", "2"}, "--smp: unknown flag (QEMU's -smp is --vcpus here; launcher --help lists them all)"},
   };
   for (const auto& c : cases) {
     auto parsed = Parse(c.args);
@@ -195,7 +216,8 @@ TEST(HelpTextTest, EveryFlagWithDashesHelpAndDefault) {
       .program = "launcher",
       .summary = "does things.",
       .usage = "launcher --test-name=NAME",
-      .groups = {{"Things", {{"test-count", "N"}, {"test-name", "NAME"}, {"test-switch", ""}}},
+      .groups = {{"Things",
+                  {{"test-count", "N"}, {"test-name", "NAME"}, {"test-switch", ""}, {"test-ranged", "N"}}},
                  {"Drives", {{"test-off-switch", ""}}}},
       .epilogue = "Exit status: 0.",
   };
@@ -215,7 +237,8 @@ TEST(HelpTextTest, EveryFlagWithDashesHelpAndDefault) {
   EXPECT_THAT(text, HasSubstr("\nOther flags:\n  --test-unlisted=VALUE\n"));
   EXPECT_THAT(text, Not(HasSubstr("flagfile")));
   EXPECT_THAT(text, Not(HasSubstr("test_")));
-  EXPECT_THAT(text, HasSubstr("\nHelp:\n  -h, --help\n"));
+  EXPECT_THAT(text, HasSubstr("\nHelp:\n  -h, --help\n      This text.\n  --helpfull\n"));
+  EXPECT_THAT(text, HasSubstr("\n  --version\n      The version and the build"));
   EXPECT_TRUE(absl::EndsWith(text, "\nExit status: 0.\n"));
 }
 

@@ -233,7 +233,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   const absl::Time launch_time = absl::Now();
   auto parsed = vmm::StartLauncher(argc, argv, Help());
   if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->help) return 0;
+  if (parsed->request != vmm::ParsedCommandLine::Request::kRun) return 0;
   vmm::VmConfig config;
   config.launch_time = launch_time;
   config.storage.drives = std::move(parsed->drives);
@@ -272,7 +272,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   }
   config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
 
-  // SIGINT/SIGTERM are taken through a signalfd by the main thread only, blocked before any
+  // SIGINT/SIGTERM/SIGHUP are taken through a signalfd by the main thread only, blocked before any
   // thread starts so every thread inherits the mask.
   auto signal_fd = vmm::StopSignalFd();
   if (!signal_fd.ok()) return Fail(signal_fd.status());

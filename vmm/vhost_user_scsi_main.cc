@@ -88,7 +88,7 @@ const vmm::ProgramHelp& Help() {
           },
       .epilogue =
           "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
-          "status: 0 when the front end disconnects or on SIGINT/SIGTERM; 1 for an error, printed "
+          "status: 0 when the front end disconnects or on SIGINT/SIGTERM/SIGHUP; 1 for an error, printed "
           "as \"vhost-user-scsi: --flag=value: what is wrong\" (docs/errors.md lists them).",
   };
   return *help;
@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
   const absl::Time launch_time = absl::Now();
   auto parsed = vmm::StartLauncher(argc, argv, Help());
   if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->help) return 0;
+  if (parsed->request != vmm::ParsedCommandLine::Request::kRun) return 0;
   vmm::StorageConfig config;
   if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
     return Fail(configured);
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
-  // SIGINT/SIGTERM end the server through a signalfd, blocked before any thread starts.
+  // SIGINT/SIGTERM/SIGHUP end the server through a signalfd, blocked before any thread starts.
   auto signal_fd = vmm::StopSignalFd();
   if (!signal_fd.ok()) return Fail(signal_fd.status());
 

@@ -17,7 +17,7 @@ struct VmExit {
     kGuestExit,  // the guest wrote its status to the debug-exit port
     kReset,      // the guest reset the machine (i8042 0xFE, KVM system event)
     kPowerOff,   // the guest powered off (KVM system event)
-    kSignal,     // SIGINT/SIGTERM reached the VMM
+    kSignal,     // SIGINT/SIGTERM/SIGHUP reached the VMM
     kFatal,      // a vCPU could not go on (triple fault, KVM internal error, ...)
     kStopped,    // stopped through the control API (Shutdown), status 0
   };

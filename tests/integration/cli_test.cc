@@ -111,6 +111,26 @@ TEST_P(HelpTest, ListsEveryFlagWithDashesAndExitsZero) {
 
 INSTANTIATE_TEST_SUITE_P(Launchers, HelpTest, ::testing::Values("microvm", "vhost-user-scsi"));
 
+// --helpfull adds Abseil's own flags to --help's text, and exits 0 like it.
+TEST_P(HelpTest, HelpfullAddsAbseilsFlagsAndExitsZero) {
+  ProcessResult result = RunProcess({Binaries().at(GetParam()), "--helpfull"});
+  ASSERT_TRUE(result.exited);
+  EXPECT_EQ(result.exit_status, 0) << result.err;
+  EXPECT_TRUE(absl::StartsWith(result.out, absl::StrCat(GetParam(), ": "))) << result.out;
+  EXPECT_THAT(result.out, HasSubstr("\nAbseil's own flags:\n  --flagfile\n"));
+}
+
+// Every binary says which version and which build it is, and exits 0.
+TEST(VersionTest, EveryBinaryPrintsItsVersionAndBuild) {
+  for (const char* program : {"microvm", "vhost-user-scsi", "vmmctl"}) {
+    ProcessResult result = RunProcess({Binaries().at(program), "--version"});
+    ASSERT_TRUE(result.exited) << program;
+    EXPECT_EQ(result.exit_status, 0) << program << ": " << result.err;
+    EXPECT_THAT(result.out, ::testing::MatchesRegex(absl::StrCat(
+                                program, " [0-9][0-9.]* \\((opt|fastbuild|dbg)(, ASan)? build\\)\n")));
+  }
+}
+
 // Acceptance of issue 17: `microvm --help | grep -c -- '--'` lists every flag the README names.
 TEST(DocFlagsTest, EveryFlagTheReadmeNamesIsInMicrovmHelp) {
   const std::set<std::string> readme = TableFlags(Read(Runfile("README.md")));

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -146,8 +147,11 @@ class ScsiTest : public ::testing::Test {
   // for status 0, that the guest's test passed.
   ProcessResult Run(const std::string& cmdline, std::vector<std::string> flags, int want_status = 0,
                     absl::Duration timeout = absl::Seconds(60)) {
-    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest, "--cmdline=" + cmdline,
-                                     "--memory=128M"};
+    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest, "--cmdline=" + cmdline};
+    // 128 MiB unless the test gives its own size (a setting may be given once).
+    if (std::none_of(flags.begin(), flags.end(), [](const std::string& f) { return f.starts_with("--memory="); })) {
+      argv.push_back("--memory=128M");
+    }
     argv.insert(argv.end(), flags.begin(), flags.end());
     ProcessOptions options;
     options.timeout = timeout;

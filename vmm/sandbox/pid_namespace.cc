@@ -21,11 +21,12 @@
 namespace vmm::sandbox {
 namespace {
 
-// Signals whose default action ends a process. The VMM takes SIGINT and SIGTERM itself (a clean
-// stop through its signalfd); as PID 1 of its namespace it would ignore the others, so the
-// supervisor ends it with SIGKILL and then dies of the signal it got, as the VMM would have.
-constexpr int kStopSignals[] = {SIGINT, SIGTERM};
-constexpr int kOtherFatalSignals[] = {SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE,
+// Signals whose default action ends a process. The VMM takes SIGINT, SIGTERM and SIGHUP itself (a
+// clean stop through its signalfd: vmm::StopSignalFd); as PID 1 of its namespace it would ignore
+// the others, so the supervisor ends it with SIGKILL and then dies of the signal it got, as the
+// VMM would have.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kOtherFatalSignals[] = {SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE,
                                       SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
 
 bool IsOneOf(int signal, const auto& list) {
@@ -108,7 +109,8 @@ sigset_t WaitedSignals() {
       continue;
     }
     if (IsOneOf(signal, kStopSignals)) {
-      // A terminal's Ctrl-C (SI_KERNEL) reached the VMM already: it is in the same process group.
+      // A terminal's Ctrl-C or hang-up (SI_KERNEL) reached the VMM already: it is in the same
+      // process group.
       if (info.si_code != SI_KERNEL) kill(child, signal);
     } else if (fatal_signal == 0) {
       fatal_signal = signal;

@@ -127,10 +127,10 @@ TEST_F(PidNamespaceTest, StopSignalsReachTheVmmThroughTheSupervisor) {
 TEST_F(PidNamespaceTest, AnotherFatalSignalEndsBothAsItWouldHaveEndedTheVmm) {
   const Launched launched = Launch(VmmThatRunsForEver);
   ASSERT_GT(launched.vmm, 1);
-  ASSERT_EQ(kill(launched.supervisor, SIGHUP), 0);
+  ASSERT_EQ(kill(launched.supervisor, SIGQUIT), 0);
   const int status = WaitFor(launched.supervisor);
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
-  EXPECT_EQ(WTERMSIG(status), SIGHUP);
+  EXPECT_EQ(WTERMSIG(status), SIGQUIT);
   // The supervisor waited for the VMM before it ended: nothing of it is left.
   EXPECT_NE(kill(launched.vmm, 0), 0);
   EXPECT_EQ(errno, ESRCH);
