@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -141,7 +142,8 @@ const vmm::ProgramHelp& Help() {
                 {"boot-marker", "TEXT"}}},
           },
       .epilogue =
-          "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
+          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), once "
+          "each; dashes and underscores are the same. Exit "
           "status: the guest's debug-exit value; 0 after a guest reset (unless --on-reboot=restart) or "
           "power-off or an API Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
           "--flag=value: what is wrong\" (docs/errors.md lists them).",
@@ -217,6 +219,22 @@ absl::Status NameTheInput(const vmm::VmConfig& config, const absl::Status& statu
   return status;
 }
 
+// Whether --serial=file:PATH can be written, without creating or truncating it: an existing file
+// must be a writable regular file (or a device, a FIFO), a new one needs a writable directory.
+absl::Status CheckSerialFile(const std::string& path) {
+  struct stat existing {};
+  if (stat(path.c_str(), &existing) == 0) {
+    if (S_ISDIR(existing.st_mode)) return absl::FailedPreconditionError(strerror(EISDIR));
+    if (access(path.c_str(), W_OK) != 0) return absl::PermissionDeniedError(strerror(errno));
+    return absl::OkStatus();
+  }
+  if (errno != ENOENT) return absl::ErrnoToStatus(errno, strerror(errno));
+  const size_t slash = path.rfind('/');
+  const std::string directory = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  if (access(directory.c_str(), W_OK) != 0) return absl::ErrnoToStatus(errno, strerror(errno));
+  return absl::OkStatus();
+}
+
 // An error starting the API server, naming the listener's flag where it is about one.
 absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
   absl::Status named = vmm::NameTheFlag("--api-socket", options.unix_socket_path,
@@ -254,18 +272,23 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
   sys_util::ScopedFd serial_file;
+  std::string serial_path;  // --serial=file:PATH
   const std::string serial = absl::GetFlag(FLAGS_serial);
   if (serial == "stdout") {
     config.serial_output_fd = STDOUT_FILENO;
   } else if (serial == "none") {
     config.serial_output_fd = -1;
   } else if (absl::StartsWith(serial, "file:")) {
-    const std::string path = serial.substr(5);
-    serial_file.Reset(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!serial_file.valid()) {
-      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial, path,
-                                  strerror(errno)));
+    // The file is created or truncated only once the start has succeeded (OpenSerialFile below):
+    // a start that fails leaves an earlier run's console output alone. Until then the VM holds a
+    // stand-in on the same descriptor number; nothing is written before the guest runs.
+    serial_path = serial.substr(5);
+    if (absl::Status writable = CheckSerialFile(serial_path); !writable.ok()) {
+      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial,
+                                  serial_path, writable.message()));
     }
+    serial_file.Reset(open("/dev/null", O_WRONLY | O_CLOEXEC));
+    if (!serial_file.valid()) return Fail(sys_util::ErrnoStatus(errno, "/dev/null"));
     config.serial_output_fd = serial_file.get();
   } else {
     return Fail(absl::StrFormat("--serial=%s: expected stdout, none or file:PATH", serial));
@@ -321,6 +344,17 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
     }
   }
 
+  // The start has succeeded: now the console file may be created or truncated, in place of the
+  // stand-in the VM holds.
+  if (!serial_path.empty()) {
+    sys_util::ScopedFd file(open(serial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!file.valid() || dup3(file.get(), serial_file.get(), O_CLOEXEC) < 0) {
+      const int error = errno;
+      if (api_server != nullptr) api_server->Stop();
+      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial,
+                                  serial_path, strerror(error)));
+    }
+  }
   // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
   // before the guest runs a single instruction.
   if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {

@@ -87,7 +87,8 @@ const vmm::ProgramHelp& Help() {
                 {"jail-cgroup-parent", "PATH"}}},
           },
       .epilogue =
-          "Flags take --name=value or --name value; dashes and underscores are the same. Exit "
+          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), once "
+          "each; dashes and underscores are the same. Exit "
           "status: 0 when the front end disconnects or on SIGINT/SIGTERM/SIGHUP; 1 for an error, printed "
           "as \"vhost-user-scsi: --flag=value: what is wrong\" (docs/errors.md lists them).",
   };

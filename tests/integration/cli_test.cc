@@ -266,6 +266,21 @@ TEST_F(ErrorsDocTest, EveryRowIsChecked) {
   EXPECT_GE(run, 50);
 }
 
+// --serial=file:PATH is created or truncated only by a start that succeeds: a start that fails
+// (here: no KVM device) leaves an earlier run's console output, and creates no file.
+TEST_F(ErrorsDocTest, AFailedStartLeavesTheSerialFileAlone) {
+  Write("console.txt", "the last run's console\n");
+  for (const char* file : {"console.txt", "new-console.txt"}) {
+    ProcessResult result = RunProcess({Binaries().at("microvm"), "--kernel=" + dir_ + "/kernel",
+                                       absl::StrCat("--serial=file:", dir_, "/", file),
+                                       "--kvm-device=" + dir_ + "/no-kvm", "--jail=off"});
+    EXPECT_EQ(result.exit_status, 1) << result.err;
+    EXPECT_THAT(result.err, HasSubstr("no-kvm"));
+  }
+  EXPECT_EQ(Read(dir_ + "/console.txt"), "the last run's console\n");
+  EXPECT_NE(access((dir_ + "/new-console.txt").c_str(), F_OK), 0);
+}
+
 // A back end killed with SIGKILL leaves its socket behind: the next one on the same path replaces
 // it under the default seccomp filter (the check that tells a stale socket from a live one needs
 // connect(), which the filter refuses, so it runs before the filter), and refuses a live one.
