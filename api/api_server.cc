@@ -512,7 +512,11 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     auto medium = core_.control().OpenMedium(path);
     if (!medium.ok()) return ToGrpc(MediumError(path, medium.status()));
     // On failure the opened medium is dropped here: nothing changed.
-    absl::Status inserted = drive.media->Insert(*std::move(medium), path);
+    // The medium's source names the file for every reader: a path relative to the media
+    // directory gets the directory in front.
+    const std::string root = core_.control().MediaRoot();
+    const std::string source = path[0] == '/' || root.empty() ? path : absl::StrCat(root, "/", path);
+    absl::Status inserted = drive.media->Insert(*std::move(medium), source);
     if (!inserted.ok()) return ToGrpc(Prefixed(drive.name, inserted));
     FillDriveStatus(drive, nullptr, response);
     return grpc::Status::OK;
@@ -783,6 +787,7 @@ void ApiCore::FillVmInfo(pb::VmInfo* out) const {
   out->set_cmdline(status.cmdline);
   out->set_uptime_ms(absl::ToInt64Milliseconds(status.uptime));
   out->set_pid(status.pid);
+  out->set_media_dir(control_.MediaRoot());
   for (const DriveEntry& drive : drives_) FillDriveStatus(drive, nullptr, out->add_drives());
 }
 

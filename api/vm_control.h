@@ -62,6 +62,10 @@ class VmControl {
   // outside it, existing or not): the server then must not look at the path itself, or its
   // answers would tell which files exist outside.
   virtual bool MediaPathsConfined() const { return false; }
+  // The directory media are confined to (--media-dir, absolute as given), or "" (none, or none
+  // reachable in the jail). VmInfo reports it, so that vmmctl sends a path relative to it as
+  // typed; an insert from such a relative path gets the directory joined to it as its source.
+  virtual std::string MediaRoot() const { return ""; }
 
   virtual VmStatus Status() const = 0;
 

@@ -299,12 +299,19 @@ int Runner::MediaStatus(const std::string& drive) {
 }
 
 int Runner::MediaInsert(const std::string& drive, const std::string& path) {
-  // The VMM opens the path itself, possibly from another working directory: send it absolute.
+  // The VMM opens the path itself, possibly from another working directory: a relative path is
+  // sent absolute, unless the VMM takes media from its --media-dir only, where a relative path
+  // is relative to that directory (as the user meant it: "media insert cd0 disc2.iso").
   std::string absolute = path;
   if (!path.empty() && path[0] != '/') {
+    grpc::ClientContext context;
+    Context(context);
+    vmm::v1::VmInfo info;
+    grpc::Status status = vm_->GetInfo(&context, vmm::v1::GetInfoRequest(), &info);
+    if (!status.ok()) return RpcError(status);
     std::error_code ec;
     auto p = std::filesystem::absolute(path, ec);
-    if (!ec) absolute = p.lexically_normal().string();
+    if (info.media_dir().empty() && !ec) absolute = p.lexically_normal().string();
   }
   if (Has("force")) {
     // --force: take out whatever is in the drive first (ignoring the guest's lock).
@@ -851,8 +858,9 @@ std::string VmInfoText(const vmm::v1::VmInfo& info) {
       {"kernel:", info.kernel()},
       {"cmdline:", info.cmdline()},
       {"uptime:", absl::StrFormat("%.3f s", info.uptime_ms() / 1000.0)},
-      {"drives:", absl::StrCat(info.drives_size())},
   };
+  if (!info.media_dir().empty()) rows.push_back({"media dir:", info.media_dir()});
+  rows.push_back({"drives:", absl::StrCat(info.drives_size())});
   std::string text = Table(rows);
   if (info.drives_size() > 0) {
     std::string table = DriveTable(info.drives());

@@ -221,6 +221,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     info->set_cmdline("test=hello");
     info->set_uptime_ms(1234);
     info->set_pid(4242);
+    info->set_media_dir(media_dir_);
     for (const DriveStatus& d : drives_) *info->add_drives() = d;
     return grpc::Status::OK;
   }
@@ -255,6 +256,10 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     return grpc::Status::OK;
   }
 
+  void set_media_dir(const std::string& directory) {
+    absl::MutexLock lock(&mutex_);
+    media_dir_ = directory;
+  }
   vmm::v1::ShutdownRequest last_shutdown() {
     absl::MutexLock lock(&mutex_);
     return last_shutdown_;
@@ -266,6 +271,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
   }
 
  private:
+  std::string media_dir_ ABSL_GUARDED_BY(mutex_);
   DriveStatus* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     for (DriveStatus& d : drives_) {
       if (d.name() == name) return &d;
@@ -622,6 +628,13 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   Result tray = Vmmctl({"media", "tray", "cd0", "open"});
   ASSERT_EQ(tray.status, 0) << tray.err;
   EXPECT_THAT(tray.out, HasSubstr("tray open"));
+
+  // A VMM with --media-dir takes a relative path relative to that directory: sent as typed.
+  fake_.set_media_dir("/srv/media");
+  Result confined = Vmmctl({"media", "insert", "cd0", "discs/two.iso", "--force"});
+  ASSERT_EQ(confined.status, 0) << confined.err;
+  EXPECT_EQ(fake_.last_insert_path(), "discs/two.iso");
+  EXPECT_THAT(Vmmctl({"vm", "info"}).out, HasSubstr("media dir:  /srv/media"));
 }
 
 // --wait: the guest agrees to the eject request (it opens the tray, which the watch shows), and

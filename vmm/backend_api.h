@@ -29,6 +29,9 @@ class BackendApiControl : public api::VmControl {
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
   bool MediaPathsConfined() const override { return media_dir_ != nullptr; }
+  std::string MediaRoot() const override {
+    return media_dir_ != nullptr ? media_dir_->path() : "";
+  }
   api::VmStatus Status() const override;
   absl::Status Pause() override;
   absl::Status Resume() override;

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -31,8 +32,13 @@ absl::StatusOr<std::unique_ptr<MediaDirectory>> MediaDirectory::Open(const std::
   }
   std::string resolved_path = resolved;
   std::free(resolved);
+  // Absolute as given: an insert names media by absolute paths under it, or relative ones.
+  std::error_code error;
+  std::string absolute = std::filesystem::absolute(trimmed, error).lexically_normal().string();
+  if (error) absolute = resolved_path;
+  while (absolute.size() > 1 && absolute.back() == '/') absolute.pop_back();
   return std::unique_ptr<MediaDirectory>(
-      new MediaDirectory(trimmed, std::move(resolved_path), std::move(fd)));
+      new MediaDirectory(std::move(absolute), std::move(resolved_path), std::move(fd)));
 }
 
 std::unique_ptr<MediaDirectory> MediaDirectory::NoneInTheJail() {
@@ -58,13 +64,20 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
   }
   std::string relative = path;
   if (absl::StartsWith(path, "/")) {
-    // An absolute path is accepted where it names a file under the directory as given.
-    const std::string prefix = path_ == "/" ? "/" : path_ + "/";
-    if (!absl::StartsWith(path, prefix) || path.size() == prefix.size()) {
+    // An absolute path is accepted where it names a file under the directory, as given or
+    // resolved; what follows is opened beneath the directory either way.
+    relative.clear();
+    for (const std::string* directory : {&path_, &resolved_path_}) {
+      const std::string prefix = *directory == "/" ? "/" : *directory + "/";
+      if (absl::StartsWith(path, prefix) && path.size() > prefix.size()) {
+        relative = path.substr(prefix.size());
+        break;
+      }
+    }
+    if (relative.empty()) {
       return absl::PermissionDeniedError(
           absl::StrCat(path, ": outside the directory media may come from"));
     }
-    relative = path.substr(prefix.size());
   }
   return AsCdMedium(
       block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path,

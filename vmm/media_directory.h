@@ -36,6 +36,8 @@ class MediaDirectory {
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
                                                                   unsigned queue_threads) const;
 
+  // Absolute, as given (made absolute against the working directory at Open, "." and ".."
+  // removed, symbolic links kept): what media paths are checked and reported against.
   const std::string& path() const { return path_; }
   // Resolved (realpath) when opened: where the jail shares it. Empty for NoneInTheJail().
   const std::string& resolved_path() const { return resolved_path_; }
@@ -44,7 +46,7 @@ class MediaDirectory {
   MediaDirectory(std::string path, std::string resolved_path, sys_util::ScopedFd fd)
       : path_(std::move(path)), resolved_path_(std::move(resolved_path)), fd_(std::move(fd)) {}
 
-  std::string path_;  // as given, without trailing slashes
+  std::string path_;  // absolute as given, without trailing slashes
   std::string resolved_path_;
   sys_util::ScopedFd fd_;
 };

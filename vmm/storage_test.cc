@@ -257,9 +257,28 @@ TEST_F(StorageApiTest, InsertWithAMediaDirectoryRefusesThemToo) {
   const grpc::Status refused = Insert("small.iso", &status);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(refused.error_message(), HasSubstr("insert: small.iso: 2047 bytes is too small"));
-  // Relative to the directory, and reported as given there.
+  // Relative to the directory, and reported absolute (the directory joined to it), as an insert
+  // by absolute path under the directory is.
   ASSERT_TRUE(Insert("disc.iso", &status).ok());
-  EXPECT_EQ(status.source(), "disc.iso");
+  EXPECT_EQ(status.source(), Path("disc.iso"));
+}
+
+// --media-dir given relative: absolute paths under it work too, and sources are absolute.
+TEST_F(StorageApiTest, ARelativeMediaDirectoryTakesAbsolutePathsUnderIt) {
+  char cwd[PATH_MAX];
+  ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+  ASSERT_EQ(chdir(dir_.c_str()), 0);
+  ASSERT_EQ(mkdir("media", 0755), 0);
+  ASSERT_EQ(rename("disc.iso", "media/disc.iso"), 0);
+  auto directory = MediaDirectory::Open("./media/");
+  ASSERT_EQ(chdir(cwd), 0);
+  ASSERT_TRUE(directory.ok()) << directory.status();
+  EXPECT_EQ((*directory)->path(), Path("media"));
+  Start(directory->get());
+  vmm::v1::DriveStatus status;
+  EXPECT_EQ(Insert(Path("one-block.iso"), &status).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  ASSERT_TRUE(Insert(Path("media/disc.iso"), &status).ok());
+  EXPECT_EQ(status.source(), Path("media/disc.iso"));
 }
 
 TEST_F(StorageApiTest, RelativePathsAreReportedAbsolute) {

@@ -25,6 +25,9 @@ class VmApiControl : public api::VmControl {
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
   bool MediaPathsConfined() const override { return media_dir_ != nullptr; }
+  std::string MediaRoot() const override {
+    return media_dir_ != nullptr ? media_dir_->path() : "";
+  }
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
