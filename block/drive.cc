@@ -2,16 +2,20 @@
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <chrono>
+#include <deque>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
@@ -20,6 +24,13 @@ namespace block {
 
 struct Drive::Shared {
   DriveOptions options;
+  // I/O limits: the drive's own budget (unlimited unless set) and its group's.
+  std::unique_ptr<Throttle> own;
+  mutable absl::Mutex group_mutex;
+  std::shared_ptr<Throttle> group ABSL_GUARDED_BY(group_mutex);
+  // Own limits or a group: queues admit requests through the throttles. Read on every request
+  // without a lock; a change is followed by a wake-up of every waiter.
+  std::atomic<bool> throttled{false};
   // Exactly one of `backend` (a fixed drive) and `media` (a removable one) is set.
   std::shared_ptr<BlockBackend> backend;
   BackendInfo backend_info;  // the fixed backend's, read once
@@ -65,12 +76,14 @@ class DriveQueue final : public BlockQueue, private MediaListener {
                                                             CompletionHandler handler);
 
   DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, sys_util::ScopedFd epoll_fd,
-             sys_util::ScopedFd event_fd)
+             sys_util::ScopedFd event_fd, sys_util::ScopedFd timer_fd)
       : shared_(std::move(shared)),
         removable_(shared_->media != nullptr),
         handler_(std::move(handler)),
         epoll_fd_(std::move(epoll_fd)),
-        event_fd_(std::move(event_fd)) {}
+        event_fd_(std::move(event_fd)),
+        timer_fd_(std::move(timer_fd)),
+        waiter_([fd = timer_fd_.get()](absl::Time at) { ArmTimer(fd, at); }) {}
   ~DriveQueue() override;
 
   void Enqueue(const Request& request, uint64_t cookie) override;
@@ -117,6 +130,21 @@ class DriveQueue final : public BlockQueue, private MediaListener {
     Note note;
   };
 
+  // A request waiting for its budget (I/O limits), in arrival order.
+  struct Throttled {
+    Request request;
+    uint64_t cookie;
+    Clock::time_point start;
+  };
+
+  // The request's checks and its way to the backend (Enqueue() once it may go).
+  void Issue(const Request& request, uint64_t cookie, Clock::time_point start);
+  // Whether `request` may go now under the drive's limits, taking its budget if so; if not, the
+  // timer is armed (or the throttle wakes the queue when its turn comes).
+  bool Admit(const Request& request);
+  // Issues the waiting requests that may go now, in order, and submits them.
+  void ReleaseThrottled();
+  static void ArmTimer(int timer_fd, absl::Time at);
   Backing* AddBacking(uint64_t generation, std::shared_ptr<BlockBackend> backend,
                       const BackendInfo& info);
   Backing* BackingFor(const MediaState& state);
@@ -139,6 +167,10 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   CompletionHandler handler_;
   const sys_util::ScopedFd epoll_fd_;
   const sys_util::ScopedFd event_fd_;
+  const sys_util::ScopedFd timer_fd_;  // in epoll_fd_'s set: when waiting requests may go
+  Throttle::Waiter waiter_;
+  std::shared_ptr<Throttle> group_;  // the group last admitted through (left when destroyed)
+  std::deque<Throttled> throttled_;
 
   std::vector<std::unique_ptr<Backing>> backings_;
   Backing* current_ = nullptr;  // the medium requests go to; null until one is seen
@@ -158,13 +190,19 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
   sys_util::ScopedFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_fd.valid()) return absl::ErrnoToStatus(errno, "epoll_create1");
   ASSIGN_OR_RETURN(sys_util::ScopedFd event_fd, sys_util::MakeEventFd());
-  epoll_event event{};
-  event.events = EPOLLIN;
-  if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, event_fd.get(), &event) != 0) {
-    return absl::ErrnoToStatus(errno, "epoll_ctl");
+  // CLOCK_REALTIME: the throttles' clock is absl::Now(), and the timer is armed at their times.
+  sys_util::ScopedFd timer_fd(::timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC));
+  if (!timer_fd.valid()) return absl::ErrnoToStatus(errno, "timerfd_create");
+  for (int fd : {event_fd.get(), timer_fd.get()}) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    if (::epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+      return absl::ErrnoToStatus(errno, "epoll_ctl");
+    }
   }
   auto queue = std::make_unique<DriveQueue>(std::move(shared), std::move(handler),
-                                            std::move(epoll_fd), std::move(event_fd));
+                                            std::move(epoll_fd), std::move(event_fd),
+                                            std::move(timer_fd));
   Drive::Shared& s = *queue->shared_;
   if (s.backend != nullptr) {
     Backing* backing = queue->AddBacking(0, s.backend, s.backend_info);
@@ -180,6 +218,9 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
 
 DriveQueue::~DriveQueue() {
   if (removable_) shared_->media->RemoveListener(this);
+  // Out of every line, so no throttle wakes a queue that is gone.
+  shared_->own->Leave(waiter_);
+  if (group_ != nullptr) group_->Leave(waiter_);
   destroying_ = true;  // a backend queue may report cancellations while it is destroyed
   for (const std::unique_ptr<Backing>& backing : backings_) {
     if (backing->queue != nullptr) {
@@ -246,6 +287,58 @@ void DriveQueue::RetireIdle() {
 void DriveQueue::Enqueue(const Request& request, uint64_t cookie) {
   const Clock::time_point start = Clock::now();
   ++in_flight_;
+  if (shared_->throttled.load(std::memory_order_acquire) &&
+      (!throttled_.empty() || !Admit(request))) {
+    throttled_.push_back(Throttled{request, cookie, start});
+    return;
+  }
+  Issue(request, cookie, start);
+}
+
+void DriveQueue::ArmTimer(int timer_fd, absl::Time at) {
+  // Absolute, on CLOCK_REALTIME (absl::Now()'s). A time already past is made 1 ns from the epoch:
+  // an all-zero it_value would disarm the timer instead.
+  const timespec when = absl::ToTimespec(at);
+  itimerspec spec{};
+  spec.it_value = when.tv_sec > 0 || when.tv_nsec > 0 ? when : timespec{0, 1};
+  ::timerfd_settime(timer_fd, TFD_TIMER_ABSTIME, &spec, nullptr);
+}
+
+bool DriveQueue::Admit(const Request& request) {
+  if (request.type == RequestType::kFlush) return true;  // no budget: it only waits its turn
+  std::shared_ptr<Throttle> group;
+  {
+    absl::MutexLock lock(&shared_->group_mutex);
+    group = shared_->group;
+  }
+  if (group_ != group) {
+    if (group_ != nullptr) group_->Leave(waiter_);
+    group_ = group;
+  }
+  std::vector<Throttle*> throttles = {shared_->own.get()};
+  if (group != nullptr) throttles.push_back(group.get());
+  const uint64_t bytes = request.type == RequestType::kDiscard ? 0 : request.length();
+  const absl::Time at = AdmitThrough(throttles, waiter_, bytes);
+  if (at == absl::InfinitePast()) return true;
+  if (at != absl::InfiniteFuture()) ArmTimer(timer_fd_.get(), at);
+  return false;
+}
+
+void DriveQueue::ReleaseThrottled() {
+  bool issued = false;
+  while (!throttled_.empty()) {
+    const Throttled& next = throttled_.front();
+    if (shared_->throttled.load(std::memory_order_acquire) && !Admit(next.request)) break;
+    shared_->stats.RecordThrottled(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - next.start).count()));
+    Issue(next.request, next.cookie, next.start);
+    throttled_.pop_front();
+    issued = true;
+  }
+  if (issued) Submit();
+}
+
+void DriveQueue::Issue(const Request& request, uint64_t cookie, Clock::time_point start) {
   const uint64_t length = request.type == RequestType::kFlush ? 0 : request.length();
   Backing* backing = current_;
   if (removable_) {
@@ -385,6 +478,11 @@ void DriveQueue::ProcessCompletions() {
     sys_util::DrainEventFd(event_fd_.get());
     signalled_ = false;
   }
+  if (!throttled_.empty()) {
+    uint64_t expirations = 0;
+    (void)!::read(timer_fd_.get(), &expirations, sizeof(expirations));  // EAGAIN: not yet
+    ReleaseThrottled();
+  }
   done_.insert(done_.end(), immediate_.begin(), immediate_.end());
   immediate_.clear();
 
@@ -462,6 +560,7 @@ absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateFixed(DriveOptions options,
                                                    "\": logical block size ", block,
                                                    " is not a power of two"));
   }
+  shared->own = std::make_unique<Throttle>(options.name, IoLimits{});
   shared->options = std::move(options);
   shared->backend = std::move(backend);
   return std::make_unique<Drive>(Key(), std::move(shared));
@@ -471,6 +570,7 @@ absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateRemovable(
     DriveOptions options, std::shared_ptr<RemovableMedia> media) {
   if (media == nullptr) return absl::InvalidArgumentError("removable drive without media");
   auto shared = std::make_shared<Shared>();
+  shared->own = std::make_unique<Throttle>(options.name, IoLimits{});
   shared->options = std::move(options);
   shared->media = std::move(media);
   return std::make_unique<Drive>(Key(), std::move(shared));
@@ -494,6 +594,33 @@ DriveInfo Drive::InfoFor(const MediaState& state) const {
 RemovableMedia* Drive::media() const { return shared_->media.get(); }
 
 const Stats& Drive::stats() const { return shared_->stats; }
+
+absl::Status Drive::SetLimits(const IoLimits& limits) {
+  RETURN_IF_ERROR(ValidateIoLimits(limits));
+  absl::MutexLock lock(&shared_->group_mutex);
+  shared_->throttled.store(!limits.unlimited() || shared_->group != nullptr,
+                           std::memory_order_release);
+  shared_->own->SetLimits(limits);  // wakes whoever waits, to try under the new limits
+  return absl::OkStatus();
+}
+
+IoLimits Drive::limits() const { return shared_->own->limits(); }
+
+void Drive::SetGroup(std::shared_ptr<Throttle> group) {
+  absl::MutexLock lock(&shared_->group_mutex);
+  std::shared_ptr<Throttle> old = std::exchange(shared_->group, std::move(group));
+  shared_->throttled.store(!shared_->own->limits().unlimited() || shared_->group != nullptr,
+                           std::memory_order_release);
+  // Waiters try again now, under the new group or none: those in the drive's own line, and those
+  // that had got through it and stood in the old group's.
+  shared_->own->WakeWaiters();
+  if (old != nullptr) old->WakeWaiters();
+}
+
+std::shared_ptr<Throttle> Drive::group() const {
+  absl::MutexLock lock(&shared_->group_mutex);
+  return shared_->group;
+}
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> Drive::CreateQueue(CompletionHandler handler) {
   return DriveQueue::Create(shared_, std::move(handler));

@@ -10,6 +10,7 @@
 #include "block/cache_mode.h"
 #include "block/media.h"
 #include "block/stats.h"
+#include "block/throttle.h"
 
 namespace block {
 
@@ -73,6 +74,16 @@ class Drive {
   // Null for a fixed drive.
   RemovableMedia* media() const;
   const Stats& stats() const;
+
+  // I/O limits (block/throttle.h): the drive's own, and the group whose budget it shares (null:
+  // none). Both may change at any time, from any thread, and apply at once to every request not
+  // yet admitted. A limited request waits in the drive's queue, not in the iothread, whose other
+  // drives go on; reads and writes take one operation and their bytes, discards one operation,
+  // flushes nothing (a flush waits only behind requests queued before it, in order).
+  absl::Status SetLimits(const IoLimits& limits);
+  IoLimits limits() const;
+  void SetGroup(std::shared_ptr<Throttle> group);
+  std::shared_ptr<Throttle> group() const;
 
   // A queue for the calling iothread. For a fixed drive it creates the backend's queue at once (and
   // fails if that fails); a removable drive creates one per medium on first use, on this thread.

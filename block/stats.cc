@@ -83,6 +83,8 @@ StatsSnapshot Stats::Snapshot() const {
   s.fua_emulated = get(fua_emulated_);
   s.flushes_ignored = get(flushes_ignored_);
   s.fua_ignored = get(fua_ignored_);
+  s.throttled_requests = get(throttled_requests_);
+  s.throttled_us = get(throttled_us_);
   for (int i = 0; i < kLatencyBuckets; ++i) {
     s.latency.buckets[i] = get(latency_buckets_[i]);
     s.latency.count += s.latency.buckets[i];
@@ -110,6 +112,8 @@ std::string FormatStats(const StatsSnapshot& s, absl::string_view name) {
   line("fua_emulated", s.fua_emulated);
   line("flushes_ignored", s.flushes_ignored);
   line("fua_ignored", s.fua_ignored);
+  line("throttled_requests", s.throttled_requests);
+  line("throttled_us", s.throttled_us);
   line("latency_count", s.latency.count);
   absl::StrAppend(&out, prefix, "latency_mean_us ", absl::StrFormat("%.1f", s.latency.MeanUs()),
                   "\n");

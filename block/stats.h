@@ -54,6 +54,9 @@ struct StatsSnapshot {
   // cache=unsafe: guest flushes acknowledged without host I/O, and FUA bits dropped.
   uint64_t flushes_ignored = 0;
   uint64_t fua_ignored = 0;
+  // I/O limits (block/throttle.h): requests that waited for their budget, and for how long in all.
+  uint64_t throttled_requests = 0;
+  uint64_t throttled_us = 0;
   // Of every successful request, from Enqueue() to its completion handler.
   LatencyHistogram latency;
 };
@@ -74,6 +77,10 @@ class Stats {
   void RecordFuaEmulated() { Add(fua_emulated_); }
   void RecordFlushIgnored() { Add(flushes_ignored_); }
   void RecordFuaIgnored() { Add(fua_ignored_); }
+  void RecordThrottled(uint64_t waited_us) {
+    Add(throttled_requests_);
+    Add(throttled_us_, waited_us);
+  }
 
   StatsSnapshot Snapshot() const;
 
@@ -94,6 +101,8 @@ class Stats {
   std::atomic<uint64_t> fua_emulated_{0};
   std::atomic<uint64_t> flushes_ignored_{0};
   std::atomic<uint64_t> fua_ignored_{0};
+  std::atomic<uint64_t> throttled_requests_{0};
+  std::atomic<uint64_t> throttled_us_{0};
   std::array<std::atomic<uint64_t>, kLatencyBuckets> latency_buckets_{};
   std::atomic<uint64_t> latency_sum_us_{0};
   std::atomic<uint64_t> latency_max_us_{0};

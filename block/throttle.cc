@@ -120,13 +120,21 @@ void Throttle::LeaveLocked(Waiter& waiter, absl::Time now) {
   if (was_first && !waiting_.empty()) waiting_.front()->wake_(now);
 }
 
+void Throttle::WakeWaiters() {
+  absl::MutexLock lock(&mutex_);
+  const absl::Time now = clock_->Now();
+  for (Waiter* waiter : waiting_) waiter->wake_(now);
+}
+
 void Throttle::Leave(Waiter& waiter) {
   absl::MutexLock lock(&mutex_);
   LeaveLocked(waiter, clock_->Now());
 }
 
+// The analysis cannot follow locks held through a vector: every throttle's mutex is taken below,
+// before any *Locked call, and held until the function returns.
 absl::Time AdmitThrough(const std::vector<Throttle*>& throttles, Throttle::Waiter& waiter,
-                        uint64_t bytes) {
+                        uint64_t bytes) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (throttles.empty()) return absl::InfinitePast();
   // Locked in the order given (a drive's own, then its group's), all at once: the tokens are
   // taken from every throttle or from none.

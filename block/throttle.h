@@ -97,6 +97,8 @@ class Throttle {
 
   // Forgets `waiter` (its queue is going away, or has nothing left to admit), handing its turn on.
   void Leave(Waiter& waiter);
+  // Tells every waiter to try again now (what they wait for changed: a drive's group).
+  void WakeWaiters();
 
  private:
   friend absl::Time AdmitThrough(const std::vector<Throttle*>&, Waiter&, uint64_t);
