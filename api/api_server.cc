@@ -165,6 +165,30 @@ pb::VmInfo::State ToProto(VmRunState state) {
   return pb::VmInfo::STATE_UNSPECIFIED;
 }
 
+void ToProto(const block::IoLimits& limits, pb::IoLimits* out) {
+  out->set_iops(limits.iops);
+  out->set_bytes_per_second(limits.bytes_per_second);
+  out->set_iops_burst(limits.iops_burst);
+  out->set_bytes_burst(limits.bytes_burst);
+}
+
+block::IoLimits FromProto(const pb::IoLimits& limits) {
+  return {.iops = limits.iops(),
+          .bytes_per_second = limits.bytes_per_second(),
+          .iops_burst = limits.iops_burst(),
+          .bytes_burst = limits.bytes_burst()};
+}
+
+// A drive's I/O limits and group, into its status.
+void FillDriveLimits(const DriveEntry& drive, pb::DriveStatus* out) {
+  if (drive.drive == nullptr) return;
+  const block::IoLimits limits = drive.drive->limits();
+  if (!limits.unlimited()) ToProto(limits, out->mutable_limits());
+  if (const std::shared_ptr<block::Throttle> group = drive.drive->group()) {
+    out->set_io_group(group->name());
+  }
+}
+
 // A drive's status; for a CD-ROM from the media snapshot `state` (the current one if null).
 void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
                      pb::DriveStatus* out) {
@@ -179,6 +203,7 @@ void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
     out->set_source(drive.source);
     out->set_read_only(drive.read_only);
     out->set_cache_mode(drive.cache_mode);
+    FillDriveLimits(drive, out);
     return;
   }
   std::shared_ptr<const block::MediaState> current;
@@ -193,6 +218,7 @@ void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
   out->set_generation(state->generation);
   out->set_source(state->source);
   out->set_read_only(true);
+  FillDriveLimits(drive, out);
 }
 
 void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
@@ -214,6 +240,8 @@ void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
   out->set_latency_p99_us(stats.latency.PercentileUs(99));
   out->set_latency_max_us(stats.latency.max_us);
   if (drive.host_probes) out->set_host_probes(drive.host_probes());
+  out->set_throttled_requests(stats.throttled_requests);
+  out->set_throttled_us(stats.throttled_us);
 }
 
 // The events of one Watch stream, between the media listeners (any thread: the API's, a vCPU's or
@@ -701,6 +729,13 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return HandleGetStats(request, response);
     });
   }
+  grpc::Status StreamedSetDriveLimits(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::SetDriveLimitsRequest, pb::DriveLimits>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleSetDriveLimits(request, response);
+    });
+  }
 
  private:
   grpc::Status HandleGetInfo(const pb::GetInfoRequest*, pb::VmInfo* response) {
@@ -740,6 +775,43 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return grpc::Status::OK;
     }
     for (const DriveEntry& drive : core_.drives()) FillDriveStats(drive, response->add_drives());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleSetDriveLimits(const pb::SetDriveLimitsRequest* request,
+                                    pb::DriveLimits* response) {
+    if (request->drive().empty() == request->group().empty()) {
+      return ToGrpc(absl::InvalidArgumentError(
+          "set limits: name a drive or an --io-group (one of the two)"));
+    }
+    const block::IoLimits limits = FromProto(request->limits());
+    if (absl::Status valid = block::ValidateIoLimits(limits); !valid.ok()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat("set limits: ", valid.message())));
+    }
+    response->set_drive(request->drive());
+    response->set_group(request->group());
+    if (!request->drive().empty()) {
+      auto drive = core_.FindDrive(request->drive());
+      if (!drive.ok()) return ToGrpc(drive.status());
+      if ((*drive)->drive == nullptr) {
+        return ToGrpc(absl::FailedPreconditionError("set limits: the drive has no I/O"));
+      }
+      absl::Status set = (*drive)->drive->SetLimits(limits);
+      if (!set.ok()) return ToGrpc(set);
+      ToProto((*drive)->drive->limits(), response->mutable_limits());
+      return grpc::Status::OK;
+    }
+    const auto groups = core_.control().IoGroups();
+    const auto group = groups.find(request->group());
+    if (group == groups.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, unused] : groups) names.push_back(name);
+      return ToGrpc(absl::NotFoundError(absl::StrFormat(
+          "no --io-group %s (this VM has: %s)", Quote(request->group()),
+          names.empty() ? std::string("none") : absl::StrJoin(names, ", "))));
+    }
+    group->second->SetLimits(limits);
+    ToProto(group->second->limits(), response->mutable_limits());
     return grpc::Status::OK;
   }
 

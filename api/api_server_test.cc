@@ -99,6 +99,12 @@ class FakeVm : public VmControl {
     return !media_dir.empty();
   }
 
+  std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
+    return {{"tenant", tenant}};
+  }
+  std::shared_ptr<block::Throttle> tenant =
+      std::make_shared<block::Throttle>("tenant", block::IoLimits{.iops = 100});
+
   VmStatus Status() const override {
     absl::MutexLock lock(&mutex);
     errno = 0;
@@ -904,6 +910,65 @@ TEST_F(ApiServerTest, Shutdown) {
             StatusCode::FAILED_PRECONDITION);
 }
 
+// I/O limits: a drive's own and a group's, changed live; the drive's status shows them.
+TEST_F(ApiServerTest, SetDriveLimits) {
+  StartServer();
+  auto set = [&](pb::SetDriveLimitsRequest request, pb::DriveLimits* reply) {
+    grpc::ClientContext context;
+    Deadline(context);
+    return vm_service_->SetDriveLimits(&context, request, reply);
+  };
+  pb::SetDriveLimitsRequest request;
+  request.set_drive("disk0");
+  request.mutable_limits()->set_iops(1000);
+  request.mutable_limits()->set_bytes_per_second(10 << 20);
+  pb::DriveLimits reply;
+  ASSERT_TRUE(set(request, &reply).ok());
+  EXPECT_EQ(reply.drive(), "disk0");
+  EXPECT_EQ(reply.limits().iops(), 1000u);
+  EXPECT_EQ(vm_.disk0->limits().bytes_per_second, 10u << 20);
+  vm_.disk0->SetGroup(vm_.tenant);
+  pb::DriveStatus status;
+  pb::GetStatusRequest get;
+  get.set_drive("disk0");
+  {
+    grpc::ClientContext context;
+    Deadline(context);
+    ASSERT_TRUE(media_->GetStatus(&context, get, &status).ok());
+  }
+  EXPECT_EQ(status.limits().iops(), 1000u);
+  EXPECT_EQ(status.io_group(), "tenant");
+  // The group's budget.
+  pb::SetDriveLimitsRequest group;
+  group.set_group("tenant");
+  group.mutable_limits()->set_iops(5);
+  group.mutable_limits()->set_iops_burst(50);
+  ASSERT_TRUE(set(group, &reply).ok());
+  EXPECT_EQ(vm_.tenant->limits().iops_burst, 50u);
+  // All zero lifts a drive's limits.
+  request.clear_limits();
+  ASSERT_TRUE(set(request, &reply).ok());
+  EXPECT_TRUE(vm_.disk0->limits().unlimited());
+  // Refusals: both or neither named, unknown drive or group, a burst without its rate.
+  pb::SetDriveLimitsRequest both = group;
+  both.set_drive("disk0");
+  EXPECT_EQ(set(both, &reply).error_code(), StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(set(pb::SetDriveLimitsRequest(), &reply).error_code(), StatusCode::INVALID_ARGUMENT);
+  pb::SetDriveLimitsRequest unknown;
+  unknown.set_drive("disk9");
+  EXPECT_EQ(set(unknown, &reply).error_code(), StatusCode::NOT_FOUND);
+  unknown.clear_drive();
+  unknown.set_group("nobody");
+  const grpc::Status no_group = set(unknown, &reply);
+  EXPECT_EQ(no_group.error_code(), StatusCode::NOT_FOUND);
+  EXPECT_EQ(no_group.error_message(), "no --io-group 'nobody' (this VM has: tenant)");
+  pb::SetDriveLimitsRequest burst_only;
+  burst_only.set_drive("disk0");
+  burst_only.mutable_limits()->set_iops_burst(5);
+  EXPECT_EQ(set(burst_only, &reply).error_code(), StatusCode::INVALID_ARGUMENT);
+  vm_.disk0->SetGroup(nullptr);
+}
+
 TEST_F(ApiServerTest, GetStats) {
   StartServer();
   // One 4 KiB read and one 8 KiB write through disk0's block-layer queue.
@@ -1282,7 +1347,7 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 11);
+  EXPECT_EQ(methods, 12);
   absl::MutexLock lock(&vm_.mutex);
   EXPECT_TRUE(vm_.shutdowns.empty());
   EXPECT_EQ(vm_.pause_calls, 0);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "block/backend.h"
 #include "block/drive.h"
 #include "block/media.h"
+#include "block/throttle.h"
 
 namespace api {
 
@@ -66,6 +68,8 @@ class VmControl {
   // reachable in the jail). VmInfo reports it, so that vmmctl sends a path relative to it as
   // typed; an insert from such a relative path gets the directory joined to it as its source.
   virtual std::string MediaRoot() const { return ""; }
+  // The --io-group budgets by name (block::Throttle), which SetDriveLimits may change.
+  virtual std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const { return {}; }
 
   virtual VmStatus Status() const = 0;
 

@@ -116,6 +116,8 @@ const std::vector<CommandSpec>& Commands() {
       {{"vm", "resume"}, 0, 0, {}, "vm resume"},
       {{"vm", "shutdown"}, 0, 0, {"force", "grace-ms"}, "vm shutdown [--force] [--grace-ms N]"},
       {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
+      {{"drive", "limit"}, 1, 1, {"iops", "bps", "burst", "group"},
+       "drive limit DRIVE|GROUP [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--group]"},
   };
   return *commands;
 }
@@ -123,11 +125,12 @@ const std::vector<CommandSpec>& Commands() {
 // Options that take a value; every other known option is a switch.
 const std::set<std::string>& ValueOptions() {
   static const auto* names = new std::set<std::string>{"api",      "api-token-file", "timeout", "connect-timeout",
-                                                       "grace-ms", "count",          "format"};
+                                                       "grace-ms", "count",          "format",
+                                                       "iops",     "bps",            "burst"};
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
-  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait", "version"};
+  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait", "version", "group"};
   return *names;
 }
 
@@ -204,6 +207,7 @@ class Runner {
   int VmPauseResume(bool pause);
   int VmShutdown();
   int VmStats(const std::string& drive);
+  int DriveLimit(const std::string& name);
 
   bool Has(const std::string& option) const { return cl_.options.count(option) != 0; }
 
@@ -268,6 +272,8 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
     if (verb == "eject") return MediaEject(arg0);
     if (verb == "tray") return MediaTray(arg0, args[1]);
     if (verb == "watch") return MediaWatch(arg0);
+  } else if (noun == "drive") {
+    if (verb == "limit") return DriveLimit(arg0);
   } else {
     if (verb == "info") return VmInfo();
     if (verb == "pause") return VmPauseResume(true);
@@ -528,6 +534,68 @@ int Runner::VmStats(const std::string& drive) {
   grpc::Status status = vm_->GetStats(&context, request, &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, StatsTable(response));
+}
+
+// --iops N, --bps N[K|M|G], --burst SECONDS into `limits` (none given: unlimited). The bursts
+// become bucket sizes as the launchers' burst= does: that many seconds of each rate.
+absl::Status LimitsFromOptions(const std::map<std::string, std::string>& options,
+                               vmm::v1::IoLimits* limits) {
+  auto find = [&](const char* name) -> const std::string* {
+    const auto it = options.find(name);
+    return it == options.end() ? nullptr : &it->second;
+  };
+  uint64_t number = 0;
+  if (const std::string* iops = find("iops")) {
+    if (!absl::SimpleAtoi(*iops, &number)) return absl::InvalidArgumentError("--iops=" + *iops + ": expected operations a second (0: no limit)");
+    limits->set_iops(number);
+  }
+  if (const std::string* bps = find("bps")) {
+    std::string digits = *bps;
+    uint64_t multiplier = 1;
+    if (!digits.empty()) {
+      const char suffix = absl::ascii_toupper(digits.back());
+      multiplier = suffix == 'K' ? 1ull << 10 : suffix == 'M' ? 1ull << 20 : suffix == 'G' ? 1ull << 30 : 1;
+      if (multiplier != 1) digits.pop_back();
+    }
+    if (!absl::SimpleAtoi(digits, &number)) return absl::InvalidArgumentError("--bps=" + *bps + ": expected bytes a second, with K, M or G (0: no limit)");
+    limits->set_bytes_per_second(number * multiplier);
+  }
+  if (const std::string* burst = find("burst")) {
+    double seconds = 0;
+    if (!absl::SimpleAtod(*burst, &seconds) || !(seconds > 0) || seconds > 3600) {
+      return absl::InvalidArgumentError("--burst=" + *burst + ": expected seconds of the rates (at most 3600)");
+    }
+    if (limits->iops() == 0 && limits->bytes_per_second() == 0) return absl::InvalidArgumentError("--burst needs --iops or --bps");
+    if (limits->iops() != 0) limits->set_iops_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->iops() * seconds)));
+    if (limits->bytes_per_second() != 0) {
+      limits->set_bytes_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->bytes_per_second() * seconds)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string LimitsText(const vmm::v1::IoLimits& limits) {
+  if (limits.iops() == 0 && limits.bytes_per_second() == 0) return "unlimited";
+  std::vector<std::string> parts;
+  if (limits.iops() != 0) parts.push_back(absl::StrCat(limits.iops(), " IOPS"));
+  if (limits.bytes_per_second() != 0) parts.push_back(absl::StrCat(HumanSize(limits.bytes_per_second()), "/s"));
+  if (limits.iops_burst() != 0) parts.push_back(absl::StrCat("burst ", limits.iops_burst(), " ops"));
+  if (limits.bytes_burst() != 0) parts.push_back(absl::StrCat("burst ", HumanSize(limits.bytes_burst())));
+  return absl::StrJoin(parts, ", ");
+}
+
+int Runner::DriveLimit(const std::string& name) {
+  vmm::v1::SetDriveLimitsRequest request;
+  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
+    return UsageError(std::string(parsed.message()));
+  }
+  (Has("group") ? request.mutable_group() : request.mutable_drive())->assign(name);
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::DriveLimits response;
+  grpc::Status status = vm_->SetDriveLimits(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, absl::StrCat(Has("group") ? "group " : "", name, ": ", LimitsText(response.limits()), "\n"));
 }
 
 bool ParseSeconds(const std::string& text, absl::Duration* out) {

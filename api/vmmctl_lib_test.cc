@@ -240,6 +240,19 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     info->set_state(vmm::v1::VmInfo::STOPPING);
     return grpc::Status::OK;
   }
+  grpc::Status SetDriveLimits(grpc::ServerContext*, const vmm::v1::SetDriveLimitsRequest* request,
+                              vmm::v1::DriveLimits* reply) override {
+    absl::MutexLock lock(&mutex_);
+    last_limits_ = *request;
+    reply->set_drive(request->drive());
+    reply->set_group(request->group());
+    *reply->mutable_limits() = request->limits();
+    return grpc::Status::OK;
+  }
+  vmm::v1::SetDriveLimitsRequest last_limits() {
+    absl::MutexLock lock(&mutex_);
+    return last_limits_;
+  }
   grpc::Status GetStats(grpc::ServerContext*, const vmm::v1::GetStatsRequest* request,
                         vmm::v1::GetStatsResponse* response) override {
     if (!request->drive().empty() && request->drive() != "cd0" && request->drive() != "disk0") {
@@ -272,6 +285,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
 
  private:
   std::string media_dir_ ABSL_GUARDED_BY(mutex_);
+  vmm::v1::SetDriveLimitsRequest last_limits_ ABSL_GUARDED_BY(mutex_);
   DriveStatus* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     for (DriveStatus& d : drives_) {
       if (d.name() == name) return &d;
@@ -442,6 +456,9 @@ TEST_F(VmmctlTest, UsageErrorsExitTwoWithoutConnecting) {
            {"media", "watch", "--count", "0"},
            {"media", "eject", ""},
            {"--nope", "vm", "info"},
+           {"drive", "limit", "disk0", "--iops", "many"},
+           {"drive", "limit", "disk0", "--burst", "1"},
+           {"drive", "limit"},
        }) {
     Result r = Vmmctl(args);
     EXPECT_EQ(r.status, kExitUsage) << ::testing::PrintToString(args) << "\n" << r.err;
@@ -455,6 +472,23 @@ TEST_F(VmmctlTest, UsageErrorsExitTwoWithoutConnecting) {
   Result help = Vmmctl({"--help"}, false);
   EXPECT_EQ(help.status, 0);
   EXPECT_THAT(help.out, HasSubstr("media eject DRIVE [--force | --wait]"));
+}
+
+TEST_F(VmmctlTest, DriveLimitSetsADrivesOrAGroupsBudget) {
+  Result drive = Vmmctl({"drive", "limit", "disk0", "--iops", "1000", "--bps", "10M", "--burst", "0.5"});
+  ASSERT_EQ(drive.status, 0) << drive.err;
+  EXPECT_EQ(drive.out, "disk0: 1000 IOPS, 10.0 MiB/s, burst 500 ops, burst 5.0 MiB\n");
+  vmm::v1::SetDriveLimitsRequest sent = fake_.last_limits();
+  EXPECT_EQ(sent.drive(), "disk0");
+  EXPECT_EQ(sent.limits().bytes_per_second(), 10u << 20);
+  Result group = Vmmctl({"drive", "limit", "tenant", "--group", "--iops", "200"});
+  ASSERT_EQ(group.status, 0) << group.err;
+  EXPECT_EQ(group.out, "group tenant: 200 IOPS\n");
+  EXPECT_EQ(fake_.last_limits().group(), "tenant");
+  EXPECT_TRUE(fake_.last_limits().drive().empty());
+  Result lifted = Vmmctl({"drive", "limit", "disk0"});
+  ASSERT_EQ(lifted.status, 0) << lifted.err;
+  EXPECT_EQ(lifted.out, "disk0: unlimited\n");
 }
 
 TEST_F(VmmctlTest, AddressFromTheEnvironment) {

@@ -32,6 +32,9 @@ class BackendApiControl : public api::VmControl {
   std::string MediaRoot() const override {
     return media_dir_ != nullptr ? media_dir_->path() : "";
   }
+  std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
+    return storage_.io_groups();
+  }
   api::VmStatus Status() const override;
   absl::Status Pause() override;
   absl::Status Resume() override;

@@ -337,6 +337,40 @@ absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string
   return drives;
 }
 
+absl::StatusOr<std::vector<IoGroupSpec>> ExtractIoGroupFlags(std::vector<std::string>& args) {
+  std::vector<IoGroupSpec> groups;
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      rest.insert(rest.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      break;
+    }
+    std::string value;
+    if (absl::StartsWith(arg, "--io_group=")) {
+      value = arg.substr(strlen("--io_group="));
+    } else if (arg == "--io_group") {
+      if (i + 1 >= args.size()) {
+        return absl::InvalidArgumentError("--io-group: needs a value (--io-group=NAME,iops=N,...)");
+      }
+      value = args[++i];
+    } else {
+      rest.push_back(arg);
+      continue;
+    }
+    ASSIGN_OR_RETURN(IoGroupSpec group, ParseIoGroupSpec(value));
+    for (const IoGroupSpec& earlier : groups) {
+      if (earlier.name == group.name) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--io-group=%s: the group %s is already defined", value, group.name));
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+  args = std::move(rest);
+  return groups;
+}
+
 std::vector<std::string> DefinedFlagNames() {
   std::vector<std::string> names;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
@@ -390,6 +424,7 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
     if (parsed.request != ParsedCommandLine::Request::kRun) return parsed;
   }
   ASSIGN_OR_RETURN(parsed.drives, ExtractDriveFlags(args));
+  ASSIGN_OR_RETURN(parsed.io_groups, ExtractIoGroupFlags(args));
   for (DriveSpec& drive : parsed.drives) drive.path = AbsolutePath(drive.path);
 
   std::vector<std::string> for_abseil = {args.empty() ? std::string() : args[0]};

@@ -46,6 +46,8 @@ void NormalizeFlagNames(int argc, char** argv, std::vector<std::string>& storage
 // Takes every --disk, --cdrom, --ide-disk and --ide-cdrom before a "--" out of `args` (they repeat,
 // which absl flags do not), in order, as NormalizeFlagNames left them. Errors as ParseDriveSpec's.
 absl::StatusOr<std::vector<DriveSpec>> ExtractDriveFlags(std::vector<std::string>& args);
+// Likewise every --io-group (ParseIoGroupSpec); a group name given twice is an error.
+absl::StatusOr<std::vector<IoGroupSpec>> ExtractIoGroupFlags(std::vector<std::string>& args);
 
 // What --help shows of one binary: its flags in groups, each flag's help text and default taken
 // from its ABSL_FLAG definition.
@@ -81,6 +83,7 @@ struct ParsedCommandLine {
   Request request = Request::kRun;
   // The drive flags, in command-line order, their paths made absolute (AbsolutePath).
   std::vector<DriveSpec> drives;
+  std::vector<IoGroupSpec> io_groups;  // --io-group
 };
 
 // Parses argv: --help/-h first; then the drive flags (ExtractDriveFlags); then every other

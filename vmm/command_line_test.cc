@@ -147,6 +147,14 @@ TEST(ParseFlagsTest, DashesUnderscoresSwitchesAndDrives) {
   EXPECT_EQ(parsed->drives[2].path, "/isos/a.iso");
   EXPECT_EQ(parsed->drives[2].bus, DriveSpec::Bus::kIde);
 
+  parsed = Parse({"--io-group=tenant,iops=100", "--disk=d.img,group=tenant", "--io-group", "other,bps=1M"});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->io_groups.size(), 2u);
+  EXPECT_EQ(parsed->io_groups[0].name, "tenant");
+  EXPECT_EQ(parsed->io_groups[1].limits.bytes_per_second, 1u << 20);
+  EXPECT_EQ(Message(Parse({"--io-group=a,iops=1", "--io-group=a,iops=2"})),
+            "--io-group=a,iops=2: the group a is already defined");
+
   parsed = Parse({"--no-test-switch", "--test_off_switch=true"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_FALSE(absl::GetFlag(FLAGS_test_switch));
@@ -185,7 +193,7 @@ TEST(ParseFlagsTest, ErrorsNameTheFlagAndTheValue) {
       {{"stray"},
        "unexpected argument \"stray\" (settings are --flag=value; launcher --help lists them)"},
       {{"--disk=d.img,turbo"},
-       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=)"},
+       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=, iops=, bps=, burst=, group=)"},
       {{"--ide-cdrom=a.iso,unit=2"}, "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
       // The range a flag's help states, not its type's.
       {{"--test-ranged=-1"}, "--test-ranged=-1: expected a whole number from 1 to 40"},

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
@@ -17,12 +18,97 @@ namespace {
 const char* OptionsOf(DriveSpec::Kind kind, DriveSpec::Bus bus) {
   const bool ide = bus == DriveSpec::Bus::kIde;
   if (kind == DriveSpec::Kind::kDisk) {
-    return ide ? "cache=, fua=, readonly, channel=, unit=, id=" : "cache=, fua=, readonly, id=";
+    return ide ? "cache=, fua=, readonly, channel=, unit=, id=, iops=, bps=, burst=, group="
+               : "cache=, fua=, readonly, id=, iops=, bps=, burst=, group=";
   }
-  return ide ? "channel=, unit=, probe-delay-us=, id=" : "probe-delay-us=, id=";
+  return ide ? "channel=, unit=, probe-delay-us=, id=, iops=, bps=, burst=, group="
+             : "probe-delay-us=, id=, iops=, bps=, burst=, group=";
+}
+
+// iops=, bps= and burst= (seconds of the rates each bucket holds; block/throttle.h's default is a
+// tenth): true if `key` is one of them, with `limits` updated or an error naming `typed`.
+absl::StatusOr<bool> ParseLimitOption(absl::string_view typed, absl::string_view key,
+                                      absl::string_view value, block::IoLimits& limits,
+                                      double& burst_seconds) {
+  if (key == "iops") {
+    if (!absl::SimpleAtoi(value, &limits.iops) || limits.iops == 0 || limits.iops > 10'000'000) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          typed, ": iops must be 1 to 10000000 operations a second, not \"", value, "\""));
+    }
+    return true;
+  }
+  if (key == "bps") {
+    uint64_t multiplier = 1;
+    absl::string_view digits = value;
+    for (const auto& [suffix, factor] : {std::pair{'K', uint64_t{1} << 10}, {'M', uint64_t{1} << 20},
+                                         {'G', uint64_t{1} << 30}}) {
+      if (!digits.empty() && absl::ascii_toupper(digits.back()) == suffix) {
+        digits.remove_suffix(1);
+        multiplier = factor;
+      }
+    }
+    uint64_t number = 0;
+    if (!absl::SimpleAtoi(digits, &number) || number == 0 || number > (uint64_t{1} << 40) / multiplier) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          typed, ": bps must be bytes a second, 1 to 1T (K, M, G: KiB, MiB, GiB), not \"", value,
+          "\""));
+    }
+    limits.bytes_per_second = number * multiplier;
+    return true;
+  }
+  if (key == "burst") {
+    if (!absl::SimpleAtod(value, &burst_seconds) || !(burst_seconds > 0) || burst_seconds > 3600) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          typed, ": burst must be seconds of the rate (more than 0, at most 3600), not \"", value,
+          "\""));
+    }
+    return true;
+  }
+  return false;
+}
+
+// The buckets' sizes from burst= (once every option is read: burst= may come before the rates).
+absl::Status ApplyBurst(absl::string_view typed, double burst_seconds, block::IoLimits& limits) {
+  if (burst_seconds == 0) return absl::OkStatus();
+  if (limits.unlimited()) {
+    return absl::InvalidArgumentError(absl::StrCat(typed, ": burst needs iops= or bps="));
+  }
+  const auto size = [&](uint64_t rate) {
+    return rate == 0 ? 0 : std::max<uint64_t>(1, static_cast<uint64_t>(rate * burst_seconds));
+  };
+  limits.iops_burst = size(limits.iops);
+  limits.bytes_burst = size(limits.bytes_per_second);
+  return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::StatusOr<IoGroupSpec> ParseIoGroupSpec(absl::string_view text) {
+  const std::string typed = absl::StrCat("--io-group=", text);
+  std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+  IoGroupSpec group;
+  group.name = std::string(parts[0]);
+  if (!IsValidDriveId(group.name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        typed, ": needs a group name first (1 to 32 letters, digits, '.', '_' or '-', starting "
+               "with a letter): --io-group=NAME,iops=N,bps=N,burst=SECONDS"));
+  }
+  double burst_seconds = 0;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::pair<absl::string_view, absl::string_view> key_value = absl::StrSplit(parts[i], '=');
+    ASSIGN_OR_RETURN(const bool known, ParseLimitOption(typed, key_value.first, key_value.second,
+                                                        group.limits, burst_seconds));
+    if (!known) {
+      return absl::InvalidArgumentError(absl::StrCat(typed, ": unknown option \"", parts[i],
+                                                     "\" (--io-group takes iops=, bps=, burst=)"));
+    }
+  }
+  if (group.limits.unlimited()) {
+    return absl::InvalidArgumentError(absl::StrCat(typed, ": a group needs iops= or bps="));
+  }
+  RETURN_IF_ERROR(ApplyBurst(typed, burst_seconds, group.limits));
+  return group;
+}
 
 bool IsValidDriveId(absl::string_view id) {
   if (id.empty() || id.size() > 32 || !absl::ascii_isalpha(static_cast<unsigned char>(id[0]))) {
@@ -66,10 +152,20 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
       }
     }
   }
+  double burst_seconds = 0;
   for (size_t i = 1; i < parts.size(); ++i) {
     const absl::string_view option = parts[i];
     std::pair<absl::string_view, absl::string_view> key_value = absl::StrSplit(option, '=');
-    if (key_value.first == "cache" && kind == DriveSpec::Kind::kDisk) {
+    ASSIGN_OR_RETURN(const bool limit, ParseLimitOption(typed, key_value.first, key_value.second,
+                                                        spec.limits, burst_seconds));
+    if (limit) continue;
+    if (key_value.first == "group") {
+      if (!IsValidDriveId(key_value.second)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(typed, ": group \"", key_value.second, "\" is not a group name"));
+      }
+      spec.group = std::string(key_value.second);
+    } else if (key_value.first == "cache" && kind == DriveSpec::Kind::kDisk) {
       auto mode = block::ParseCacheMode(key_value.second);
       if (!mode.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(typed, ": ", mode.status().message()));
@@ -117,6 +213,7 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
                        ")"));
     }
   }
+  RETURN_IF_ERROR(ApplyBurst(typed, burst_seconds, spec.limits));
   return spec;
 }
 

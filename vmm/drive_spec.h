@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "block/cache_mode.h"
+#include "block/throttle.h"
 
 namespace vmm {
 
@@ -16,8 +17,9 @@ namespace vmm {
 //                            host:PATH to insist on one, is passed through: block/host_cdrom.h)
 //   --ide-disk PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1]
 //   --ide-cdrom [PATH][,channel=0|1][,unit=0|1]
-// and on every one of them ,id=NAME. --disk and --cdrom go on the virtio-scsi controller, --ide-*
-// on the PIIX3 IDE controller.
+// and on every one of them ,id=NAME and the I/O limits ,iops=N ,bps=N[K|M|G] ,burst=SECONDS
+// ,group=NAME (block/throttle.h; a group is an --io-group). --disk and --cdrom go on the
+// virtio-scsi controller, --ide-* on the PIIX3 IDE controller.
 struct DriveSpec {
   enum class Kind { kDisk, kCdrom };
   enum class Bus { kScsi, kIde };
@@ -46,7 +48,18 @@ struct DriveSpec {
   // drives of its kind, "disk0", "cd1" (counting named ones too, so naming a drive renames no
   // other).
   std::string id;
+  // ",iops=", ",bps=", ",burst=": the drive's own I/O limits (unlimited by default).
+  block::IoLimits limits;
+  // ",group=NAME": the --io-group whose budget the drive shares.
+  std::string group;
 };
+
+// One --io-group=NAME,iops=N,bps=N[K|M|G],burst=SECONDS: a budget drives share (",group=NAME").
+struct IoGroupSpec {
+  std::string name;
+  block::IoLimits limits;
+};
+absl::StatusOr<IoGroupSpec> ParseIoGroupSpec(absl::string_view text);
 
 // Whether `id` may name a drive: 1 to 32 letters, digits, '.', '_' or '-', starting with a letter.
 bool IsValidDriveId(absl::string_view id);

@@ -39,6 +39,45 @@ TEST(DriveSpecTest, EveryDriveMayBeNamed) {
             "'_' or '-', starting with a letter)");
 }
 
+TEST(DriveSpecTest, IoLimitsAndGroups) {
+  auto disk = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,burst=2,iops=500,bps=10M,group=tenant-a");
+  ASSERT_TRUE(disk.ok()) << disk.status();
+  EXPECT_EQ(disk->limits, (block::IoLimits{.iops = 500, .bytes_per_second = 10 << 20,
+                                           .iops_burst = 1000, .bytes_burst = 20 << 20}));
+  EXPECT_EQ(disk->group, "tenant-a");
+  auto cd = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,bps=4096", DriveSpec::Bus::kIde);
+  ASSERT_TRUE(cd.ok()) << cd.status();
+  EXPECT_EQ(cd->limits.bytes_per_second, 4096u);
+  EXPECT_TRUE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img").value().limits.unlimited());
+  const struct {
+    const char* text;
+    const char* message;
+  } refused[] = {
+      {"d.img,iops=0", "--disk=d.img,iops=0: iops must be 1 to 10000000 operations a second, not \"0\""},
+      {"d.img,bps=lots", "--disk=d.img,bps=lots: bps must be bytes a second, 1 to 1T (K, M, G: KiB, MiB, GiB), not \"lots\""},
+      {"d.img,burst=0", "--disk=d.img,burst=0: burst must be seconds of the rate (more than 0, at most 3600), not \"0\""},
+      {"d.img,burst=1", "--disk=d.img,burst=1: burst needs iops= or bps="},
+      {"d.img,group=", "--disk=d.img,group=: group \"\" is not a group name"},
+  };
+  for (const auto& c : refused) {
+    const auto spec = ParseDriveSpec(DriveSpec::Kind::kDisk, c.text);
+    ASSERT_FALSE(spec.ok()) << c.text;
+    EXPECT_EQ(spec.status().message(), c.message);
+  }
+}
+
+TEST(DriveSpecTest, IoGroups) {
+  auto group = ParseIoGroupSpec("tenant,iops=1000,burst=0.5");
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(group->name, "tenant");
+  EXPECT_EQ(group->limits, (block::IoLimits{.iops = 1000, .iops_burst = 500}));
+  EXPECT_EQ(ParseIoGroupSpec("tenant").status().message(),
+            "--io-group=tenant: a group needs iops= or bps=");
+  EXPECT_EQ(ParseIoGroupSpec("iops=5").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseIoGroupSpec("t,cache=none").status().message(),
+            "--io-group=t,cache=none: unknown option \"cache=none\" (--io-group takes iops=, bps=, burst=)");
+}
+
 TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
   auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "");
   ASSERT_TRUE(spec.ok());
@@ -101,7 +140,7 @@ TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
     const char* message;
   } cases[] = {
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "",
-       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly, id=])"},
+       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly, id=, iops=, bps=, burst=, group=])"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, ",cache=none",
        "--ide-disk=,cache=none: needs the image's path"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,cache=fast",
@@ -112,7 +151,7 @@ TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
        "--ide-cdrom=host:: host: needs the drive's device node (host:/dev/sr0)"},
       {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,cache=none",
        "--ide-cdrom=a.iso,cache=none: unknown option \"cache=none\" (--ide-cdrom takes channel=, "
-       "unit=, probe-delay-us=, id=)"},
+       "unit=, probe-delay-us=, id=, iops=, bps=, burst=, group=)"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,channel=0",
        "--disk=d.img,channel=0: unknown option \"channel=0\" (channel= and unit= place IDE drives: "
        "--ide-disk)"},

@@ -255,6 +255,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   vmm::VmConfig config;
   config.launch_time = launch_time;
   config.storage.drives = std::move(parsed->drives);
+  config.storage.io_groups = std::move(parsed->io_groups);
   config.storage.simulated_drive = extensions.simulated_drive;
   if (absl::Status configured = Configure(config); !configured.ok()) return Fail(configured);
   // The API's options, token and media directory (declared before the VM and the API: the

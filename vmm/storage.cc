@@ -177,6 +177,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   if (config.drives.empty()) return storage;
   if (config.drives.size() > 256) return absl::InvalidArgumentError("at most 256 drives");
   ASSIGN_OR_RETURN(const std::vector<std::string> names, NameDrives(config.drives));
+  for (const IoGroupSpec& group : config.io_groups) {
+    storage->io_groups_[group.name] = std::make_shared<block::Throttle>(group.name, group.limits);
+  }
   for (size_t index = 0; index < config.drives.size(); ++index) {
     const DriveSpec& spec = config.drives[index];
     AttachedDrive attached;
@@ -213,6 +216,17 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateRemovable(options, attached.media));
+    }
+    // I/O limits: the drive's own, and its group's budget.
+    RETURN_IF_ERROR(DriveError(spec, attached.drive->SetLimits(spec.limits)));
+    if (!spec.group.empty()) {
+      const auto group = storage->io_groups_.find(spec.group);
+      if (group == storage->io_groups_.end()) {
+        return DriveError(spec, absl::InvalidArgumentError(absl::StrFormat(
+                                    "group=%s: no --io-group=%s,iops=...,bps=... defines it",
+                                    spec.group, spec.group)));
+      }
+      attached.drive->SetGroup(group->second);
     }
     storage->drives_.push_back(std::move(attached));
   }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ using SimulatedDriveFactory = std::function<std::unique_ptr<block::CdromDevice>(
 
 struct StorageConfig {
   std::vector<DriveSpec> drives;
+  std::vector<IoGroupSpec> io_groups;  // budgets drives share (",group=")
   uint32_t scsi_queues = 1;
   uint32_t iothreads = 1;
   int64_t poll_max_ns = 0;
@@ -71,6 +73,10 @@ class Storage {
   const std::vector<devices::ide::IdeDriveConfig>& ide_drives() const { return ide_drives_; }
   const std::shared_ptr<devices::IoThread>& ide_iothread() const { return ide_iothread_; }
   const std::vector<AttachedDrive>& drives() const { return drives_; }
+  // The --io-group budgets, by name (their limits may change; the set does not).
+  const std::map<std::string, std::shared_ptr<block::Throttle>>& io_groups() const {
+    return io_groups_;
+  }
   // Makes the devices again, in their power-on state, on the same open drives and media (a guest
   // restart, --on-reboot=restart): the virtio-scsi device (with new iothreads) and the IDE drive
   // list and iothread. The VM must have destroyed the devices it took before.
@@ -102,6 +108,7 @@ class Storage {
   std::unique_ptr<block::UeventMonitor> uevents_;
   std::unique_ptr<block::UeventThread> uevent_thread_;
   std::vector<AttachedDrive> drives_;
+  std::map<std::string, std::shared_ptr<block::Throttle>> io_groups_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
   std::vector<devices::ide::IdeDriveConfig> ide_drives_;
   std::shared_ptr<devices::IoThread> ide_iothread_;

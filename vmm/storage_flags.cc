@@ -10,12 +10,17 @@
 ABSL_FLAG(std::string, disk, "",
           "A disk on the virtio-scsi controller (LUN 0, 1, ... in command-line order): a raw "
           "image; cache none, writeback (default), writethrough, directsync or unsafe; readonly; "
-          "id=NAME names it (default disk0, disk1, ... by position). Repeatable.");
+          "id=NAME names it (default disk0, disk1, ... by position); iops=N, bps=N[K|M|G], "
+          "burst=SECONDS limit it (burst: what may go at once after a quiet spell, in seconds of "
+          "the rates; default 0.1), group=NAME puts it in an --io-group. Repeatable.");
 ABSL_FLAG(std::string, cdrom, "",
           "A CD/DVD-ROM on the virtio-scsi controller holding the ISO at PATH (at least one "
           "2048-byte block); no PATH: an empty drive. A host optical drive (/dev/sr0, or "
           "host:PATH to insist) is passed through (docs/host-cdrom.md). id=NAME names it (default "
           "cd0, cd1, ... by position). Repeatable.");
+ABSL_FLAG(std::string, io_group, "",
+          "An I/O budget drives share: NAME,iops=N,bps=N[K|M|G][,burst=SECONDS] (drives join it "
+          "with group=NAME; each may have iops=, bps=, burst= of its own too). Repeatable.");
 ABSL_FLAG(uint32_t, iothreads, 1,
           "iothreads serving the virtio-scsi request queues (queue i on iothread i % N), 1 to 64.");
 ABSL_FLAG(int64_t, poll_max_ns, 32768,
@@ -34,8 +39,9 @@ absl::Status IoThreadFlagsInto(StorageConfig& config) {
 }
 
 std::vector<HelpFlag> SharedStorageHelp() {
-  return {{"disk", "PATH[,cache=MODE][,fua=native|emulate][,readonly][,id=NAME]"},
+  return {{"disk", "PATH[,cache=MODE][,fua=..][,readonly][,id=NAME][,iops=N][,bps=N][,group=NAME]"},
           {"cdrom", "[=PATH][,id=NAME]"},
+          {"io-group", "NAME,iops=N,bps=N[,burst=S]"},
           {"iothreads", "N"},
           {"poll-max-ns", "NS"}};
 }

@@ -158,6 +158,33 @@ TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
             "it that name)");
 }
 
+// I/O limits from the command line reach the drives; a group is one budget its drives share; a
+// drive naming a group no --io-group defines is refused.
+TEST_F(StorageTest, DrivesGetTheirLimitsAndGroups) {
+  StorageConfig config;
+  config.io_groups = {{.name = "tenant", .limits = {.iops = 1000}}};
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,readonly,iops=100,group=tenant"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "disc.iso,group=tenant"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso")};
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  const auto& drives = (*storage)->drives();
+  EXPECT_EQ(drives[0].drive->limits().iops, 100u);
+  ASSERT_EQ((*storage)->io_groups().size(), 1u);
+  const std::shared_ptr<block::Throttle> tenant = (*storage)->io_groups().at("tenant");
+  EXPECT_EQ(drives[0].drive->group(), tenant);
+  EXPECT_EQ(drives[1].drive->group(), tenant);
+  EXPECT_TRUE(drives[1].drive->limits().unlimited());
+  EXPECT_EQ(drives[2].drive->group(), nullptr);
+  EXPECT_EQ(tenant->limits().iops, 1000u);
+
+  config.io_groups.clear();
+  auto missing = Storage::Create(config);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(),
+            "--disk=disk.img: group=tenant: no --io-group=tenant,iops=...,bps=... defines it");
+}
+
 // probe-delay-us needs a simulated drive, which only the test build of the launcher supplies: the
 // product (no factory) refuses the option, naming the flag; with a factory the drive is used.
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {

@@ -145,6 +145,7 @@ int main(int argc, char** argv) {
   if (!parsed.ok()) return Fail(parsed.status());
   if (parsed->request != vmm::ParsedCommandLine::Request::kRun) return 0;
   vmm::StorageConfig config;
+  config.io_groups = parsed->io_groups;
   if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
     return Fail(configured);
   }

@@ -28,6 +28,9 @@ class VmApiControl : public api::VmControl {
   std::string MediaRoot() const override {
     return media_dir_ != nullptr ? media_dir_->path() : "";
   }
+  std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
+    return vm_.storage().io_groups();
+  }
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
