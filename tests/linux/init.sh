@@ -27,6 +27,9 @@
 #   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0 marker=NAME (@@NAME before fio starts)
 #              numjobs=N: N jobs, job i on CPU i writing its own size= region after the previous one
 #   fio-bench: qd=1 seconds=5 size=64M rw=randwrite bs=4k sync=1 engine=libaio
+#   limits:    phases=2 seconds=10 qd=16: per phase P, @@LIMIT-PHASE P (the host answers with a line
+#              once it has set the drive's I/O limits for it), then fio randread 4k at depth qd for
+#              `seconds`: RESULT limit_iops_P
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
@@ -157,7 +160,7 @@ result modules_uptime "$(uptime_s)"
 
 # --- devices ---------------------------------------------------------------------------------
 case "$scenario" in
-  probe|fio|fio-bench|fs|discard|reset) default_wait=sd ;;
+  probe|fio|fio-bench|fs|discard|reset|limits) default_wait=sd ;;
   bench) default_wait=$(case ",${arg_bench:-qd1,qd16,cd}" in *,qd*) printf sd ;; esac
                         case ",${arg_bench:-qd1,qd16,cd}," in *,cd,*) printf ,sr ;; esac) ;;
   iso|cd-read|media|hostcd) default_wait=sr ;;
@@ -315,6 +318,24 @@ scenario_fio() {
   fi
   result fio_verify incomplete
   fail "fio wrote $(field "$line" 47) KiB and verified $(field "$line" 6) KiB of $kib (runtime=${arg_runtime:-60} too short?)"
+}
+
+scenario_limits() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local phase line st
+  for phase in $(seq 1 "${arg_phases:-2}"); do
+    echo "@@LIMIT-PHASE $phase"
+    read -r -t 60 _ || fail "no answer to @@LIMIT-PHASE $phase within 60 s"
+    fio --name=limits --filename="/dev/$disk" --rw=randread --bs=4k --direct=1 \
+      --ioengine=libaio --iodepth="${arg_qd:-16}" --size="${arg_size:-16M}" --time_based \
+      --runtime="${arg_seconds:-10}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
+    st=$?
+    line=$(grep '^3;' /tmp/fio.out | head -n 1)
+    sed 's/^/INFO fio: /' /tmp/fio.err
+    [ "$st" = 0 ] && [ -n "$line" ] || fail "fio exit status $st in phase $phase"
+    result "limit_iops_$phase" "$(field "$line" 8)"
+  done
+  pass
 }
 
 scenario_fio_bench() {
@@ -656,6 +677,7 @@ case "$scenario" in
   reset) scenario_reset ;;
   fio) scenario_fio ;;
   fio-bench) scenario_fio_bench ;;
+  limits) scenario_limits ;;
   fs) scenario_fs ;;
   iso) scenario_iso ;;
   cd-read) scenario_cd_read ;;

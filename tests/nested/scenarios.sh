@@ -8,7 +8,7 @@
 # NESTED_SCENARIOS lists them in the order nested_test.sh runs them; NESTED_BOOT_OF_<SC> names the
 # L1 boot each belongs to there.
 
-NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-fs scsi-discard smp
+NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff jail
                   debian-scsi debian-ide debian-qemu"
@@ -127,6 +127,36 @@ nsc_scsi_fio_qd16_job() {
   nested_add "l2_run $1 'scenario=fio qd=16 size=4M runtime=900' --disk=$(nested_image "$1.img" 32M),cache=none"
 }
 nsc_scsi_fio_qd16_check() { nsc_scsi_fio_qd1_check "$1"; }
+
+# I/O limits (docs/api.md): a disk limited to 500 IOPS on the command line serves fio (random 4 KiB
+# reads at depth 16, 10 s) at 475 to 525 IOPS; raised to 1000 through the API while the guest
+# waits, the next 10 s run at 950 to 1050 (so the change took hold at once); the block layer
+# counts the requests that waited.
+nsc_scsi_limits_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+limit_markers() {
+  case "$1" in
+    "LIMIT-PHASE 1") echo ok >&3 ;;
+    "LIMIT-PHASE 2") l2_action "set: $(l2_ctl drive limit disk0 --iops 1000 2>&1)"; echo ok >&3 ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=limit_markers l2_run $1 'scenario=limits seconds=10 qd=16' --disk=$(nested_image "$1.img" 32M),cache=none,iops=500"
+}
+nsc_scsi_limits_check() {
+  nested_check_pass "$1" limits || return
+  local events=$NESTED_RUNS/$1.events first second throttled
+  first=$(linux_result limit_iops_1)
+  second=$(linux_result limit_iops_2)
+  throttled=$(nested_stat "$1" final disk0 throttledRequests)
+  echo "    iops=500: $first IOPS; then iops=1000: $second IOPS; requests that waited: $throttled"
+  grep -q 'set: disk0: 1000 IOPS' "$events" || linux_fail "$1" "vmmctl drive limit did not set 1000 IOPS"
+  [ "${first:-0}" -ge 475 ] && [ "${first:-0}" -le 525 ] ||
+    linux_fail "$1" "limited to 500 IOPS, fio got ${first:-none}"
+  [ "${second:-0}" -ge 950 ] && [ "${second:-0}" -le 1050 ] ||
+    linux_fail "$1" "raised to 1000 IOPS, fio got ${second:-none}"
+  [ "${throttled:-0}" -gt 0 ] || linux_fail "$1" "no request waited for its budget"
+}
 
 nsc_scsi_fs_job() {
   nested_add "l2_run $1 'scenario=fs' --disk=$(nested_image "$1.img" 32M),cache=none"
