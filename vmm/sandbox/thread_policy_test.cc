@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <termios.h>
 #include <unistd.h>
@@ -176,6 +177,22 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotTraceOrOpen) {
         ExitNow(0);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "ptrace");
+}
+
+// A drive queue, made on its iothread, has a CLOCK_REALTIME timer for throttled requests
+// (block/drive.cc): allowed; a timer on any other clock is not.
+TEST(ThreadPolicyDeathTest, IoThreadsMakeTheDriveQueuesTimer) {
+  auto child = [&] {
+        ConfineOrDie(ThreadRole::kIo);
+        const int timer = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (timer < 0) ExitNow(3);
+        itimerspec spec{};
+        spec.it_value.tv_nsec = 1;
+        if (timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) ExitNow(4);
+        timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+        ExitNow(0);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "timerfd_create");
 }
 
 // A fresh ring would carry no restrictions: an iothread can neither make one nor change the
