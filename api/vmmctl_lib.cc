@@ -941,14 +941,19 @@ std::string VmInfoText(const vmm::v1::VmInfo& info) {
 
 std::string StatsTable(const vmm::v1::GetStatsResponse& stats) {
   std::vector<std::vector<std::string>> rows = {{"DRIVE", "READS", "READ", "WRITES", "WRITTEN", "FLUSHES", "DISCARDS",
-                                                 "ERRORS", "FUA(NATIVE/EMUL)", "LAT-MEAN", "P50", "P99", "MAX"}};
+                                                 "ERRORS", "FUA(NATIVE/EMUL)", "LAT-MEAN", "P50", "P99", "MAX",
+                                                 "THROTTLED"}};
   for (const auto& d : stats.drives()) {
     rows.push_back({d.drive(), absl::StrCat(d.read_requests()), HumanSize(d.read_bytes()),
                     absl::StrCat(d.write_requests()), HumanSize(d.write_bytes()), absl::StrCat(d.flush_requests()),
                     absl::StrCat(d.discard_requests()), absl::StrCat(d.errors()),
                     absl::StrCat(d.fua_native(), "/", d.fua_emulated()),
                     absl::StrFormat("%.1fus", d.latency_mean_us()), absl::StrCat(d.latency_p50_us(), "us"),
-                    absl::StrCat(d.latency_p99_us(), "us"), absl::StrCat(d.latency_max_us(), "us")});
+                    absl::StrCat(d.latency_p99_us(), "us"), absl::StrCat(d.latency_max_us(), "us"),
+                    // Requests that waited for their I/O budget, and how long in all.
+                    d.throttled_requests() == 0
+                        ? std::string("-")
+                        : absl::StrFormat("%d (%.1fs)", d.throttled_requests(), d.throttled_us() / 1e6)});
   }
   if (stats.drives().empty()) return "no drives\n";
   return Table(rows);
