@@ -67,6 +67,11 @@ job=$work/job.sh
   # load). The tests make their sockets in MICROVM_SOCKET_DIR, a tmpfs of L1's own.
   printf 'mkdir -p %q && mount -t tmpfs -o mode=1777 l1-sockets %q && export MICROVM_SOCKET_DIR=%q\n' \
     "$work/sockets" "$work/sockets" "$work/sockets"
+  # The QEMU harnesses' per-run limit is a hang guard sized for a real KVM (a run takes 2-6 s
+  # there); under the nested emulation a run is 10-30 times slower and L1 may stall for a minute
+  # (CI: qemu_ide_test's LBA48 disk run passed 60 s after an L1 retry). Bazel's own timeout still
+  # bounds the whole test.
+  echo 'export QEMU_RUN_TIMEOUT="${QEMU_RUN_TIMEOUT:-400}"'
   printf 'cd %q || exit 125\n' "$PWD"
   printf 'export PWD=%q\n' "$PWD"
   # Through a pipe, as under Bazel on the host (not L1's serial terminal: no colours, no tty).
