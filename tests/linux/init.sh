@@ -27,9 +27,10 @@
 #   fio:       qd=1 size=64M runtime=60 engine=libaio offset=0 marker=NAME (@@NAME before fio starts)
 #              numjobs=N: N jobs, job i on CPU i writing its own size= region after the previous one
 #   fio-bench: qd=1 seconds=5 size=64M rw=randwrite bs=4k sync=1 engine=libaio
-#   limits:    phases=2 seconds=10 qd=16: per phase P, @@LIMIT-PHASE P (the host answers with a line
-#              once it has set the drive's I/O limits for it), then fio randread 4k at depth qd for
-#              `seconds`: RESULT limit_iops_P
+#   limits:    phases=2 seconds=10 qd=16 disks=1: per phase P, @@LIMIT-PHASE P (the host answers
+#              with a line once it has set the drives' I/O limits for it), then fio randread 4k at
+#              depth qd for `seconds`, one job per disk (the first `disks` SCSI disks, at once):
+#              RESULT limit_iops_P (disks=1) or limit_iops_P_sdX for each disk
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
@@ -322,18 +323,31 @@ scenario_fio() {
 
 scenario_limits() {
   [ -n "$disk" ] || fail "no SCSI disk"
-  local phase line st
+  local phase line st disks jobs="" d n
+  disks=$(ls /sys/block | grep '^sd' | sort | head -n "${arg_disks:-1}")
+  [ "$(echo "$disks" | wc -w)" = "${arg_disks:-1}" ] || fail "fewer than ${arg_disks:-1} SCSI disks"
+  for d in $disks; do jobs="$jobs --name=$d --filename=/dev/$d"; done
   for phase in $(seq 1 "${arg_phases:-2}"); do
     echo "@@LIMIT-PHASE $phase"
     read -r -t 60 _ || fail "no answer to @@LIMIT-PHASE $phase within 60 s"
-    fio --name=limits --filename="/dev/$disk" --rw=randread --bs=4k --direct=1 \
-      --ioengine=libaio --iodepth="${arg_qd:-16}" --size="${arg_size:-16M}" --time_based \
-      --runtime="${arg_seconds:-10}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err
+    # shellcheck disable=SC2086  # one --name/--filename pair per disk
+    fio --rw=randread --bs=4k --direct=1 --ioengine=libaio --iodepth="${arg_qd:-16}" \
+      --size="${arg_size:-16M}" --time_based --runtime="${arg_seconds:-10}" \
+      --output-format=terse $jobs >/tmp/fio.out 2>/tmp/fio.err
     st=$?
-    line=$(grep '^3;' /tmp/fio.out | head -n 1)
     sed 's/^/INFO fio: /' /tmp/fio.err
-    [ "$st" = 0 ] && [ -n "$line" ] || fail "fio exit status $st in phase $phase"
-    result "limit_iops_$phase" "$(field "$line" 8)"
+    [ "$st" = 0 ] || fail "fio exit status $st in phase $phase"
+    n=0
+    for d in $disks; do
+      n=$((n + 1))
+      line=$(grep '^3;' /tmp/fio.out | sed -n "${n}p")
+      [ -n "$line" ] || fail "fio printed no terse line for $d in phase $phase"
+      if [ "${arg_disks:-1}" = 1 ]; then
+        result "limit_iops_$phase" "$(field "$line" 8)"
+      else
+        result "limit_iops_${phase}_$d" "$(field "$line" 8)"
+      fi
+    done
   done
   pass
 }

@@ -8,7 +8,7 @@
 # NESTED_SCENARIOS lists them in the order nested_test.sh runs them; NESTED_BOOT_OF_<SC> names the
 # L1 boot each belongs to there.
 
-NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-fs scsi-discard smp
+NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-limits-shared scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff jail
                   debian-scsi debian-ide debian-qemu"
@@ -156,6 +156,42 @@ nsc_scsi_limits_check() {
   [ "${second:-0}" -ge 950 ] && [ "${second:-0}" -le 1050 ] ||
     linux_fail "$1" "raised to 1000 IOPS, fio got ${second:-none}"
   [ "${throttled:-0}" -gt 0 ] || linux_fail "$1" "no request waited for its budget"
+}
+
+# I/O limits shared: two disks on one iothread, both in --io-group=tenant, fio on both at once.
+# Phase 1, nothing limited (the group lifted through the API): each disk's own rate. Phase 2,
+# disk0 limited to 200 IOPS: it keeps within it, and disk1, unlimited on the same iothread, keeps
+# at least 90 % of its phase-1 rate (requests wait in disk0's queue, not in the iothread).
+# Phase 3, disk0's own limit lifted and the group set to 600 IOPS: the two together keep within
+# 105 % of it.
+nsc_scsi_limits_shared_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+shared_markers() {
+  case "$1" in
+    "LIMIT-PHASE 1") l2_action "set: $(l2_ctl drive limit tenant --group 2>&1)"; echo ok >&3 ;;
+    "LIMIT-PHASE 2") l2_action "set: $(l2_ctl drive limit disk0 --iops 200 2>&1)"; echo ok >&3 ;;
+    "LIMIT-PHASE 3") l2_action "set: $(l2_ctl drive limit disk0 2>&1)"
+                     l2_action "set: $(l2_ctl drive limit tenant --group --iops 600 2>&1)"; echo ok >&3 ;;
+  esac
+}
+EOF
+  nested_add "L2_MARKERS=shared_markers l2_run $1 'scenario=limits phases=3 disks=2 seconds=10 qd=16' --io-group=tenant,iops=600 --disk=$(nested_image "$1-a.img" 32M),cache=none,group=tenant --disk=$(nested_image "$1-b.img" 32M),cache=none,group=tenant"
+}
+nsc_scsi_limits_shared_check() {
+  nested_check_pass "$1" limits || return
+  local events=$NESTED_RUNS/$1.events a1 b1 a2 b2 a3 b3
+  a1=$(linux_result limit_iops_1_sda); b1=$(linux_result limit_iops_1_sdb)
+  a2=$(linux_result limit_iops_2_sda); b2=$(linux_result limit_iops_2_sdb)
+  a3=$(linux_result limit_iops_3_sda); b3=$(linux_result limit_iops_3_sdb)
+  echo "    unlimited: disk0 $a1, disk1 $b1 IOPS; disk0 at 200: $a2 and $b2; group at 600: $a3 + $b3 = $((a3 + b3))"
+  grep -q 'set: group tenant: unlimited' "$events" || linux_fail "$1" "the group's limits were not lifted"
+  grep -q 'set: group tenant: 600 IOPS' "$events" || linux_fail "$1" "the group was not set to 600 IOPS"
+  [ "${a2:-999}" -le 210 ] || linux_fail "$1" "disk0 limited to 200 IOPS got ${a2:-none}"
+  [ $(( ${b2:-0} * 10 )) -ge $(( ${b1:-0} * 9 )) ] ||
+    linux_fail "$1" "disk1 (unlimited) got $b2 IOPS beside a limited disk0, under 90 % of its $b1"
+  [ $(( (${a3:-0} + ${b3:-0}) * 100 )) -le $(( 600 * 105 )) ] ||
+    linux_fail "$1" "the group (600 IOPS) let through $((a3 + b3))"
+  [ "${a3:-0}" -gt 0 ] && [ "${b3:-0}" -gt 0 ] || linux_fail "$1" "a disk of the group got nothing"
 }
 
 nsc_scsi_fs_job() {
