@@ -134,6 +134,12 @@ void LogicalUnit::Reset() {
   if (media_ != nullptr) media_->SetLocked(false, /*by_guest=*/true);
 }
 
+void LogicalUnit::ReportLunsChanged() {
+  absl::MutexLock lock(&mutex_);
+  pending_ua_ |= kUaLunsChanged;
+  UpdateAttentionLocked();
+}
+
 Sense LogicalUnit::TakeRequestSense(const MediumInfo& medium) {
   absl::MutexLock lock(&mutex_);
   if (media_ != nullptr && medium.generation != media_generation_) {
@@ -220,6 +226,8 @@ Sense LogicalUnit::TakeUnitAttentionLocked() {
         pending_ua_ |= kUaMediumChanged;
       }
       return sense::kMediumNotPresentAttention;
+    case kUaLunsChanged:
+      return sense::kReportedLunsDataChanged;
     default:
       return sense::kNotReadyToReadyChange;
   }

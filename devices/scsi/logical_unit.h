@@ -169,6 +169,11 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // their responses). Thread-safe.
   virtual void Reset();
 
+  // The target's LUN inventory changed (a unit attached or detached): REPORTED LUNS DATA HAS
+  // CHANGED (06/3F/0E, SPC-4 6.35 and 7.5.2) on the next command that reports unit attentions.
+  // Thread-safe.
+  void ReportLunsChanged();
+
   // The caching mode page's WCE bit (SBC-3) as the guest sees it: the drive's
   // (block::WriteCacheEnabled of its cache mode) until a MODE SELECT changes it. When the guest
   // turned WCE off on a drive that has a write cache, every write is sent with FUA, so the guest's
@@ -223,6 +228,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
     kUaPowerOn = 1u << 0,           // 06/29/00
     kUaMediumNotPresent = 1u << 1,  // 06/3A/00 (MediaChangeReport::kUnitAttentions)
     kUaMediumChanged = 1u << 2,     // 06/28/00
+    kUaLunsChanged = 1u << 3,       // 06/3F/0E
   };
 
   // The slow path of Execute(), taken when attention_ is set or the media generation moved: notes

@@ -55,6 +55,8 @@ inline constexpr Sense kIllegalModeForThisTrack{SenseKey::kIllegalRequest, 0x64,
 inline constexpr Sense kNotReadyToReadyChange{SenseKey::kUnitAttention, 0x28, 0x00};
 inline constexpr Sense kPowerOnOrReset{SenseKey::kUnitAttention, 0x29, 0x00};
 inline constexpr Sense kModeParametersChanged{SenseKey::kUnitAttention, 0x2a, 0x01};
+inline constexpr Sense kCapacityDataChanged{SenseKey::kUnitAttention, 0x2a, 0x09};
+inline constexpr Sense kReportedLunsDataChanged{SenseKey::kUnitAttention, 0x3f, 0x0e};
 inline constexpr Sense kMediumNotPresentAttention{SenseKey::kUnitAttention, 0x3a, 0x00};
 // DATA PROTECT
 inline constexpr Sense kWriteProtected{SenseKey::kDataProtect, 0x27, 0x00};

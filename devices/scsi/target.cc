@@ -13,9 +13,9 @@
 namespace devices::scsi {
 
 absl::Status Target::AddLogicalUnit(uint16_t lun, std::shared_ptr<LogicalUnit> unit) {
-  if (frozen_) return absl::FailedPreconditionError("the target already has queues");
   if (unit == nullptr) return absl::InvalidArgumentError("no logical unit");
   if (lun > kMaxLun) return absl::InvalidArgumentError(absl::StrCat("LUN ", lun, " > ", kMaxLun));
+  absl::MutexLock lock(&mutex_);
   const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);
   if (it != luns_.end() && *it == lun) {
     return absl::AlreadyExistsError(absl::StrCat("LUN ", lun, " is taken"));
@@ -25,32 +25,98 @@ absl::Status Target::AddLogicalUnit(uint16_t lun, std::shared_ptr<LogicalUnit> u
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<LogicalUnit>> Target::RemoveLogicalUnit(uint16_t lun) {
+  absl::MutexLock lock(&mutex_);
+  const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);
+  if (it == luns_.end() || *it != lun) return absl::NotFoundError(absl::StrCat("no LUN ", lun));
+  const auto index = it - luns_.begin();
+  std::shared_ptr<LogicalUnit> unit = std::move(units_[index]);
+  units_.erase(units_.begin() + index);
+  luns_.erase(it);
+  return unit;
+}
+
 std::shared_ptr<LogicalUnit> Target::Find(uint16_t lun) const {
+  absl::MutexLock lock(&mutex_);
   const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);
   if (it == luns_.end() || *it != lun) return nullptr;
   return units_[it - luns_.begin()];
 }
 
+std::vector<uint16_t> Target::luns() const {
+  absl::MutexLock lock(&mutex_);
+  return luns_;
+}
+
+std::vector<std::shared_ptr<LogicalUnit>> Target::Units() const {
+  absl::MutexLock lock(&mutex_);
+  return units_;
+}
+
 absl::StatusOr<std::unique_ptr<TargetQueue>> Target::CreateQueue(TaskCompletion completion) {
-  frozen_ = true;
-  auto queue = std::make_unique<TargetQueue>(TargetQueue::Key(), luns_);
   // The units' queues share the one handler the transport gave.
-  auto shared = std::make_shared<TaskCompletion>(std::move(completion));
-  for (const std::shared_ptr<LogicalUnit>& unit : units_) {
-    ASSIGN_OR_RETURN(std::unique_ptr<LuQueue> lu_queue,
-                     unit->CreateQueue([shared](Task& task) { (*shared)(task); }));
-    lu_queue->set_inventory(queue.get());
-    queue->fds_.push_back(lu_queue->completion_fd());
-    queue->queues_.push_back(std::move(lu_queue));
+  auto queue = std::make_unique<TargetQueue>(
+      TargetQueue::Key(), std::make_shared<TaskCompletion>(std::move(completion)));
+  std::vector<uint16_t> luns;
+  std::vector<std::shared_ptr<LogicalUnit>> units;
+  {
+    absl::MutexLock lock(&mutex_);
+    luns = luns_;
+    units = units_;
+  }
+  for (size_t i = 0; i < luns.size(); ++i) {
+    RETURN_IF_ERROR(queue->AddUnit(luns[i], units[i]).status());
   }
   return queue;
 }
 
 void Target::Reset() {
-  for (const std::shared_ptr<LogicalUnit>& unit : units_) unit->Reset();
+  for (const std::shared_ptr<LogicalUnit>& unit : Units()) unit->Reset();
 }
 
-TargetQueue::TargetQueue(Key, std::vector<uint16_t> luns) : luns_(std::move(luns)) {}
+void Target::ReportLunsChanged(std::optional<uint16_t> except) {
+  std::vector<uint16_t> luns;
+  std::vector<std::shared_ptr<LogicalUnit>> units;
+  {
+    absl::MutexLock lock(&mutex_);
+    luns = luns_;
+    units = units_;
+  }
+  for (size_t i = 0; i < luns.size(); ++i) {
+    if (luns[i] != except) units[i]->ReportLunsChanged();
+  }
+}
+
+TargetQueue::TargetQueue(Key, std::shared_ptr<TaskCompletion> completion)
+    : completion_(std::move(completion)) {}
+
+absl::StatusOr<int> TargetQueue::AddUnit(uint16_t lun, std::shared_ptr<LogicalUnit> unit) {
+  if (unit == nullptr) return absl::InvalidArgumentError("no logical unit");
+  const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);
+  if (it != luns_.end() && *it == lun) {
+    return absl::AlreadyExistsError(absl::StrCat("LUN ", lun, " is taken"));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LuQueue> lu_queue,
+                   unit->CreateQueue([shared = completion_](Task& task) { (*shared)(task); }));
+  lu_queue->set_inventory(this);
+  const int fd = lu_queue->completion_fd();
+  const auto index = it - luns_.begin();
+  fds_.insert(fds_.begin() + index, fd);
+  queues_.insert(queues_.begin() + index, std::move(lu_queue));
+  luns_.insert(it, lun);
+  return fd;
+}
+
+std::unique_ptr<LuQueue> TargetQueue::TakeUnit(uint16_t lun) {
+  const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);
+  if (it == luns_.end() || *it != lun) return nullptr;
+  const auto index = it - luns_.begin();
+  std::unique_ptr<LuQueue> queue = std::move(queues_[index]);
+  queues_.erase(queues_.begin() + index);
+  fds_.erase(fds_.begin() + index);
+  luns_.erase(it);
+  return queue;
+}
 
 LuQueue* TargetQueue::Find(uint16_t lun) const {
   const auto it = std::lower_bound(luns_.begin(), luns_.end(), lun);

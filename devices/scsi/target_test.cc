@@ -63,7 +63,44 @@ TEST_F(TargetTest, ConfigurationErrors) {
   auto queue = target_.CreateQueue([](Task&) {});
   ASSERT_TRUE(queue.ok());
   EXPECT_EQ((*queue)->completion_fds().size(), 3u);
-  EXPECT_EQ(target_.AddLogicalUnit(2, disk_.disk).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Hot-plug: the inventory changes at any time; a queue made before changes only when its thread
+// applies the change (TargetQueue::AddUnit, TakeUnit).
+TEST_F(TargetTest, UnitsComeAndGoWhileQueuesExist) {
+  auto made = target_.CreateQueue([](Task&) {});
+  ASSERT_TRUE(made.ok());
+  TargetQueue& queue = **made;
+  ASSERT_TRUE(target_.AddLogicalUnit(2, disk_.disk).ok());
+  EXPECT_EQ(target_.luns(), (std::vector<uint16_t>{0, 1, 2, 300}));
+  EXPECT_EQ(queue.Find(2), nullptr);
+  auto fd = queue.AddUnit(2, disk_.disk);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_GE(*fd, 0);
+  EXPECT_NE(queue.Find(2), nullptr);
+  EXPECT_EQ(queue.completion_fds().size(), 4u);
+  EXPECT_EQ(queue.completion_fds()[2], *fd);  // parallel to the LUNs, ascending
+  EXPECT_EQ(std::vector<uint16_t>(queue.luns().begin(), queue.luns().end()),
+            (std::vector<uint16_t>{0, 1, 2, 300}));
+  EXPECT_EQ(queue.AddUnit(2, disk_.disk).status().code(), absl::StatusCode::kAlreadyExists);
+
+  auto removed = target_.RemoveLogicalUnit(1);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, cd_.cd);
+  EXPECT_EQ(target_.RemoveLogicalUnit(1).status().code(), absl::StatusCode::kNotFound);
+  std::unique_ptr<LuQueue> taken = queue.TakeUnit(1);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_EQ(taken->in_flight(), 0u);
+  EXPECT_EQ(queue.TakeUnit(1), nullptr);
+  EXPECT_EQ(queue.Find(1), nullptr);
+  EXPECT_EQ(queue.completion_fds().size(), 3u);
+  EXPECT_EQ(std::vector<uint16_t>(queue.luns().begin(), queue.luns().end()),
+            (std::vector<uint16_t>{0, 2, 300}));
+  // A new queue starts from the inventory as it is now.
+  auto later = target_.CreateQueue([](Task&) {});
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(std::vector<uint16_t>((*later)->luns().begin(), (*later)->luns().end()),
+            (std::vector<uint16_t>{0, 2, 300}));
 }
 
 TEST_F(TargetTest, DispatchByLunInEitherAddressing) {

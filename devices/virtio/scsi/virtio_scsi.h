@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "devices/iothread.h"
 #include "devices/scsi/target.h"
+#include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/virtio_device.h"
 #include "vmm/sys_util/rate_limited_log.h"
 
@@ -33,6 +34,44 @@ struct VirtioScsiOptions {
   sys_util::LogOptions guest_error_log;
 };
 
+class VirtioScsi;
+
+// Changes the logical units of a controller while the guest runs (hot-plug): the assembly keeps
+// it (VirtioScsi::hotplug()) and it stays valid after the device is gone, when its calls change
+// the targets alone. Its lock also serializes the device's activation, reset and stop, so a unit
+// is never half in the queues. Thread-safe; not to be called from an iothread.
+class ScsiHotplug {
+ public:
+  // Adds `unit` at `target`:`lun` on every queue, then tells the guest: REPORTED LUNS DATA HAS
+  // CHANGED on the target's other units (SPC-4), and a TRANSPORT_RESET event with reason RESCAN
+  // (virtio 1.2 §5.6.6.3.1) when the driver took VIRTIO_SCSI_F_HOTPLUG, upon which Linux scans
+  // that LUN. NotFound for a target the controller does not have, AlreadyExists for a LUN in use.
+  absl::Status Attach(uint8_t target, uint16_t lun, std::shared_ptr<devices::scsi::LogicalUnit> unit);
+  // Takes the unit at `target`:`lun` out: new commands to it get LOGICAL UNIT NOT SUPPORTED, the
+  // commands it has in flight complete first (on each queue's iothread: nothing is cancelled or
+  // lost), then the guest is told as for Attach (reason REMOVED). Returns the unit; NotFound if
+  // there is none.
+  absl::StatusOr<std::shared_ptr<devices::scsi::LogicalUnit>> Detach(uint8_t target, uint16_t lun);
+  // The unit's capacity changed: a PARAM_CHANGE event carrying CAPACITY DATA HAS CHANGED
+  // (2Ah/09h) when the driver took VIRTIO_SCSI_F_CHANGE, upon which Linux re-reads the capacity.
+  void CapacityChanged(uint8_t target, uint16_t lun);
+
+ private:
+  friend class VirtioScsi;
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  ScsiHotplug(Key, std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets)
+      : targets_(std::move(targets)) {}
+
+ private:
+  absl::Mutex mutex_;
+  VirtioScsi* device_ ABSL_GUARDED_BY(mutex_) = nullptr;
+  const std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets_;
+};
+
 // A virtio-scsi host adapter (virtio 1.2 §5.6) in front of SCSI targets. Each request queue is
 // served on its iothread: the queue's notify eventfd (an ioeventfd: no VM exit reaches the VMM)
 // and the targets' block completion fds are in that thread's epoll set, completions are pushed to
@@ -46,7 +85,7 @@ class VirtioScsi : public VirtioDevice {
   ~VirtioScsi() override;
 
   uint32_t device_type() const override { return kDeviceTypeScsi; }
-  uint64_t device_features() const override { return 0; }
+  uint64_t device_features() const override { return kFeatureHotplug | kFeatureChange; }
   std::vector<uint16_t> queue_max_sizes() const override;
   uint32_t config_size() const override;
   void ReadConfig(uint32_t offset, std::span<uint8_t> data) override;
@@ -58,12 +97,16 @@ class VirtioScsi : public VirtioDevice {
   void Stop() override;
 
   const VirtioScsiOptions& options() const { return options_; }
+  // For changing the units while the guest runs.
+  const std::shared_ptr<ScsiHotplug>& hotplug() const { return hotplug_; }
 
   class RequestWorker;
   class ControlWorker;
+  class EventWorker;
   struct ThreadState;
 
  private:
+  friend class ScsiHotplug;
   VirtioScsi(VirtioScsiOptions options,
              std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets);
   // Activate()'s set-up of every thread and queue; StopWorkers() undoes a partial one.
@@ -73,17 +116,26 @@ class VirtioScsi : public VirtioDevice {
   // Completes every command in flight on every iothread (for task management functions).
   void DrainAllRequests();
   uint32_t IothreadFor(uint32_t request_queue) const;
+  // ScsiHotplug's work on the queues, under its lock: a unit into (or out of, after draining it)
+  // every thread's target queue; an event to the driver.
+  absl::Status AddUnitToQueues(uint8_t target, uint16_t lun,
+                               const std::shared_ptr<devices::scsi::LogicalUnit>& unit);
+  void RemoveUnitFromQueues(uint8_t target, uint16_t lun);
+  void SendEvent(uint32_t event, uint8_t target, uint16_t lun, uint32_t reason);
 
   const VirtioScsiOptions options_;
   sys_util::RateLimitedLog guest_errors_{"virtio-scsi", options_.guest_error_log};
   const std::map<uint8_t, std::shared_ptr<devices::scsi::Target>> targets_;
+  const std::shared_ptr<ScsiHotplug> hotplug_;
   // One per iothread; touched only on its iothread once activated.
   std::vector<std::unique_ptr<ThreadState>> thread_states_;
 
   std::atomic<uint32_t> sense_size_;
   std::atomic<uint32_t> cdb_size_;
-  // Activate() and Reset() are serialized by the transport (VirtioDevice's contract).
+  // Activate(), Reset() and Stop() are serialized by the transport (VirtioDevice's contract) and
+  // with hot-plug by hotplug_->mutex_, which they hold.
   bool active_ = false;
+  uint64_t features_ = 0;  // negotiated at activation
 };
 
 }  // namespace devices::virtio::scsi

@@ -66,7 +66,7 @@ class VirtioScsiTest : public ::testing::Test {
     ASSERT_TRUE(target_->AddLogicalUnit(0, *disk).ok());
   }
 
-  void StartDevice(uint32_t request_queues, uint32_t iothreads) {
+  void StartDevice(uint32_t request_queues, uint32_t iothreads, uint64_t features = 0) {
     VirtioScsiOptions options;
     options.num_request_queues = request_queues;
     auto threads = devices::StartIoThreads("scsi-io", iothreads, {});
@@ -80,6 +80,7 @@ class VirtioScsiTest : public ::testing::Test {
     VirtioActivation activation;
     activation.memory = &*memory_;
     activation.events = &events_;
+    activation.features = features;
     const uint16_t total = static_cast<uint16_t>(2 + request_queues);
     interrupts_ = std::vector<CountingInterrupt>(total);
     for (uint16_t index = 0; index < total; ++index) {
@@ -191,6 +192,48 @@ class VirtioScsiTest : public ::testing::Test {
   }
 
   static constexpr std::array<uint8_t, 8> kLun0 = {1, 0, 0x40, 0, 0, 0, 0, 0};
+
+  // A disk over its own memory backend, for hot-plug.
+  std::shared_ptr<devices::scsi::LogicalUnit> MakeDisk(const std::string& name,
+                                                       std::weak_ptr<block::Drive>* drive_out) {
+    block::MemoryBackendOptions backend_options;
+    backend_options.size_bytes = 1 << 20;
+    block::DriveOptions drive_options;
+    drive_options.name = name;
+    auto drive = block::Drive::CreateFixed(
+        drive_options, std::make_shared<block::MemoryBackend>(backend_options));
+    EXPECT_TRUE(drive.ok());
+    std::shared_ptr<block::Drive> shared(*std::move(drive));
+    if (drive_out != nullptr) *drive_out = shared;
+    auto disk = devices::scsi::Disk::Create(shared);
+    EXPECT_TRUE(disk.ok());
+    return *std::move(disk);
+  }
+
+  // Makes `count` event buffers available on the event queue (§5.6.6.3), and their addresses.
+  std::vector<GuestAddress> PostEventBuffers(int count, uint32_t bytes = sizeof(Event)) {
+    std::vector<GuestAddress> buffers;
+    for (int i = 0; i < count; ++i) {
+      const GuestAddress buffer = allocator_.Allocate(bytes);
+      const std::vector<Buffer> chain = {{buffer, bytes, true}};
+      EXPECT_TRUE(drivers_[1]->AddChain(chain).ok());
+      buffers.push_back(buffer);
+    }
+    const uint64_t one = 1;
+    EXPECT_EQ(write(notify_fds_[1].get(), &one, sizeof(one)), 8);
+    return buffers;
+  }
+
+  // The sense key, ASC and ASCQ of a TEST UNIT READY to `lun` on request queue `queue` (0 0 0:
+  // GOOD).
+  std::array<uint8_t, 3> TestUnitReady(uint16_t queue, std::array<uint8_t, 8> lun) {
+    const uint8_t tur[6] = {0, 0, 0, 0, 0, 0};
+    Command command = Submit(queue, lun, tur);
+    if (!WaitUsed(queue).has_value()) return {0xff, 0xff, 0xff};
+    if (ResponseOf(command).status == 0) return {0, 0, 0};
+    const auto sense = SenseOf(command);
+    return {static_cast<uint8_t>(sense[2] & 0x0f), sense[12], sense[13]};
+  }
 
   std::optional<vmm::GuestMemory> memory_;
   std::shared_ptr<block::MemoryBackend> backend_;
@@ -390,6 +433,133 @@ TEST_F(VirtioScsiTest, TwoQueuesOnTwoIothreads) {
   }
   EXPECT_TRUE(WaitInterrupt(2));
   EXPECT_TRUE(WaitInterrupt(3));
+}
+
+TEST_F(VirtioScsiTest, HotplugAttachTellsTheDriverAndTheUnitAnswersOnEveryQueue) {
+  StartDevice(2, 2, kFeatureHotplug | kFeatureChange);
+  EXPECT_EQ(device_->device_features() & (kFeatureHotplug | kFeatureChange),
+            kFeatureHotplug | kFeatureChange);
+  const std::vector<GuestAddress> buffers = PostEventBuffers(2);
+  // LUN 0 has seen its power-on attention; what changes next is the inventory.
+  EXPECT_EQ(TestUnitReady(2, kLun0), (std::array<uint8_t, 3>{6, 0x29, 0}));
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 300, MakeDisk("disk1", nullptr)).ok());
+  auto used = WaitUsed(1);
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->len, sizeof(Event));
+  const Event event = *memory_->ReadObject<Event>(buffers[0]);
+  EXPECT_EQ(event.event, kEventTransportReset);
+  EXPECT_EQ(event.reason, kResetRescan);
+  // Target 0, LUN 300 in flat form (as REPORT LUNS lists it and Linux names it).
+  EXPECT_EQ((std::array<uint8_t, 4>{event.lun[0], event.lun[1], event.lun[2], event.lun[3]}),
+            (std::array<uint8_t, 4>{1, 0, 0x41, 0x2c}));
+  EXPECT_TRUE(WaitInterrupt(1));
+  // SPC-4: the other unit reports that the inventory changed, once.
+  EXPECT_EQ(TestUnitReady(2, kLun0), (std::array<uint8_t, 3>{6, 0x3f, 0x0e}));
+  EXPECT_EQ(TestUnitReady(2, kLun0), (std::array<uint8_t, 3>{0, 0, 0}));
+  // The new unit answers on both queues (both iothreads have it).
+  constexpr std::array<uint8_t, 8> kLun300 = {1, 0, 0x41, 0x2c, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun300), (std::array<uint8_t, 3>{6, 0x29, 0}));
+  EXPECT_EQ(TestUnitReady(3, kLun300), (std::array<uint8_t, 3>{0, 0, 0}));
+  // REPORT LUNS on the other queue lists both.
+  const uint8_t report_luns[12] = {0xa0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0};
+  Command report = Submit(3, kLun0, report_luns, 64);
+  ASSERT_TRUE(WaitUsed(3).has_value());
+  const auto list = *memory_->ReadObject<std::array<uint8_t, 24>>(report.data);
+  EXPECT_EQ(list[3], 16);  // two entries
+  EXPECT_EQ(list[8 + 1], 0);
+  EXPECT_EQ(list[16], 0x41);
+  EXPECT_EQ(list[17], 0x2c);
+  // A LUN in use, and a target the controller does not have.
+  EXPECT_EQ(device_->hotplug()->Attach(0, 300, MakeDisk("disk2", nullptr)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(device_->hotplug()->Attach(1, 0, MakeDisk("disk2", nullptr)).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(events_.needs_reset.load(), 0);
+}
+
+TEST_F(VirtioScsiTest, HotplugDetachDrainsTellsTheDriverAndReleasesTheDrive) {
+  StartDevice(2, 2, kFeatureHotplug);
+  const std::vector<GuestAddress> buffers = PostEventBuffers(2);
+  std::weak_ptr<block::Drive> drive;
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 1, MakeDisk("disk1", &drive)).ok());
+  ASSERT_TRUE(WaitUsed(1).has_value());
+  constexpr std::array<uint8_t, 8> kLun1 = {1, 0, 0x40, 1, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun1), (std::array<uint8_t, 3>{6, 0x29, 0}));
+  std::vector<uint8_t> block(512, 0x5a);
+  const uint8_t write10[10] = {0x2a, 0, 0, 0, 0, 3, 0, 0, 1, 0};
+  Command write = Submit(3, kLun1, write10, 0, block);
+  ASSERT_TRUE(WaitUsed(3).has_value());
+  EXPECT_EQ(ResponseOf(write).status, 0);
+
+  auto unit = device_->hotplug()->Detach(0, 1);
+  ASSERT_TRUE(unit.ok()) << unit.status();
+  auto used = WaitUsed(1);
+  ASSERT_TRUE(used.has_value());
+  const Event event = *memory_->ReadObject<Event>(buffers[1]);
+  EXPECT_EQ(event.event, kEventTransportReset);
+  EXPECT_EQ(event.reason, kResetRemoved);
+  EXPECT_EQ(event.lun[3], 1);
+  // The LUN is gone on every queue: LOGICAL UNIT NOT SUPPORTED.
+  EXPECT_EQ(TestUnitReady(2, kLun1), (std::array<uint8_t, 3>{5, 0x25, 0}));
+  EXPECT_EQ(TestUnitReady(3, kLun1), (std::array<uint8_t, 3>{5, 0x25, 0}));
+  // No queue holds the drive any more: once the caller drops the unit, the image is closed.
+  unit->reset();
+  EXPECT_TRUE(drive.expired());
+  EXPECT_EQ(device_->hotplug()->Detach(0, 1).status().code(), absl::StatusCode::kNotFound);
+  // LUN 0 carries on, told of the change.
+  EXPECT_EQ(TestUnitReady(2, kLun0), (std::array<uint8_t, 3>{6, 0x29, 0}));
+  EXPECT_EQ(TestUnitReady(2, kLun0), (std::array<uint8_t, 3>{6, 0x3f, 0x0e}));
+  EXPECT_EQ(TestUnitReady(3, kLun0), (std::array<uint8_t, 3>{0, 0, 0}));
+}
+
+TEST_F(VirtioScsiTest, AnEventWithoutABufferIsReportedAsMissedWhenOneComes) {
+  StartDevice(1, 1, kFeatureHotplug);
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 2, MakeDisk("disk1", nullptr)).ok());
+  EXPECT_FALSE(drivers_[1]->CollectUsed().has_value());
+  const std::vector<GuestAddress> buffers = PostEventBuffers(1);
+  ASSERT_TRUE(WaitUsed(1).has_value());
+  const Event event = *memory_->ReadObject<Event>(buffers[0]);
+  EXPECT_EQ(event.event, kEventNoEvent | kEventsMissed);
+  EXPECT_EQ(events_.needs_reset.load(), 0);
+}
+
+TEST_F(VirtioScsiTest, NoEventsUnlessTheDriverTookHotplug) {
+  StartDevice(1, 1, /*features=*/0);
+  PostEventBuffers(1);
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 2, MakeDisk("disk1", nullptr)).ok());
+  // Attach() returns after the event would have been written (it runs on the iothread).
+  EXPECT_FALSE(drivers_[1]->CollectUsed().has_value());
+  constexpr std::array<uint8_t, 8> kLun2 = {1, 0, 0x40, 2, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun2), (std::array<uint8_t, 3>{6, 0x29, 0}));
+}
+
+TEST_F(VirtioScsiTest, AnEventBufferTooSmallNeedsReset) {
+  StartDevice(1, 1, kFeatureHotplug);
+  PostEventBuffers(1, /*bytes=*/8);
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 2, MakeDisk("disk1", nullptr)).ok());
+  EXPECT_EQ(events_.needs_reset.load(), 1);
+  // The request queue still serves the new unit until the driver resets the device.
+  constexpr std::array<uint8_t, 8> kLun2 = {1, 0, 0x40, 2, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun2), (std::array<uint8_t, 3>{6, 0x29, 0}));
+}
+
+TEST_F(VirtioScsiTest, UnitsAttachedWhileInactiveAreThereAtActivation) {
+  VirtioScsiOptions options;
+  auto threads = devices::StartIoThreads("scsi-io", 1, {});
+  ASSERT_TRUE(threads.ok());
+  options.iothreads = *std::move(threads);
+  auto device = VirtioScsi::Create(options, {{0, target_}});
+  ASSERT_TRUE(device.ok());
+  std::shared_ptr<ScsiHotplug> hotplug = (*device)->hotplug();
+  ASSERT_TRUE(hotplug->Attach(0, 7, MakeDisk("disk1", nullptr)).ok());
+  device->reset();
+  // The device is gone: the hot-plug handle still changes the target.
+  EXPECT_TRUE(hotplug->Detach(0, 7).ok());
+  ASSERT_TRUE(hotplug->Attach(0, 4, MakeDisk("disk1", nullptr)).ok());
+  StartDevice(1, 1, kFeatureHotplug);
+  constexpr std::array<uint8_t, 8> kLun4 = {1, 0, 0x40, 4, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun4), (std::array<uint8_t, 3>{6, 0x29, 0}));
+  EXPECT_EQ(TestUnitReady(2, kLun4), (std::array<uint8_t, 3>{0, 0, 0}));
 }
 
 }  // namespace

@@ -104,6 +104,28 @@ struct __attribute__((packed)) AnResponse {
 };
 static_assert(sizeof(AnResponse) == 5);
 
+// §5.6.3 feature bits the device offers: hot-plug and hot-unplug events (TRANSPORT_RESET with
+// reason RESCAN or REMOVED), and parameter change events (a unit's capacity).
+inline constexpr uint64_t kFeatureHotplug = 1ull << 1;
+inline constexpr uint64_t kFeatureChange = 1ull << 2;
+
+// §5.6.6.3 event queue: the driver makes device-writable buffers of event_info_size available;
+// the device fills one per event.
+struct __attribute__((packed)) Event {
+  uint32_t event;
+  uint8_t lun[8];
+  uint32_t reason;
+};
+static_assert(sizeof(Event) == 16);
+inline constexpr uint32_t kEventNoEvent = 0;
+inline constexpr uint32_t kEventTransportReset = 1;
+inline constexpr uint32_t kEventParamChange = 3;
+// Or-ed into the next event delivered after the device had one and no buffer for it.
+inline constexpr uint32_t kEventsMissed = 0x80000000u;
+// TRANSPORT_RESET reasons.
+inline constexpr uint32_t kResetRescan = 1;
+inline constexpr uint32_t kResetRemoved = 2;
+
 // §5.6.6.1: a virtio-scsi LUN field is lun[0] = 1, lun[1] = the target, and from lun[2] the SAM
 // LUN of the logical unit in that target (the driver sends flat space addressing, 0x40 | high byte).
 // Only the target is decided here; which unit the SAM LUN names is the SCSI target's one rule
