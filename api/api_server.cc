@@ -249,17 +249,23 @@ void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
 class WatchQueue {
  public:
   struct Item {
-    const DriveEntry* drive;
+    std::shared_ptr<const DriveEntry> drive;
     block::MediaEventType type;
     bool by_guest;
     std::shared_ptr<const block::MediaState> state;
     int64_t time_unix_nanos;
+    // An attach, detach or resize: the event as it is sent (drive is null; it may be gone).
+    std::shared_ptr<const pb::MediaEvent> ready;
   };
   enum class Next { kItem, kOverflow, kClosed, kTimeout };
 
   // `context` is the stream's: cancelling it is how a handler blocked in Write() (a client that
   // stopped reading fills HTTP/2's flow-control window) is set free.
-  WatchQueue(size_t limit, grpc::ServerContext* context) : limit_(limit), context_(context) {}
+  WatchQueue(size_t limit, grpc::ServerContext* context, std::string drive)
+      : limit_(limit), context_(context), drive_(std::move(drive)) {}
+
+  // The drive the stream watches; empty: all.
+  const std::string& drive() const { return drive_; }
 
   // Never waits for the consumer: past the limit the event is dropped and the stream is over (the
   // client learns why when it reads again; one that never does gives up its slot, see
@@ -314,6 +320,7 @@ class WatchQueue {
  private:
   const size_t limit_;
   grpc::ServerContext* const context_;
+  const std::string drive_;
   mutable absl::Mutex mutex_;
   std::deque<Item> items_ ABSL_GUARDED_BY(mutex_);
   bool overflowed_ ABSL_GUARDED_BY(mutex_) = false;
@@ -324,17 +331,21 @@ class WatchQueue {
 // Feeds one drive's media events into a stream's queue.
 class DriveListener : public block::MediaListener {
  public:
-  DriveListener(const DriveEntry* drive, WatchQueue* queue) : drive_(drive), queue_(queue) {}
+  DriveListener(std::shared_ptr<const DriveEntry> drive, WatchQueue* queue)
+      : drive_(std::move(drive)), queue_(queue) {}
   void OnMediaEvent(const block::MediaEvent& event) override {
-    queue_->Push({drive_, event.type, event.by_guest, event.state, absl::GetCurrentTimeNanos()});
+    queue_->Push({drive_, event.type, event.by_guest, event.state, absl::GetCurrentTimeNanos(),
+                  nullptr});
   }
 
  private:
-  const DriveEntry* const drive_;
+  const std::shared_ptr<const DriveEntry> drive_;
   WatchQueue* const queue_;
 };
 
 }  // namespace
+
+using DrivePtr = std::shared_ptr<const DriveEntry>;
 
 // The state the two services share: the drives, the VmControl and the open Watch streams.
 class ApiCore {
@@ -343,11 +354,17 @@ class ApiCore {
 
   VmControl& control() { return control_; }
   const ApiServerOptions& options() const { return options_; }
-  const std::vector<DriveEntry>& drives() const { return drives_; }
+  // The drives now, in order (a disk attached or detached changes the list).
+  std::vector<DrivePtr> drives() const;
 
-  absl::StatusOr<const DriveEntry*> FindDrive(const std::string& name) const;
+  absl::StatusOr<DrivePtr> FindDrive(const std::string& name) const;
   // A drive with removable media: FailedPrecondition for a disk.
-  absl::StatusOr<const DriveEntry*> FindRemovable(const std::string& name) const;
+  absl::StatusOr<DrivePtr> FindRemovable(const std::string& name) const;
+  // Hot-plug: a drive joins the list, or leaves it (returned, or null if it was not there).
+  DrivePtr AddDrive(DriveEntry entry);
+  DrivePtr RemoveDrive(const std::string& name);
+  // An attach, detach or resize, to every stream watching all drives or this one.
+  void Publish(pb::MediaEvent event);
 
   void FillVmInfo(pb::VmInfo* out) const;
 
@@ -390,8 +407,8 @@ class ApiCore {
  private:
   VmControl& control_;
   const ApiServerOptions options_;
-  const std::vector<DriveEntry> drives_;
-  std::map<std::string, const DriveEntry*> by_name_;
+  mutable absl::Mutex drives_mutex_;
+  std::vector<DrivePtr> drives_ ABSL_GUARDED_BY(drives_mutex_);
   std::unique_ptr<grpc::Service> media_service_;
   std::unique_ptr<grpc::Service> vm_service_;
 
@@ -404,6 +421,89 @@ class ApiCore {
 };
 
 namespace {
+
+// What the file must be to become a medium or a disk, before anything opens it (a FIFO would
+// block the open): an existing, accessible regular file or block device. Errors lead with `verb`.
+absl::Status CheckImageFile(absl::string_view verb, const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    const std::string message =
+        absl::StrFormat("%s: cannot use %s: %s", verb, Quote(path, kPathShown), strerror(error));
+    switch (error) {
+      case ENOENT:
+      case ENOTDIR:
+        return absl::NotFoundError(message);
+      case EACCES:
+      case EPERM:
+        return absl::PermissionDeniedError(message);
+      default:
+        return absl::InvalidArgumentError(message);
+    }
+  }
+  if (S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %s is a directory, not an image", verb, Quote(path, kPathShown)));
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s is neither a regular file nor a block device", verb, Quote(path, kPathShown)));
+  }
+  return absl::OkStatus();
+}
+
+// The VMM's error opening an image, as the proto promises: NOT_FOUND, PERMISSION_DENIED or (for
+// anything else, unless `keep_precondition` keeps FAILED_PRECONDITION: a disk image locked by
+// another user) INVALID_ARGUMENT, led by the verb and the path: "insert: /srv/a.iso: no such file
+// or directory".
+absl::Status ImageError(absl::string_view verb, const std::string& path,
+                        const absl::Status& status, bool keep_precondition = false) {
+  absl::StatusCode code = status.code();
+  if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
+      !(keep_precondition && code == absl::StatusCode::kFailedPrecondition)) {
+    code = absl::StatusCode::kInvalidArgument;
+  }
+  absl::string_view message = status.message();
+  // The block layer's errno messages read "open PATH: ...": the path leads without the verb.
+  if (absl::string_view rest = message;
+      absl::ConsumePrefix(&rest, "open ") && absl::StartsWith(rest, path)) {
+    message = rest;
+  }
+  if (absl::StartsWith(message, path)) return absl::Status(code, absl::StrCat(verb, ": ", message));
+  return absl::Status(code,
+                      absl::StrFormat("%s: %s: %s", verb, Quote(path, kPathShown), message));
+}
+
+// The path an insert or attach opens: a relative one is relative to the VMM's working directory
+// (or to --media-dir, which resolves it itself), made absolute here so that the drive's source
+// names the file for every reader, wherever they are (under --jail that directory is the jail's
+// root). INVALID_ARGUMENT for an empty path, one with a NUL byte or one past PATH_MAX.
+absl::StatusOr<std::string> RequestedPath(VmControl& control, absl::string_view verb,
+                                          const std::string& requested) {
+  if (requested.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(verb, ": the path of the image is empty"));
+  }
+  const bool as_given = control.MediaPathsConfined() || requested.find('\0') != std::string::npos;
+  std::string path = as_given || requested[0] == '/' ? requested : AbsolutePath(requested);
+  if (path.size() >= PATH_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the path %s is %d bytes long; the limit is %d (PATH_MAX)", verb,
+                        Quote(path), path.size(), PATH_MAX - 1));
+  }
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the path %s contains a NUL byte", verb, Quote(path)));
+  }
+  return path;
+}
+
+// `status` with `what` in front of its message ("cd0: ...", "attach: ...").
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
+}
+
+// The last LUN a disk may be attached at (SAM-5 flat addressing, as the SCSI target takes).
+constexpr uint32_t kMaxLun = 16383;
 
 // Reads the one request of a call. gRPC's own unary handler answers a request that does not
 // parse (not protobuf, the wrong message, or a string field that is not UTF-8, which proto3
@@ -487,8 +587,8 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
 
  private:
   grpc::Status HandleListDrives(const pb::ListDrivesRequest*, pb::ListDrivesResponse* response) {
-    for (const DriveEntry& drive : core_.drives()) {
-      FillDriveStatus(drive, nullptr, response->add_drives());
+    for (const DrivePtr& drive : core_.drives()) {
+      FillDriveStatus(*drive, nullptr, response->add_drives());
     }
     return grpc::Status::OK;
   }
@@ -504,24 +604,9 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     auto found = core_.FindRemovable(request->drive());
     if (!found.ok()) return ToGrpc(found.status());
     const DriveEntry& drive = **found;
-    const std::string& requested = request->path();
-    if (requested.empty()) return InvalidArgument("insert: the path of the medium is empty");
-    // A relative path is relative to the VMM's working directory (or to --media-dir, which
-    // resolves it itself): made absolute here, so that the medium's source names the file for
-    // every reader, wherever they are. Under --jail that directory is the jail's root.
-    const bool as_given =
-        core_.control().MediaPathsConfined() || requested.find('\0') != std::string::npos;
-    const std::string path =
-        as_given || requested[0] == '/' ? requested : AbsolutePath(requested);
-    if (path.size() >= PATH_MAX) {
-      return InvalidArgument(absl::StrFormat(
-          "insert: the path %s is %d bytes long; the limit is %d (PATH_MAX)", Quote(path),
-          path.size(), PATH_MAX - 1));
-    }
-    if (path.find('\0') != std::string::npos) {
-      return InvalidArgument(absl::StrFormat("insert: the path %s contains a NUL byte",
-                                             Quote(path)));
-    }
+    absl::StatusOr<std::string> checked = RequestedPath(core_.control(), "insert", request->path());
+    if (!checked.ok()) return ToGrpc(checked.status());
+    const std::string& path = *checked;
     if (!request->format().empty() && request->format() != "raw") {
       return InvalidArgument(absl::StrFormat(
           "insert: format %s is not supported (only \"raw\": an ISO or raw image)",
@@ -535,10 +620,10 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
           "%s already holds a medium (%s); eject it first", drive.name, before->source));
     }
     if (!core_.control().MediaPathsConfined()) {
-      if (absl::Status usable = CheckMediumFile(path); !usable.ok()) return ToGrpc(usable);
+      if (absl::Status usable = CheckImageFile("insert", path); !usable.ok()) return ToGrpc(usable);
     }
     auto medium = core_.control().OpenMedium(path);
-    if (!medium.ok()) return ToGrpc(MediumError(path, medium.status()));
+    if (!medium.ok()) return ToGrpc(ImageError("insert", path, medium.status()));
     // On failure the opened medium is dropped here: nothing changed.
     // The medium's source names the file for every reader: a path relative to the media
     // directory gets the directory in front.
@@ -570,21 +655,23 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
 
   grpc::Status HandleWatch(grpc::ServerContext* context, const pb::WatchRequest* request,
                            grpc::ServerSplitStreamer<pb::WatchRequest, pb::MediaEvent>* writer) {
-    std::vector<const DriveEntry*> drives;
+    // The drives whose media events the stream carries: every removable one, or the one named
+    // (a disk has no media events; its resize and detach come through ApiCore::Publish).
+    std::vector<DrivePtr> drives;
     if (request->drive().empty()) {
-      for (const DriveEntry& drive : core_.drives()) {
-        if (drive.media != nullptr) drives.push_back(&drive);
+      for (const DrivePtr& drive : core_.drives()) {
+        if (drive->media != nullptr) drives.push_back(drive);
       }
     } else {
-      auto found = core_.FindRemovable(request->drive());
+      auto found = core_.FindDrive(request->drive());
       if (!found.ok()) return ToGrpc(found.status());
-      drives.push_back(*found);
+      if ((*found)->media != nullptr) drives.push_back(*found);
     }
-    WatchQueue queue(core_.options().watch_queue_limit, context);
+    WatchQueue queue(core_.options().watch_queue_limit, context, request->drive());
     grpc::Status refusal;
     if (!core_.AddWatcher(&queue, &refusal)) return refusal;
     std::vector<std::unique_ptr<DriveListener>> listeners;
-    for (const DriveEntry* drive : drives) {
+    for (const DrivePtr& drive : drives) {
       listeners.push_back(std::make_unique<DriveListener>(drive, &queue));
       drive->media->AddListener(listeners.back().get());
     }
@@ -600,6 +687,12 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
       WatchQueue::Item item;
       switch (queue.Pop(&item, kWatchPollInterval)) {
         case WatchQueue::Next::kItem: {
+          if (item.ready != nullptr) {
+            if (!writer->Write(*item.ready)) {
+              return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+            }
+            break;
+          }
           pb::MediaEvent event;
           event.set_type(ToProto(item.type));
           event.set_drive(item.drive->name);
@@ -633,58 +726,6 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
   static grpc::Status FailedPrecondition(const std::string& message) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, message);
   }
-  static absl::Status Prefixed(const std::string& drive, const absl::Status& status) {
-    return absl::Status(status.code(), absl::StrFormat("%s: %s", drive, status.message()));
-  }
-
-  // What the file must be to become a medium, before anything opens it (a FIFO would block the
-  // open): an existing, accessible regular file or block device.
-  static absl::Status CheckMediumFile(const std::string& path) {
-    struct stat st {};
-    if (stat(path.c_str(), &st) != 0) {
-      const int error = errno;
-      const std::string message =
-          absl::StrFormat("insert: cannot use %s: %s", Quote(path, kPathShown), strerror(error));
-      switch (error) {
-        case ENOENT:
-        case ENOTDIR:
-          return absl::NotFoundError(message);
-        case EACCES:
-        case EPERM:
-          return absl::PermissionDeniedError(message);
-        default:
-          return absl::InvalidArgumentError(message);
-      }
-    }
-    if (S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("insert: %s is a directory, not an image", Quote(path, kPathShown)));
-    }
-    if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "insert: %s is neither a regular file nor a block device", Quote(path, kPathShown)));
-    }
-    return absl::OkStatus();
-  }
-
-  // The VMM's error opening the medium, as the proto promises: NOT_FOUND, PERMISSION_DENIED or
-  // INVALID_ARGUMENT (a file too small to be a medium among them), led by the path:
-  // "insert: /srv/a.iso: no such file or directory".
-  static absl::Status MediumError(const std::string& path, const absl::Status& status) {
-    absl::StatusCode code = status.code();
-    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied) {
-      code = absl::StatusCode::kInvalidArgument;
-    }
-    absl::string_view message = status.message();
-    // The block layer's errno messages read "open PATH: ...": the path leads without the verb.
-    if (absl::string_view rest = message;
-        absl::ConsumePrefix(&rest, "open ") && absl::StartsWith(rest, path)) {
-      message = rest;
-    }
-    if (absl::StartsWith(message, path)) return absl::Status(code, absl::StrCat("insert: ", message));
-    return absl::Status(code, absl::StrFormat("insert: %s: %s", Quote(path, kPathShown), message));
-  }
-
 
   ApiCore& core_;
 };
@@ -736,6 +777,20 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return HandleSetDriveLimits(request, response);
     });
   }
+  grpc::Status StreamedAttachDisk(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::AttachDiskRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleAttachDisk(request, response);
+    });
+  }
+  grpc::Status StreamedDetachDisk(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::DetachDiskRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleDetachDisk(request, response);
+    });
+  }
 
  private:
   grpc::Status HandleGetInfo(const pb::GetInfoRequest*, pb::VmInfo* response) {
@@ -774,7 +829,7 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       FillDriveStats(**drive, response->add_drives());
       return grpc::Status::OK;
     }
-    for (const DriveEntry& drive : core_.drives()) FillDriveStats(drive, response->add_drives());
+    for (const DrivePtr& drive : core_.drives()) FillDriveStats(*drive, response->add_drives());
     return grpc::Status::OK;
   }
 
@@ -815,6 +870,81 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
     return grpc::Status::OK;
   }
 
+  grpc::Status HandleAttachDisk(const pb::AttachDiskRequest* request, pb::DriveStatus* response) {
+    absl::StatusOr<std::string> path = RequestedPath(core_.control(), "attach", request->path());
+    if (!path.ok()) return ToGrpc(path.status());
+    DiskAttachment disk;
+    disk.path = *path;
+    disk.id = request->id();
+    disk.read_only = request->read_only();
+    disk.io_group = request->io_group();
+    if (!request->cache_mode().empty()) {
+      absl::StatusOr<block::CacheMode> mode = block::ParseCacheMode(request->cache_mode());
+      if (!mode.ok()) return ToGrpc(Prefixed("attach: cache_mode", mode.status()));
+      disk.cache_mode = *mode;
+    }
+    if (!request->fua_mode().empty()) {
+      absl::StatusOr<block::FuaMode> mode = block::ParseFuaMode(request->fua_mode());
+      if (!mode.ok()) return ToGrpc(Prefixed("attach: fua_mode", mode.status()));
+      disk.fua_mode = *mode;
+    }
+    if (request->has_lun()) {
+      if (request->lun() > kMaxLun) {
+        return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
+            "attach: LUN %d is past the last one, %d", request->lun(), kMaxLun)));
+      }
+      disk.lun = static_cast<uint16_t>(request->lun());
+    }
+    disk.limits = FromProto(request->limits());
+    if (absl::Status valid = block::ValidateIoLimits(disk.limits); !valid.ok()) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat("attach: ", valid.message())));
+    }
+    if (!core_.control().MediaPathsConfined()) {
+      if (absl::Status usable = CheckImageFile("attach", disk.path); !usable.ok()) {
+        return ToGrpc(usable);
+      }
+    }
+    absl::StatusOr<DriveEntry> entry = core_.control().AttachDisk(disk);
+    if (!entry.ok()) {
+      // The file's errors name it; the VM's (a name or LUN taken, no controller) say what.
+      const absl::StatusCode code = entry.status().code();
+      if (code == absl::StatusCode::kAlreadyExists || code == absl::StatusCode::kResourceExhausted ||
+          code == absl::StatusCode::kUnimplemented ||
+          absl::StrContains(entry.status().message(), "controller") ||
+          absl::StrContains(entry.status().message(), "group")) {
+        return ToGrpc(Prefixed("attach", entry.status()));
+      }
+      return ToGrpc(ImageError("attach", disk.path, entry.status(), /*keep_precondition=*/true));
+    }
+    const DrivePtr drive = core_.AddDrive(*std::move(entry));
+    FillDriveStatus(*drive, nullptr, response);
+    pb::MediaEvent event;
+    event.set_type(pb::MediaEvent::DISK_ATTACHED);
+    event.set_drive(drive->name);
+    *event.mutable_status() = *response;
+    core_.Publish(std::move(event));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleDetachDisk(const pb::DetachDiskRequest* request, pb::DriveStatus* response) {
+    absl::StatusOr<DrivePtr> found = core_.FindDrive(request->drive());
+    if (!found.ok()) return ToGrpc(found.status());
+    FillDriveStatus(**found, nullptr, response);
+    found->reset();
+    if (absl::Status detached = core_.control().DetachDisk(request->drive()); !detached.ok()) {
+      return ToGrpc(Prefixed("detach", detached));
+    }
+    // The last reference the API held: the image closes (and its lock goes) here, before the
+    // reply, unless another call is reading the drive at this very moment.
+    core_.RemoveDrive(request->drive());
+    pb::MediaEvent event;
+    event.set_type(pb::MediaEvent::DISK_DETACHED);
+    event.set_drive(request->drive());
+    *event.mutable_status() = *response;
+    core_.Publish(std::move(event));
+    return grpc::Status::OK;
+  }
+
  private:
   ApiCore& core_;
 };
@@ -822,27 +952,63 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
 }  // namespace
 
 ApiCore::ApiCore(VmControl& control, const ApiServerOptions& options)
-    : control_(control), options_(options), drives_(control.Drives()) {
-  for (const DriveEntry& drive : drives_) by_name_.emplace(drive.name, &drive);
+    : control_(control), options_(options) {
+  for (DriveEntry& drive : control.Drives()) {
+    drives_.push_back(std::make_shared<const DriveEntry>(std::move(drive)));
+  }
   media_service_ = std::make_unique<MediaServiceImpl>(*this);
   vm_service_ = std::make_unique<VmServiceImpl>(*this);
 }
 
-absl::StatusOr<const DriveEntry*> ApiCore::FindDrive(const std::string& name) const {
-  if (name.empty()) return absl::InvalidArgumentError("no drive given (the drive field is empty)");
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) {
-    std::vector<std::string> names;
-    for (const DriveEntry& drive : drives_) names.push_back(drive.name);
-    return absl::NotFoundError(absl::StrFormat(
-        "no drive %s (this VM has: %s)", Quote(name),
-        names.empty() ? std::string("no drives") : absl::StrJoin(names, ", ")));
-  }
-  return it->second;
+std::vector<DrivePtr> ApiCore::drives() const {
+  absl::MutexLock lock(&drives_mutex_);
+  return drives_;
 }
 
-absl::StatusOr<const DriveEntry*> ApiCore::FindRemovable(const std::string& name) const {
-  ASSIGN_OR_RETURN(const DriveEntry* const drive, FindDrive(name));
+absl::StatusOr<DrivePtr> ApiCore::FindDrive(const std::string& name) const {
+  if (name.empty()) return absl::InvalidArgumentError("no drive given (the drive field is empty)");
+  absl::MutexLock lock(&drives_mutex_);
+  std::vector<std::string> names;
+  for (const DrivePtr& drive : drives_) {
+    if (drive->name == name) return drive;
+    names.push_back(drive->name);
+  }
+  return absl::NotFoundError(absl::StrFormat(
+      "no drive %s (this VM has: %s)", Quote(name),
+      names.empty() ? std::string("no drives") : absl::StrJoin(names, ", ")));
+}
+
+DrivePtr ApiCore::AddDrive(DriveEntry entry) {
+  auto drive = std::make_shared<const DriveEntry>(std::move(entry));
+  absl::MutexLock lock(&drives_mutex_);
+  drives_.push_back(drive);
+  return drive;
+}
+
+DrivePtr ApiCore::RemoveDrive(const std::string& name) {
+  absl::MutexLock lock(&drives_mutex_);
+  for (auto it = drives_.begin(); it != drives_.end(); ++it) {
+    if ((*it)->name != name) continue;
+    DrivePtr drive = std::move(*it);
+    drives_.erase(it);
+    return drive;
+  }
+  return nullptr;
+}
+
+void ApiCore::Publish(pb::MediaEvent event) {
+  event.set_time_unix_nanos(absl::GetCurrentTimeNanos());
+  auto ready = std::make_shared<const pb::MediaEvent>(std::move(event));
+  absl::MutexLock lock(&watchers_mutex_);
+  for (WatchQueue* watcher : watchers_) {
+    if (watcher->drive().empty() || watcher->drive() == ready->drive()) {
+      watcher->Push({nullptr, block::MediaEventType::kInserted, false, nullptr, 0, ready});
+    }
+  }
+}
+
+absl::StatusOr<DrivePtr> ApiCore::FindRemovable(const std::string& name) const {
+  ASSIGN_OR_RETURN(DrivePtr drive, FindDrive(name));
   if (drive->media == nullptr) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is a disk: it has no removable medium to insert, eject or watch", name));
@@ -860,7 +1026,7 @@ void ApiCore::FillVmInfo(pb::VmInfo* out) const {
   out->set_uptime_ms(absl::ToInt64Milliseconds(status.uptime));
   out->set_pid(status.pid);
   out->set_media_dir(control_.MediaRoot());
-  for (const DriveEntry& drive : drives_) FillDriveStatus(drive, nullptr, out->add_drives());
+  for (const DrivePtr& drive : drives()) FillDriveStatus(*drive, nullptr, out->add_drives());
 }
 
 void ApiCore::WaitForCalls(absl::Duration timeout) {

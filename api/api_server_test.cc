@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -121,6 +122,40 @@ class FakeVm : public VmControl {
     return status;
   }
 
+  // As vmm::VmApiControl over Storage: the image opened read-write (its lock taken), a name and
+  // a LUN chosen, both refused when taken.
+  absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk) override {
+    absl::MutexLock lock(&mutex);
+    attachments.push_back(disk);
+    const std::string name = disk.id.empty() ? "disk1" : disk.id;
+    if (name == "disk0" || attached.count(name) != 0) {
+      return absl::AlreadyExistsError("the drive name " + name + " is taken");
+    }
+    if (disk.lun == 1) return absl::AlreadyExistsError("LUN 1 is taken");
+    ASSIGN_OR_RETURN(auto image, block::raw::RawFileBackend::Open(disk.path, {}));
+    ASSIGN_OR_RETURN(std::shared_ptr<block::Drive> drive,
+                     block::Drive::CreateFixed({.name = name}, std::move(image)));
+    DriveEntry entry{.name = name, .cdrom = false, .bus = "virtio-scsi",
+                     .address = absl::StrCat("0:0:", disk.lun.value_or(2)), .source = disk.path,
+                     .read_only = disk.read_only, .cache_mode = "writeback", .drive = drive};
+    attached[name] = drive;
+    return entry;
+  }
+  absl::Status DetachDisk(const std::string& name) override {
+    absl::MutexLock lock(&mutex);
+    if (name == "cd0" || name == "cd1") {
+      return absl::FailedPreconditionError(name + " is a CD-ROM drive: eject its medium instead");
+    }
+    if (name == "disk0") {
+      disk0.reset();
+      return absl::OkStatus();
+    }
+    auto found = attached.find(name);
+    if (found == attached.end()) return absl::NotFoundError("no drive named " + name);
+    attached.erase(found);
+    return absl::OkStatus();
+  }
+
   absl::Status Pause() override {
     absl::MutexLock lock(&mutex);
     if (stopping) return absl::FailedPreconditionError("the VM is stopping");
@@ -157,6 +192,8 @@ class FakeVm : public VmControl {
   bool stopping ABSL_GUARDED_BY(mutex) = false;
   int pause_calls ABSL_GUARDED_BY(mutex) = 0;
   std::vector<std::pair<bool, absl::Duration>> shutdowns ABSL_GUARDED_BY(mutex);
+  std::vector<DiskAttachment> attachments ABSL_GUARDED_BY(mutex);
+  std::map<std::string, std::shared_ptr<block::Drive>> attached ABSL_GUARDED_BY(mutex);
 };
 
 class ApiServerTest : public ::testing::Test {
@@ -729,7 +766,7 @@ TEST_F(ApiServerTest, WatchOneDrive) {
   watch->reader->Finish();
 
   for (const auto& [drive, code] : std::vector<std::pair<std::string, StatusCode>>{
-           {"cd9", StatusCode::NOT_FOUND}, {"disk0", StatusCode::FAILED_PRECONDITION}}) {
+           {"cd9", StatusCode::NOT_FOUND}}) {
     grpc::ClientContext context;
     Deadline(context);
     pb::WatchRequest request;
@@ -739,6 +776,139 @@ TEST_F(ApiServerTest, WatchOneDrive) {
     }
     EXPECT_EQ(reader->Finish().error_code(), code) << drive;
   }
+}
+
+// ---- Hot-plug ----
+
+grpc::Status AttachDisk(pb::VmService::Stub& stub, const pb::AttachDiskRequest& request,
+                        pb::DriveStatus* out) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return stub.AttachDisk(&context, request, out);
+}
+
+grpc::Status DetachDisk(pb::VmService::Stub& stub, const std::string& drive, pb::DriveStatus* out) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  pb::DetachDiskRequest request;
+  request.set_drive(drive);
+  return stub.DetachDisk(&context, request, out);
+}
+
+// A disk attached joins the drive list and the stream of every watcher of all drives; detached, it
+// leaves both, and the API keeps nothing of it (the image closes before the reply).
+TEST_F(ApiServerTest, AttachAndDetachADisk) {
+  StartServer();
+  const std::string image = WriteFile("data.img", 1 << 20);
+  auto all = OpenWatch(*media_, "");
+  auto disk0_only = OpenWatch(*media_, "disk0");
+  pb::AttachDiskRequest request;
+  request.set_path(image);
+  request.set_id("data");
+  request.set_cache_mode("none");
+  request.set_fua_mode("emulate");
+  request.set_lun(5);
+  request.mutable_limits()->set_iops(300);
+  pb::DriveStatus status;
+  grpc::Status attached = AttachDisk(*vm_service_, request, &status);
+  ASSERT_TRUE(attached.ok()) << attached.error_message();
+  EXPECT_EQ(status.name(), "data");
+  EXPECT_EQ(status.kind(), pb::DriveStatus::DISK);
+  EXPECT_EQ(status.address(), "0:0:5");
+  EXPECT_EQ(status.size_bytes(), 1u << 20);
+  EXPECT_EQ(status.source(), image);
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    ASSERT_EQ(vm_.attachments.size(), 1u);
+    EXPECT_EQ(vm_.attachments[0].cache_mode, block::CacheMode::kNone);
+    EXPECT_EQ(vm_.attachments[0].fua_mode, block::FuaMode::kEmulate);
+    EXPECT_EQ(vm_.attachments[0].lun, std::optional<uint16_t>(5));
+    EXPECT_EQ(vm_.attachments[0].limits.iops, 300u);
+  }
+  ASSERT_TRUE(Status("data", &status).ok());
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok());
+  ASSERT_EQ(info.drives_size(), 4);
+  EXPECT_EQ(info.drives(3).name(), "data");
+
+  std::weak_ptr<block::Drive> drive;
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    drive = vm_.attached["data"];
+  }
+  ASSERT_TRUE(DetachDisk(*vm_service_, "data", &status).ok());
+  EXPECT_EQ(status.name(), "data");
+  EXPECT_TRUE(drive.expired()) << "the API still holds the detached drive";
+  EXPECT_EQ(Status("data", &status).error_code(), StatusCode::NOT_FOUND);
+  ASSERT_TRUE(DetachDisk(*vm_service_, "disk0", &status).ok());
+
+  pb::MediaEvent event;
+  ASSERT_TRUE(all->reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::MediaEvent::DISK_ATTACHED);
+  EXPECT_EQ(event.drive(), "data");
+  EXPECT_EQ(event.status().address(), "0:0:5");
+  EXPECT_GT(event.time_unix_nanos(), 0);
+  ASSERT_TRUE(all->reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::MediaEvent::DISK_DETACHED);
+  EXPECT_EQ(event.drive(), "data");
+  ASSERT_TRUE(all->reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::MediaEvent::DISK_DETACHED);
+  EXPECT_EQ(event.drive(), "disk0");
+  // The stream watching disk0 saw only its own detach.
+  ASSERT_TRUE(disk0_only->reader->Read(&event));
+  EXPECT_EQ(event.type(), pb::MediaEvent::DISK_DETACHED);
+  EXPECT_EQ(event.drive(), "disk0");
+  for (auto* watch : {all.get(), disk0_only.get()}) {
+    watch->context.TryCancel();
+    while (watch->reader->Read(&event)) {
+    }
+    watch->reader->Finish();
+  }
+}
+
+TEST_F(ApiServerTest, AttachAndDetachErrorsAreClear) {
+  StartServer();
+  const std::string image = WriteFile("data.img", 1 << 20);
+  struct Case {
+    std::string path;
+    std::function<void(pb::AttachDiskRequest&)> change;
+    StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"", nullptr, StatusCode::INVALID_ARGUMENT, "attach: the path of the image is empty"},
+      {dir_ + "/missing.img", nullptr, StatusCode::NOT_FOUND, "missing.img"},
+      {dir_, nullptr, StatusCode::INVALID_ARGUMENT, "is a directory"},
+      {image, [](auto& r) { r.set_cache_mode("fast"); }, StatusCode::INVALID_ARGUMENT,
+       "attach: cache_mode"},
+      {image, [](auto& r) { r.set_fua_mode("sometimes"); }, StatusCode::INVALID_ARGUMENT,
+       "attach: fua_mode"},
+      {image, [](auto& r) { r.set_lun(16384); }, StatusCode::INVALID_ARGUMENT, "LUN 16384"},
+      {image, [](auto& r) { r.set_lun(1); }, StatusCode::ALREADY_EXISTS, "attach: LUN 1 is taken"},
+      {image, [](auto& r) { r.set_id("disk0"); }, StatusCode::ALREADY_EXISTS, "disk0 is taken"},
+      {image, [](auto& r) { r.mutable_limits()->set_iops_burst(5); }, StatusCode::INVALID_ARGUMENT,
+       "attach: "},
+  };
+  for (const Case& c : cases) {
+    pb::AttachDiskRequest request;
+    request.set_path(c.path);
+    if (c.change) c.change(request);
+    pb::DriveStatus status;
+    const grpc::Status result = AttachDisk(*vm_service_, request, &status);
+    EXPECT_EQ(result.error_code(), c.code) << c.message << ": " << result.error_message();
+    EXPECT_NE(result.error_message().find(c.message), std::string::npos)
+        << result.error_message();
+  }
+  pb::DriveStatus status;
+  EXPECT_EQ(DetachDisk(*vm_service_, "disk9", &status).error_code(), StatusCode::NOT_FOUND);
+  const grpc::Status cd = DetachDisk(*vm_service_, "cd0", &status);
+  EXPECT_EQ(cd.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(cd.error_message().find("detach: cd0 is a CD-ROM"), std::string::npos)
+      << cd.error_message();
+  // Nothing changed.
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok());
+  EXPECT_EQ(info.drives_size(), 3);
 }
 
 TEST_F(ApiServerTest, WatchEndsCleanlyWhenTheServerStops) {
@@ -1347,7 +1517,7 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 12);
+  EXPECT_EQ(methods, 14);
   absl::MutexLock lock(&vm_.mutex);
   EXPECT_TRUE(vm_.shutdowns.empty());
   EXPECT_EQ(vm_.pause_calls, 0);

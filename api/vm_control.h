@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,13 +13,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "block/backend.h"
+#include "block/cache_mode.h"
 #include "block/drive.h"
 #include "block/media.h"
 #include "block/throttle.h"
 
 namespace api {
 
-// One drive of the VM as the API sees it. Fixed for the VM's lifetime; the media state lives in
+// One drive of the VM as the API sees it. Fixed while the drive exists; the media state lives in
 // `media` (block::RemovableMedia), which the API reads and changes directly: the devices hear of
 // every change through the block layer's media events, so the API needs no device knowledge.
 struct DriveEntry {
@@ -33,6 +35,19 @@ struct DriveEntry {
   std::shared_ptr<block::RemovableMedia> media;  // null for disks
   // A passed-through host drive's probe count (block::HostCdrom::Stats::probes); null otherwise.
   std::function<uint64_t()> host_probes;
+};
+
+// A disk to attach while the guest runs (AttachDisk), checked by the caller: the cache and FUA
+// modes are parsed, the path is absolute unless media paths are confined.
+struct DiskAttachment {
+  std::string path;
+  std::string id;  // empty: the first free "diskN"
+  block::CacheMode cache_mode = block::CacheMode::kWriteback;
+  block::FuaMode fua_mode = block::FuaMode::kNative;
+  bool read_only = false;
+  std::optional<uint16_t> lun;  // on target 0; unset: the lowest free LUN
+  block::IoLimits limits;
+  std::string io_group;
 };
 
 enum class VmRunState { kRunning, kPaused, kStopping };
@@ -70,6 +85,17 @@ class VmControl {
   virtual std::string MediaRoot() const { return ""; }
   // The --io-group budgets by name (block::Throttle), which SetDriveLimits may change.
   virtual std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const { return {}; }
+
+  // Hot-plug of virtio-scsi disks. AttachDisk opens the image (confined as OpenMedium when
+  // MediaPathsConfined(); errors name the path) and returns the new drive's entry; DetachDisk
+  // returns once the disk's commands are done and Storage has let go of it (the caller drops its
+  // entry to close the image). Unimplemented where the VMM has no such controller.
+  virtual absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk) {
+    return absl::UnimplementedError("this VMM cannot attach disks");
+  }
+  virtual absl::Status DetachDisk(const std::string& name) {
+    return absl::UnimplementedError("this VMM cannot detach disks");
+  }
 
   virtual VmStatus Status() const = 0;
 

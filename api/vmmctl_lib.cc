@@ -118,6 +118,10 @@ const std::vector<CommandSpec>& Commands() {
       {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
       {{"drive", "limit"}, 1, 1, {"iops", "bps", "burst", "group"},
        "drive limit DRIVE|GROUP [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--group]"},
+      {{"disk", "add"}, 1, 1, {"id", "cache", "fua", "read-only", "lun", "iops", "bps", "burst", "io-group"},
+       "disk add PATH [--id NAME] [--cache MODE] [--fua native|emulate] [--read-only] [--lun N]\n"
+       "           [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--io-group NAME]"},
+      {{"disk", "remove"}, 1, 1, {}, "disk remove DRIVE"},
   };
   return *commands;
 }
@@ -126,7 +130,9 @@ const std::vector<CommandSpec>& Commands() {
 const std::set<std::string>& ValueOptions() {
   static const auto* names = new std::set<std::string>{"api",      "api-token-file", "timeout", "connect-timeout",
                                                        "grace-ms", "count",          "format",
-                                                       "iops",     "bps",            "burst"};
+                                                       "iops",     "bps",            "burst",
+                                                       "id",       "cache",          "fua",
+                                                       "lun",      "io-group"};
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
@@ -208,6 +214,11 @@ class Runner {
   int VmShutdown();
   int VmStats(const std::string& drive);
   int DriveLimit(const std::string& name);
+  int DiskAdd(const std::string& path);
+  int DiskRemove(const std::string& drive);
+  // `path` as the VMM should open it: absolute, unless the VMM takes images from its --media-dir
+  // only, where a relative path is relative to that directory (as the user meant it).
+  int ServerPath(const std::string& path, std::string* out);
 
   bool Has(const std::string& option) const { return cl_.options.count(option) != 0; }
 
@@ -274,6 +285,9 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
     if (verb == "watch") return MediaWatch(arg0);
   } else if (noun == "drive") {
     if (verb == "limit") return DriveLimit(arg0);
+  } else if (noun == "disk") {
+    if (verb == "add") return DiskAdd(arg0);
+    if (verb == "remove") return DiskRemove(arg0);
   } else {
     if (verb == "info") return VmInfo();
     if (verb == "pause") return VmPauseResume(true);
@@ -304,21 +318,26 @@ int Runner::MediaStatus(const std::string& drive) {
   return Print(response, DriveDetails(response));
 }
 
-int Runner::MediaInsert(const std::string& drive, const std::string& path) {
+int Runner::ServerPath(const std::string& path, std::string* out) {
   // The VMM opens the path itself, possibly from another working directory: a relative path is
-  // sent absolute, unless the VMM takes media from its --media-dir only, where a relative path
-  // is relative to that directory (as the user meant it: "media insert cd0 disc2.iso").
-  std::string absolute = path;
-  if (!path.empty() && path[0] != '/') {
-    grpc::ClientContext context;
-    Context(context);
-    vmm::v1::VmInfo info;
-    grpc::Status status = vm_->GetInfo(&context, vmm::v1::GetInfoRequest(), &info);
-    if (!status.ok()) return RpcError(status);
-    std::error_code ec;
-    auto p = std::filesystem::absolute(path, ec);
-    if (info.media_dir().empty() && !ec) absolute = p.lexically_normal().string();
-  }
+  // sent absolute, unless the VMM takes files from its --media-dir only, where a relative path
+  // is relative to that directory ("media insert cd0 disc2.iso").
+  *out = path;
+  if (path.empty() || path[0] == '/') return kExitOk;
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::VmInfo info;
+  grpc::Status status = vm_->GetInfo(&context, vmm::v1::GetInfoRequest(), &info);
+  if (!status.ok()) return RpcError(status);
+  std::error_code ec;
+  auto p = std::filesystem::absolute(path, ec);
+  if (info.media_dir().empty() && !ec) *out = p.lexically_normal().string();
+  return kExitOk;
+}
+
+int Runner::MediaInsert(const std::string& drive, const std::string& path) {
+  std::string absolute;
+  if (int failed = ServerPath(path, &absolute); failed != kExitOk) return failed;
   if (Has("force")) {
     // --force: take out whatever is in the drive first (ignoring the guest's lock).
     grpc::ClientContext context;
@@ -582,6 +601,45 @@ std::string LimitsText(const vmm::v1::IoLimits& limits) {
   if (limits.iops_burst() != 0) parts.push_back(absl::StrCat("burst ", limits.iops_burst(), " ops"));
   if (limits.bytes_burst() != 0) parts.push_back(absl::StrCat("burst ", HumanSize(limits.bytes_burst())));
   return absl::StrJoin(parts, ", ");
+}
+
+int Runner::DiskAdd(const std::string& path) {
+  vmm::v1::AttachDiskRequest request;
+  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
+    return UsageError(std::string(parsed.message()));
+  }
+  if (Has("lun")) {
+    uint32_t lun = 0;
+    if (!absl::SimpleAtoi(cl_.options.at("lun"), &lun) || lun > 16383) {
+      return UsageError("--lun=" + cl_.options.at("lun") + ": expected a LUN, 0 to 16383");
+    }
+    request.set_lun(lun);
+  }
+  std::string server_path;
+  if (int failed = ServerPath(path, &server_path); failed != kExitOk) return failed;
+  request.set_path(server_path);
+  if (Has("id")) request.set_id(cl_.options.at("id"));
+  if (Has("cache")) request.set_cache_mode(cl_.options.at("cache"));
+  if (Has("fua")) request.set_fua_mode(cl_.options.at("fua"));
+  if (Has("io-group")) request.set_io_group(cl_.options.at("io-group"));
+  request.set_read_only(Has("read-only"));
+  grpc::ClientContext context;
+  Context(context);
+  DriveStatus response;
+  grpc::Status status = vm_->AttachDisk(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, DriveLine(response) + "\n");
+}
+
+int Runner::DiskRemove(const std::string& drive) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::DetachDiskRequest request;
+  request.set_drive(drive);
+  DriveStatus response;
+  grpc::Status status = vm_->DetachDisk(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, absl::StrCat(drive, ": detached (", response.source(), ")\n"));
 }
 
 int Runner::DriveLimit(const std::string& name) {

@@ -55,8 +55,8 @@ absl::Status MediaDirectory::ReopenInTheJail() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
-    const std::string& path, unsigned queue_threads) const {
+absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> MediaDirectory::OpenFile(
+    const std::string& path, const block::raw::RawFileOptions& options) const {
   if (!fd_.valid()) {
     return absl::FailedPreconditionError(absl::StrCat(
         path, ": the VMM runs in its jail, where only --media-dir is reachable, and none was "
@@ -76,13 +76,15 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
     }
     if (relative.empty()) {
       return absl::PermissionDeniedError(
-          absl::StrCat(path, ": outside the directory media may come from"));
+          absl::StrCat(path, ": outside the directory media and disks may come from"));
     }
   }
-  return AsCdMedium(
-      block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path,
-                                              CdMediumFileOptions(queue_threads)),
-      path);
+  return block::raw::RawFileBackend::OpenBeneath(fd_.get(), relative, path, options);
+}
+
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
+    const std::string& path, unsigned queue_threads) const {
+  return AsCdMedium(OpenFile(path, CdMediumFileOptions(queue_threads)), path);
 }
 
 }  // namespace vmm

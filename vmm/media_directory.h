@@ -6,11 +6,12 @@
 
 #include "absl/status/statusor.h"
 #include "block/backend.h"
+#include "block/raw/raw_file_backend.h"
 #include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm {
 
-// The one directory the control API may take CD/DVD media from (--media-dir). An API caller names
+// The one directory the control API may take CD/DVD media and disk images from (--media-dir). An API caller names
 // a file in it (relative, or absolute under the directory); the file is opened once, strictly
 // beneath the directory (openat2 RESOLVE_BENEATH, no magic links), checked with fstat and handed
 // to the drive as that open file: no second open by path, and any path that leads out ("..", an
@@ -35,6 +36,11 @@ class MediaDirectory {
   // `queue_threads` iothreads serve (Storage::medium_queue_threads()).
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
                                                                   unsigned queue_threads) const;
+
+  // A disk image from the directory, opened as `options` say (a disk attached through the API:
+  // Storage::DiskFileOptions), with the same confinement.
+  absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> OpenFile(
+      const std::string& path, const block::raw::RawFileOptions& options) const;
 
   // Absolute, as given (made absolute against the working directory at Open, "." and ".."
   // removed, symbolic links kept): what media paths are checked and reported against.

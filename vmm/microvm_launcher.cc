@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, on_reboot, "exit",
           "boots again in this process: every device back to its power-on state, memory cleared, "
           "the kernel and initrd reloaded; the drives, their media and the control API stay).");
 ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
+ABSL_FLAG(bool, scsi_controller, false,
+          "A virtio-scsi controller even without --disk or --cdrom, for disks the control API "
+          "attaches later (AttachDisk, vmmctl disk add).");
 // --ide-disk and --ide-cdrom may repeat; they are taken out of argv before the other flags are
 // parsed (see vmm::ExtractDriveFlags). These definitions only document them. --disk, --cdrom,
 // --iothreads and --poll-max-ns are vmm/storage_flags.cc's, shared with vhost-user-scsi.
@@ -98,6 +101,7 @@ std::vector<vmm::HelpFlag> DriveHelp() {
       {"ide-disk", "PATH[,cache=MODE][,fua=..][,readonly][,channel=0|1][,unit=0|1][,id=NAME]"});
   flags.push_back({"ide-cdrom", "[=PATH][,channel=0|1][,unit=0|1][,id=NAME]"});
   flags.push_back({"scsi-queues", "N"});
+  flags.push_back({"scsi-controller", ""});
   return flags;
 }
 
@@ -182,6 +186,7 @@ absl::Status Configure(vmm::VmConfig& config) {
   }
   // Checked whether or not a drive uses them: a value out of range is a mistake either way.
   config.storage.scsi_queues = absl::GetFlag(FLAGS_scsi_queues);
+  config.storage.scsi_controller = absl::GetFlag(FLAGS_scsi_controller);
   RETURN_IF_ERROR(vmm::CheckRange("--scsi-queues", config.storage.scsi_queues, 1, 1024,
                                   "virtio-scsi request queues"));
   RETURN_IF_ERROR(vmm::IoThreadFlagsInto(config.storage));

@@ -2,9 +2,12 @@
 
 #include <errno.h>  // program_invocation_short_name
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "block/raw/raw_file_backend.h"
 #include "devices/scsi/cdrom.h"
 #include "devices/scsi/disk.h"
+#include "devices/scsi/lun.h"
 #include "devices/scsi/target.h"
 #include "vmm/cd_medium.h"
 #include "vmm/sys_util/status_macros.h"
@@ -26,14 +30,32 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const s
 
 unsigned Storage::medium_queue_threads() const { return std::max<uint32_t>(config_.iothreads, 1); }
 
-const AttachedDrive* Storage::Find(const std::string& name) const {
+std::vector<AttachedDrive> Storage::drives() const {
+  absl::MutexLock lock(&mutex_);
+  return drives_;
+}
+
+std::optional<AttachedDrive> Storage::Find(const std::string& name) const {
+  absl::MutexLock lock(&mutex_);
   for (const AttachedDrive& drive : drives_) {
-    if (drive.name == name) return &drive;
+    if (drive.name == name) return drive;
   }
-  return nullptr;
+  return std::nullopt;
+}
+
+block::raw::RawFileOptions Storage::DiskFileOptions(const DriveSpec& spec) const {
+  block::raw::RawFileOptions raw;
+  raw.cache_mode = spec.cache_mode;
+  raw.read_only = spec.read_only;
+  raw.fua_mode = spec.fua_mode;
+  raw.prepared_rings = spec.bus == DriveSpec::Bus::kIde ? 1 : medium_queue_threads();
+  return raw;
 }
 
 namespace {
+
+// What one VM may have, on both buses, hot-added disks included.
+constexpr size_t kMaxDrives = 256;
 
 bool IsBlockDevice(const std::string& path) {
   struct stat st {};
@@ -175,8 +197,11 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
   storage->config_ = config;
   storage->config_.drives.clear();  // the specs live on in drives_
   if (config.drives.empty()) return storage;
-  if (config.drives.size() > 256) return absl::InvalidArgumentError("at most 256 drives");
+  if (config.drives.size() > kMaxDrives) {
+    return absl::InvalidArgumentError(absl::StrFormat("at most %d drives", kMaxDrives));
+  }
   ASSIGN_OR_RETURN(const std::vector<std::string> names, NameDrives(config.drives));
+  std::vector<AttachedDrive> drives;
   for (const IoGroupSpec& group : config.io_groups) {
     storage->io_groups_[group.name] = std::make_shared<block::Throttle>(group.name, group.limits);
   }
@@ -191,13 +216,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
     if (spec.kind == DriveSpec::Kind::kDisk) {
       attached.name = names[index];
       options.name = attached.name;
-      block::raw::RawFileOptions raw;
-      raw.cache_mode = spec.cache_mode;
-      raw.read_only = spec.read_only;
-      raw.fua_mode = spec.fua_mode;
-      raw.prepared_rings = spec.bus == DriveSpec::Bus::kIde ? 1 : storage->medium_queue_threads();
-      auto backend = block::raw::RawFileBackend::Open(spec.path, raw);
+      auto backend = block::raw::RawFileBackend::Open(spec.path, storage->DiskFileOptions(spec));
       if (!backend.ok()) return DriveError(spec, backend.status());
+      attached.image = *backend;
       ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, *std::move(backend)));
     } else {
       attached.name = names[index];
@@ -228,12 +249,12 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
       }
       attached.drive->SetGroup(group->second);
     }
-    storage->drives_.push_back(std::move(attached));
+    drives.push_back(std::move(attached));
   }
 
   uint16_t next_lun = 0;
   std::vector<AttachedDrive*> ide;
-  for (AttachedDrive& drive : storage->drives_) {
+  for (AttachedDrive& drive : drives) {
     if (drive.spec.bus == DriveSpec::Bus::kIde) {
       ide.push_back(&drive);
     } else {
@@ -241,14 +262,24 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
     }
   }
   RETURN_IF_ERROR(PlaceIdeDrives(ide));
+  {
+    absl::MutexLock lock(&storage->mutex_);
+    storage->drives_ = std::move(drives);
+  }
   RETURN_IF_ERROR(storage->CreateDevices());
   return storage;
 }
 
 absl::Status Storage::CreateDevices() {
+  absl::MutexLock lock(&mutex_);
+  return CreateDevicesLocked();
+}
+
+absl::Status Storage::CreateDevicesLocked() {
   // Fresh devices in their power-on state on the drives opened once: a unit attention for power on
   // (SPC-4 6.1.1) per logical unit, new queues, new iothreads.
   scsi_device_.reset();
+  scsi_hotplug_.reset();
   ide_drives_.clear();
   ide_iothread_.reset();
   auto target = std::make_shared<devices::scsi::Target>();
@@ -281,7 +312,7 @@ absl::Status Storage::CreateDevices() {
     ASSIGN_OR_RETURN(auto ide_threads, devices::StartIoThreads("ide-io", 1, thread_options));
     ide_iothread_ = ide_threads.front();
   }
-  if (!any_scsi) return absl::OkStatus();
+  if (!any_scsi && !config_.scsi_controller) return absl::OkStatus();
   devices::virtio::scsi::VirtioScsiOptions options;
   options.num_request_queues = config_.scsi_queues;
   thread_options.poll_max_ns = config_.poll_max_ns;
@@ -289,7 +320,123 @@ absl::Status Storage::CreateDevices() {
                    devices::StartIoThreads("scsi-io", config_.iothreads, thread_options));
   ASSIGN_OR_RETURN(scsi_device_,
                    devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
+  scsi_hotplug_ = scsi_device_->hotplug();
   return absl::OkStatus();
+}
+
+absl::StatusOr<AttachedDrive> Storage::AttachDisk(
+    DriveSpec spec, std::optional<uint16_t> lun,
+    std::shared_ptr<block::raw::RawFileBackend> image) {
+  spec.kind = DriveSpec::Kind::kDisk;
+  spec.bus = DriveSpec::Bus::kScsi;
+  absl::MutexLock lock(&mutex_);
+  if (scsi_hotplug_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this VM has no virtio-scsi controller to attach a disk to: start it with a --disk or "
+        "--cdrom, or with --scsi-controller");
+  }
+  if (drives_.size() >= kMaxDrives) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the VM has %d drives, the most it may have", drives_.size()));
+  }
+  std::set<std::string> names;
+  std::set<uint16_t> luns;
+  for (const AttachedDrive& drive : drives_) {
+    names.insert(drive.name);
+    if (drive.spec.bus == DriveSpec::Bus::kScsi) luns.insert(drive.lun);
+  }
+  AttachedDrive attached;
+  if (!spec.id.empty()) {
+    if (!IsValidDriveId(spec.id)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "id %s: a drive name is 1 to 32 letters, digits, '.', '_' or '-', starting with a "
+          "letter", spec.id));
+    }
+    if (names.count(spec.id) != 0) {
+      return absl::AlreadyExistsError(absl::StrFormat("the drive name %s is taken", spec.id));
+    }
+    attached.name = spec.id;
+  } else {
+    for (int index = 0; attached.name.empty(); ++index) {
+      std::string name = absl::StrFormat("disk%d", index);
+      if (names.count(name) == 0) attached.name = std::move(name);
+    }
+  }
+  if (lun.has_value()) {
+    if (*lun > devices::scsi::kMaxLun) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("LUN %d is past the last one, %d", *lun, devices::scsi::kMaxLun));
+    }
+    if (luns.count(*lun) != 0) {
+      return absl::AlreadyExistsError(absl::StrFormat("LUN %d is taken", *lun));
+    }
+    attached.lun = *lun;
+  } else {
+    uint16_t free = 0;
+    while (luns.count(free) != 0) ++free;
+    attached.lun = free;
+  }
+  std::shared_ptr<block::Throttle> group;
+  if (!spec.group.empty()) {
+    const auto found = io_groups_.find(spec.group);
+    if (found == io_groups_.end()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "group %s: no --io-group of this VM has that name", spec.group));
+    }
+    group = found->second;
+  }
+  block::DriveOptions options;
+  options.cache_mode = spec.cache_mode;
+  options.fua_mode = spec.fua_mode;
+  options.read_only = spec.read_only;
+  options.name = attached.name;
+  attached.image = image;
+  ASSIGN_OR_RETURN(attached.drive, block::Drive::CreateFixed(options, std::move(image)));
+  RETURN_IF_ERROR(attached.drive->SetLimits(spec.limits));
+  if (group != nullptr) attached.drive->SetGroup(group);
+  attached.spec = std::move(spec);
+  ASSIGN_OR_RETURN(std::shared_ptr<devices::scsi::LogicalUnit> unit,
+                   devices::scsi::Disk::Create(attached.drive));
+  RETURN_IF_ERROR(scsi_hotplug_->Attach(0, attached.lun, std::move(unit)));
+  drives_.push_back(attached);
+  return attached;
+}
+
+absl::StatusOr<AttachedDrive> Storage::DetachDisk(const std::string& name) {
+  absl::MutexLock lock(&mutex_);
+  auto found = std::find_if(drives_.begin(), drives_.end(),
+                            [&](const AttachedDrive& drive) { return drive.name == name; });
+  if (found == drives_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no drive named %s", name));
+  }
+  if (found->spec.bus != DriveSpec::Bus::kScsi) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is on the IDE controller, which has no hot-plug; only virtio-scsi disks detach",
+        name));
+  }
+  if (found->spec.kind != DriveSpec::Kind::kDisk) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is a CD-ROM drive: eject its medium instead (only disks detach)", name));
+  }
+  if (scsi_hotplug_ == nullptr) {
+    return absl::FailedPreconditionError("the virtio-scsi controller is being restarted; retry");
+  }
+  // Requests waiting for their I/O budget go now, so the drain below is quick.
+  (void)found->drive->SetLimits(block::IoLimits{});
+  found->drive->SetGroup(nullptr);
+  RETURN_IF_ERROR(scsi_hotplug_->Detach(0, found->lun).status());
+  AttachedDrive detached = std::move(*found);
+  drives_.erase(found);
+  // What the guest wrote and was told is done reaches the image's storage before it is let go,
+  // as QEMU flushes a drive it closes. cache=unsafe promises no such thing.
+  if (detached.image != nullptr && !detached.spec.read_only &&
+      detached.spec.cache_mode != block::CacheMode::kUnsafe &&
+      fdatasync(detached.image->fd()) != 0) {
+    const int error = errno;
+    absl::FPrintF(stderr, "%s: %s: flushing the detached image: %s\n",
+                  program_invocation_short_name, name, strerror(error));
+  }
+  return detached;
 }
 
 }  // namespace vmm

@@ -6,14 +6,18 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "block/backend.h"
 #include "block/drive.h"
 #include "block/host_cdrom.h"
 #include "block/media.h"
+#include "block/raw/raw_file_backend.h"
 #include "block/uevent_monitor.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/virtio/scsi/virtio_scsi.h"
@@ -31,6 +35,9 @@ struct StorageConfig {
   std::vector<DriveSpec> drives;
   std::vector<IoGroupSpec> io_groups;  // budgets drives share (",group=")
   uint32_t scsi_queues = 1;
+  // A virtio-scsi controller even without --disk or --cdrom (--scsi-controller), for disks the
+  // control API attaches later.
+  bool scsi_controller = false;
   uint32_t iothreads = 1;
   int64_t poll_max_ns = 0;
   // Runs first on every iothread the storage devices start (vmm/sandbox confines it there).
@@ -46,6 +53,8 @@ struct AttachedDrive {
   DriveSpec spec;
   std::shared_ptr<block::Drive> drive;
   std::shared_ptr<block::RemovableMedia> media;  // null for disks
+  // A disk's image (to flush it when the disk is detached); null for CD-ROMs.
+  std::shared_ptr<block::raw::RawFileBackend> image;
   uint16_t lun = 0;
   int ide_channel = -1;
   int ide_unit = -1;
@@ -59,7 +68,8 @@ struct AttachedDrive {
 // The storage of a VM: each --disk and --cdrom becomes a block-layer drive (raw file on io_uring)
 // and a SCSI logical unit on one virtio-scsi controller, in command-line order (LUN 0, 1, ...);
 // each --ide-disk and --ide-cdrom a drive on the IDE controller. Names count across both buses:
-// disk0, disk1, ... and cd0, cd1, ... in command-line order.
+// disk0, disk1, ... and cd0, cd1, ... in command-line order. Disks may be attached to and detached
+// from the virtio-scsi controller while the guest runs (AttachDisk, DetachDisk). Thread-safe.
 class Storage {
  public:
   static absl::StatusOr<std::unique_ptr<Storage>> Create(const StorageConfig& config);
@@ -72,7 +82,9 @@ class Storage {
   // and the iothread the controller is to use (null without IDE drives).
   const std::vector<devices::ide::IdeDriveConfig>& ide_drives() const { return ide_drives_; }
   const std::shared_ptr<devices::IoThread>& ide_iothread() const { return ide_iothread_; }
-  const std::vector<AttachedDrive>& drives() const { return drives_; }
+  // The drives now, in order (command line, then attached while running).
+  std::vector<AttachedDrive> drives() const;
+  std::optional<AttachedDrive> Find(const std::string& name) const;
   // The --io-group budgets, by name (their limits may change; the set does not).
   const std::map<std::string, std::shared_ptr<block::Throttle>>& io_groups() const {
     return io_groups_;
@@ -81,7 +93,24 @@ class Storage {
   // restart, --on-reboot=restart): the virtio-scsi device (with new iothreads) and the IDE drive
   // list and iothread. The VM must have destroyed the devices it took before.
   absl::Status CreateDevices();
-  const AttachedDrive* Find(const std::string& name) const;
+
+  // How a disk's image is opened (a disk attached later too): its cache and FUA modes and
+  // read-only, and a ring ready for every thread that may serve it.
+  block::raw::RawFileOptions DiskFileOptions(const DriveSpec& spec) const;
+  // Hot-plug (the control API's AttachDisk): the image `image`, opened by the caller with
+  // DiskFileOptions (confined to --media-dir or not, as the caller decides), becomes a disk on the
+  // virtio-scsi controller, target 0, at `lun` or the lowest free LUN, named spec.id or the first
+  // free "diskN", with spec's limits and group; the guest is told (ScsiHotplug). Errors:
+  // FailedPrecondition (no virtio-scsi controller), AlreadyExists (the name or the LUN is taken),
+  // ResourceExhausted (256 drives), InvalidArgument (a LUN past 16383, an unknown group).
+  absl::StatusOr<AttachedDrive> AttachDisk(DriveSpec spec, std::optional<uint16_t> lun,
+                                           std::shared_ptr<block::raw::RawFileBackend> image);
+  // Hot-unplug of the virtio-scsi disk `name`: its limits are lifted, the commands it has in
+  // flight complete, the guest is told, its image is flushed (unless cache=unsafe or read-only)
+  // and Storage lets go of it: the image closes, and its lock goes, when the caller drops the
+  // AttachedDrive returned and any other reference it handed out (the API's). NotFound (no such
+  // drive), FailedPrecondition (an IDE drive or a CD-ROM).
+  absl::StatusOr<AttachedDrive> DetachDisk(const std::string& name);
 
   // Opens `path` as a CD/DVD medium (read-only raw file), for an insert into a drive that up to
   // `queue_threads` iothreads serve.
@@ -103,11 +132,17 @@ class Storage {
   absl::Status AttachHostDrive(AttachedDrive& attached, std::unique_ptr<block::CdromDevice> device,
                                bool watch_uevents);
 
+  absl::Status CreateDevicesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+
   StorageConfig config_;  // queues, iothreads, polling, the thread start (drives: in drives_)
   // Kernel uevents for passed-through drives (declared before drives_: destroyed after them).
   std::unique_ptr<block::UeventMonitor> uevents_;
   std::unique_ptr<block::UeventThread> uevent_thread_;
-  std::vector<AttachedDrive> drives_;
+  // The drive list and the controller's hot-plug handle change under this lock: a hot-plug call,
+  // a guest restart's CreateDevices() and the readers of drives() are serialized by it.
+  mutable absl::Mutex mutex_;
+  std::vector<AttachedDrive> drives_ ABSL_GUARDED_BY(mutex_);
+  std::shared_ptr<devices::virtio::scsi::ScsiHotplug> scsi_hotplug_ ABSL_GUARDED_BY(mutex_);
   std::map<std::string, std::shared_ptr<block::Throttle>> io_groups_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi_device_;
   std::vector<devices::ide::IdeDriveConfig> ide_drives_;

@@ -146,7 +146,7 @@ TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
   std::vector<std::string> names;
   for (const AttachedDrive& drive : (*storage)->drives()) names.push_back(drive.name);
   EXPECT_EQ(names, (std::vector<std::string>{"root", "cd0", "disk1", "seed"}));
-  EXPECT_NE((*storage)->Find("seed"), nullptr);
+  EXPECT_TRUE((*storage)->Find("seed").has_value());
 
   config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,readonly"),
                    Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "disc.iso,id=disk0")};
@@ -187,6 +187,83 @@ TEST_F(StorageTest, DrivesGetTheirLimitsAndGroups) {
 
 // probe-delay-us needs a simulated drive, which only the test build of the launcher supplies: the
 // product (no factory) refuses the option, naming the flag; with a factory the drive is used.
+// Hot-plug on a VM that has only the controller (--scsi-controller): names and LUNs chosen or
+// refused, the image locked while attached and free once detached, IDE drives and CD-ROMs kept.
+TEST_F(StorageTest, DisksAttachAndDetachWhileRunning) {
+  StorageConfig bare;
+  auto none = Storage::Create(bare);
+  ASSERT_TRUE(none.ok());
+  DriveSpec spec;
+  spec.path = Path("disk.img");
+  auto image = block::raw::RawFileBackend::Open(spec.path, (*none)->DiskFileOptions(spec));
+  ASSERT_TRUE(image.ok());
+  const absl::Status no_controller = (*none)->AttachDisk(spec, std::nullopt, *image).status();
+  EXPECT_EQ(no_controller.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(no_controller.message(), HasSubstr("--scsi-controller"));
+  image->reset();
+
+  WriteFile("second.img", 1 << 20);
+  StorageConfig config;
+  config.scsi_controller = true;
+  config.drives = {Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso"),
+                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "disc.iso")};
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  ASSERT_NE((*storage)->TakeScsiDevice(), nullptr);  // with the controller gone, the targets change
+
+  auto open = [&](const std::string& name) {
+    DriveSpec disk;
+    disk.path = Path(name);
+    return block::raw::RawFileBackend::Open(disk.path, (*storage)->DiskFileOptions(disk));
+  };
+  auto first = (*storage)->AttachDisk(spec, std::nullopt, *open("disk.img"));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->name, "disk0");
+  EXPECT_EQ(first->lun, 1);  // cd0 has LUN 0
+  // The image is locked against another writer while attached.
+  EXPECT_FALSE(open("disk.img").ok());
+  first = absl::CancelledError("the test keeps no reference");
+
+  DriveSpec named = spec;
+  named.path = Path("second.img");
+  named.id = "data";
+  EXPECT_EQ((*storage)->AttachDisk(named, uint16_t{1}, *open("second.img")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  named.id = "disk0";
+  EXPECT_EQ((*storage)->AttachDisk(named, std::nullopt, *open("second.img")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  named.id = "9lives";
+  EXPECT_EQ((*storage)->AttachDisk(named, std::nullopt, *open("second.img")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  named.id = "data";
+  named.group = "nobody";
+  EXPECT_EQ((*storage)->AttachDisk(named, std::nullopt, *open("second.img")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  named.group.clear();
+  auto second = (*storage)->AttachDisk(named, uint16_t{300}, *open("second.img"));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->lun, 300);
+  EXPECT_EQ((*storage)->drives().size(), 4u);
+
+  EXPECT_EQ((*storage)->DetachDisk("cd0").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*storage)->DetachDisk("cd1").status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*storage)->DetachDisk("nothing").status().code(), absl::StatusCode::kNotFound);
+  {
+    auto detached = (*storage)->DetachDisk("disk0");
+    ASSERT_TRUE(detached.ok()) << detached.status();
+    EXPECT_EQ(detached->name, "disk0");
+    EXPECT_FALSE(open("disk.img").ok()) << "the caller still holds the drive";
+  }
+  // Nothing else holds it: the image and its lock are free for another user.
+  EXPECT_TRUE(open("disk.img").ok());
+  EXPECT_FALSE((*storage)->Find("disk0").has_value());
+  // The name and the LUN are free again.
+  auto again = (*storage)->AttachDisk(spec, std::nullopt, *open("disk.img"));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->name, "disk0");
+  EXPECT_EQ(again->lun, 1);
+}
+
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
   auto refused = Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=1000"));
   ASSERT_FALSE(refused.ok());

@@ -11,7 +11,8 @@
 
 namespace vmm {
 
-// The API's entries for every drive `storage` wired, in its order.
+// The API's entry for one drive, and for every drive `storage` wired, in its order.
+api::DriveEntry DriveEntryOf(const AttachedDrive& attached);
 std::vector<api::DriveEntry> DriveEntries(const Storage& storage);
 
 // The control API's view of a Vm (api::VmControl): its drives as the storage wired them, media
@@ -31,6 +32,8 @@ class VmApiControl : public api::VmControl {
   std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
     return vm_.storage().io_groups();
   }
+  absl::StatusOr<api::DriveEntry> AttachDisk(const api::DiskAttachment& disk) override;
+  absl::Status DetachDisk(const std::string& name) override;
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
