@@ -31,6 +31,14 @@
 #              with a line once it has set the drives' I/O limits for it), then fio randread 4k at
 #              depth qd for `seconds`, one job per disk (the first `disks` SCSI disks, at once):
 #              RESULT limit_iops_P (disks=1) or limit_iops_P_sdX for each disk
+#   hotplug:   seconds=90: fio (randrw 4k, depth 4) on the first disk throughout (RESULT
+#              background_fio); @@HOTPLUG-ATTACH (the host attaches a disk and answers): the new
+#              sd device appears with no rescan (RESULT attach_seen_seconds, attached_disk), 8 MiB
+#              written and verified (crc32c) on it; then random writes on its next 8 MiB and,
+#              during them, @@HOTPLUG-DETACH (the host detaches it): the device goes (RESULT
+#              detach_seen_seconds) and that fio ends with an error (RESULT detach_fio_status);
+#              @@HOTPLUG-REATTACH (the same image attached again, which its lock allows only once
+#              released): the first 8 MiB verify again (RESULT reattach_verify)
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
@@ -161,7 +169,7 @@ result modules_uptime "$(uptime_s)"
 
 # --- devices ---------------------------------------------------------------------------------
 case "$scenario" in
-  probe|fio|fio-bench|fs|discard|reset|limits) default_wait=sd ;;
+  probe|fio|fio-bench|fs|discard|reset|limits|hotplug) default_wait=sd ;;
   bench) default_wait=$(case ",${arg_bench:-qd1,qd16,cd}" in *,qd*) printf sd ;; esac
                         case ",${arg_bench:-qd1,qd16,cd}," in *,cd,*) printf ,sr ;; esac) ;;
   iso|cd-read|media|hostcd) default_wait=sr ;;
@@ -349,6 +357,67 @@ scenario_limits() {
       fi
     done
   done
+  pass
+}
+
+# The first SCSI disk other than $disk, waiting up to 30 s for it; its name on stdout.
+wait_for_new_disk() {
+  local i new
+  for i in $(seq 1 300); do
+    new=$(ls /sys/block | grep '^sd' | grep -vx "$disk" | head -n 1)
+    if [ -n "$new" ] && [ -b "/dev/$new" ]; then echo "$new"; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+scenario_hotplug() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local t new st bg busy i
+  # The same job writes, then (verify_only) checks again after the disk came back.
+  local verify_job="--name=verify --rw=write --bs=64k --direct=1 --ioengine=libaio --iodepth=8 --size=8M --verify=crc32c"
+  fio --name=background --filename="/dev/$disk" --rw=randrw --bs=4k --direct=1 --ioengine=libaio \
+    --iodepth=4 --size=16M --time_based --runtime="${arg_seconds:-90}" >/tmp/bg.out 2>/tmp/bg.err &
+  bg=$!
+  echo "@@HOTPLUG-ATTACH"
+  read -r -t 60 _ || fail "no answer to @@HOTPLUG-ATTACH within 60 s"
+  t=$(uptime_s)
+  new=$(wait_for_new_disk) || fail "no new SCSI disk 30 s after the attach (and no rescan was asked for)"
+  result attach_seen_seconds "$(elapsed "$t")"
+  result attached_disk "$new $(basename "$(readlink -f "/sys/block/$new/device")") $(cat "/sys/block/$new/size") sectors"
+  # shellcheck disable=SC2086  # the job's options
+  fio $verify_job --filename="/dev/$new" >/tmp/verify.out 2>/tmp/verify.err ||
+    fail "fio verify on the attached disk: $(tail -n 1 /tmp/verify.err)"
+  result attach_verify ok
+  fio --name=busy --filename="/dev/$new" --rw=randwrite --bs=4k --direct=1 --ioengine=libaio \
+    --iodepth=8 --offset=8M --size=8M --time_based --runtime=60 >/tmp/busy.out 2>/tmp/busy.err &
+  busy=$!
+  sleep 2
+  echo "@@HOTPLUG-DETACH"
+  read -r -t 60 _ || fail "no answer to @@HOTPLUG-DETACH within 60 s"
+  t=$(uptime_s)
+  for i in $(seq 1 300); do [ -e "/sys/block/$new" ] || break; sleep 0.1; done
+  [ -e "/sys/block/$new" ] && fail "/dev/$new is still there 30 s after the detach"
+  result detach_seen_seconds "$(elapsed "$t")"
+  wait "$busy"
+  st=$?
+  result detach_fio_status "$st"
+  grep -m 2 -i error /tmp/busy.err | sed 's/^/INFO fio on the detached disk: /'
+  [ "$st" != 0 ] || fail "fio on the detached disk ended without an error"
+  echo "@@HOTPLUG-REATTACH"
+  read -r -t 60 _ || fail "no answer to @@HOTPLUG-REATTACH within 60 s"
+  new=$(wait_for_new_disk) || fail "no SCSI disk 30 s after the second attach"
+  # shellcheck disable=SC2086  # the job's options
+  if fio $verify_job --verify_only --filename="/dev/$new" >/tmp/verify.out 2>/tmp/verify.err; then
+    result reattach_verify ok
+  else
+    result reattach_verify failed
+    fail "what was written before the detach does not verify: $(tail -n 1 /tmp/verify.err)"
+  fi
+  wait "$bg"
+  st=$?
+  result background_fio "$st"
+  [ "$st" = 0 ] || fail "fio on $disk, beside the hot-plug, failed: $(tail -n 1 /tmp/bg.err)"
   pass
 }
 
@@ -692,6 +761,7 @@ case "$scenario" in
   fio) scenario_fio ;;
   fio-bench) scenario_fio_bench ;;
   limits) scenario_limits ;;
+  hotplug) scenario_hotplug ;;
   fs) scenario_fs ;;
   iso) scenario_iso ;;
   cd-read) scenario_cd_read ;;
