@@ -194,7 +194,8 @@ nsc_scsi_limits_shared_check() {
   [ "${a3:-0}" -gt 0 ] && [ "${b3:-0}" -gt 0 ] || linux_fail "$1" "a disk of the group got nothing"
 }
 
-# Hot-plug (issue 24): a disk attached through the API while fio runs on the boot disk appears in
+# Hot-plug (issue 24), in the jail as by default: images come from --media-dir. A disk attached
+# through the API while fio runs on the boot disk appears in
 # the guest by itself (the event queue's RESCAN), takes verified writes, is detached during fio
 # (REMOVED: the guest's I/O fails cleanly, the VMM logs no error), and the same image attached
 # again (its lock was released) still holds what was verified.
@@ -202,13 +203,15 @@ nsc_scsi_hotplug_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 hotplug_markers() {
   case "$1" in
-    HOTPLUG-ATTACH) l2_action "attach: $(l2_ctl disk add "$HOTPLUG_IMAGE" --id data --cache none 2>&1)"; echo ok >&3 ;;
+    # The jailed VMM (uid 65534) opens it now, long after it gave up root: the image must be its.
+    HOTPLUG-ATTACH) chmod 0666 "$HOTPLUG_IMAGE"
+                    l2_action "attach: $(l2_ctl disk add "$HOTPLUG_IMAGE" --id data --cache none 2>&1)"; echo ok >&3 ;;
     HOTPLUG-DETACH) l2_action "detach: $(l2_ctl disk remove data 2>&1)"; l2_stats detached; echo ok >&3 ;;
     HOTPLUG-REATTACH) l2_action "reattach: $(l2_ctl disk add "$HOTPLUG_IMAGE" --id again --cache none 2>&1)"; echo ok >&3 ;;
   esac
 }
 EOF
-  nested_add "HOTPLUG_IMAGE=$(nested_image "$1-data.img" 32M) L2_MARKERS=hotplug_markers l2_run $1 'scenario=hotplug seconds=90' --disk=$(nested_image "$1.img" 32M),cache=none"
+  nested_add "HOTPLUG_IMAGE=$(nested_image "$1-data.img" 32M) L2_MARKERS=hotplug_markers l2_run $1 'scenario=hotplug seconds=90' --media-dir=/l1disk --disk=$(nested_image "$1.img" 32M),cache=none"
 }
 nsc_scsi_hotplug_check() {
   # The kernel's lines about the I/O that failed on the detached disk (never the boot disk, sda).
