@@ -784,6 +784,13 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return HandleAttachDisk(request, response);
     });
   }
+  grpc::Status StreamedResizeDisk(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::ResizeDiskRequest, pb::DriveStatus>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleResizeDisk(request, response);
+    });
+  }
   grpc::Status StreamedDetachDisk(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<pb::DetachDiskRequest, pb::DriveStatus>* stream) override {
@@ -921,6 +928,22 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
     pb::MediaEvent event;
     event.set_type(pb::MediaEvent::DISK_ATTACHED);
     event.set_drive(drive->name);
+    *event.mutable_status() = *response;
+    core_.Publish(std::move(event));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleResizeDisk(const pb::ResizeDiskRequest* request, pb::DriveStatus* response) {
+    absl::StatusOr<DrivePtr> found = core_.FindDrive(request->drive());
+    if (!found.ok()) return ToGrpc(found.status());
+    std::optional<uint64_t> size;
+    if (request->size_bytes() != 0) size = request->size_bytes();
+    absl::StatusOr<uint64_t> resized = core_.control().ResizeDisk(request->drive(), size);
+    if (!resized.ok()) return ToGrpc(Prefixed("resize", resized.status()));
+    FillDriveStatus(**found, nullptr, response);
+    pb::MediaEvent event;
+    event.set_type(pb::MediaEvent::DISK_RESIZED);
+    event.set_drive(request->drive());
     *event.mutable_status() = *response;
     core_.Publish(std::move(event));
     return grpc::Status::OK;

@@ -156,6 +156,14 @@ class FakeVm : public VmControl {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<uint64_t> ResizeDisk(const std::string& name,
+                                      std::optional<uint64_t> size_bytes) override {
+    absl::MutexLock lock(&mutex);
+    if (name != "disk0") return absl::FailedPreconditionError(name + " is a CD-ROM drive");
+    resizes.push_back(size_bytes);
+    return size_bytes.value_or(4 << 20);
+  }
+
   absl::Status Pause() override {
     absl::MutexLock lock(&mutex);
     if (stopping) return absl::FailedPreconditionError("the VM is stopping");
@@ -193,6 +201,7 @@ class FakeVm : public VmControl {
   int pause_calls ABSL_GUARDED_BY(mutex) = 0;
   std::vector<std::pair<bool, absl::Duration>> shutdowns ABSL_GUARDED_BY(mutex);
   std::vector<DiskAttachment> attachments ABSL_GUARDED_BY(mutex);
+  std::vector<std::optional<uint64_t>> resizes ABSL_GUARDED_BY(mutex);
   std::map<std::string, std::shared_ptr<block::Drive>> attached ABSL_GUARDED_BY(mutex);
 };
 
@@ -866,6 +875,41 @@ TEST_F(ApiServerTest, AttachAndDetachADisk) {
   }
 }
 
+TEST_F(ApiServerTest, ResizeADisk) {
+  StartServer();
+  auto watch = OpenWatch(*media_, "disk0");
+  auto resize = [&](const std::string& drive, uint64_t size, pb::DriveStatus* out) {
+    grpc::ClientContext context;
+    Deadline(context);
+    pb::ResizeDiskRequest request;
+    request.set_drive(drive);
+    request.set_size_bytes(size);
+    return vm_service_->ResizeDisk(&context, request, out);
+  };
+  pb::DriveStatus status;
+  ASSERT_TRUE(resize("disk0", 8 << 20, &status).ok());
+  EXPECT_EQ(status.name(), "disk0");
+  ASSERT_TRUE(resize("disk0", 0, &status).ok());  // the image's size on the host
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    EXPECT_EQ(vm_.resizes, (std::vector<std::optional<uint64_t>>{8 << 20, std::nullopt}));
+  }
+  const grpc::Status cd = resize("cd0", 8 << 20, &status);
+  EXPECT_EQ(cd.error_code(), StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(cd.error_message().find("resize: cd0 is a CD-ROM"), std::string::npos);
+  EXPECT_EQ(resize("disk7", 8 << 20, &status).error_code(), StatusCode::NOT_FOUND);
+  pb::MediaEvent event;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(watch->reader->Read(&event));
+    EXPECT_EQ(event.type(), pb::MediaEvent::DISK_RESIZED);
+    EXPECT_EQ(event.drive(), "disk0");
+  }
+  watch->context.TryCancel();
+  while (watch->reader->Read(&event)) {
+  }
+  watch->reader->Finish();
+}
+
 TEST_F(ApiServerTest, AttachAndDetachErrorsAreClear) {
   StartServer();
   const std::string image = WriteFile("data.img", 1 << 20);
@@ -1517,7 +1561,7 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 14);
+  EXPECT_EQ(methods, 15);
   absl::MutexLock lock(&vm_.mutex);
   EXPECT_TRUE(vm_.shutdowns.empty());
   EXPECT_EQ(vm_.pause_calls, 0);

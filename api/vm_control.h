@@ -96,6 +96,12 @@ class VmControl {
   virtual absl::Status DetachDisk(const std::string& name) {
     return absl::UnimplementedError("this VMM cannot detach disks");
   }
+  // Online resize of a disk: to `size_bytes`, or with none to its image's size on the host now.
+  // Returns the new size.
+  virtual absl::StatusOr<uint64_t> ResizeDisk(const std::string& name,
+                                              std::optional<uint64_t> size_bytes) {
+    return absl::UnimplementedError("this VMM cannot resize disks");
+  }
 
   virtual VmStatus Status() const = 0;
 

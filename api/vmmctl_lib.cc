@@ -122,6 +122,7 @@ const std::vector<CommandSpec>& Commands() {
        "disk add PATH [--id NAME] [--cache MODE] [--fua native|emulate] [--read-only] [--lun N]\n"
        "           [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--io-group NAME]"},
       {{"disk", "remove"}, 1, 1, {}, "disk remove DRIVE"},
+      {{"disk", "resize"}, 1, 2, {}, "disk resize DRIVE [SIZE[K|M|G]]"},
   };
   return *commands;
 }
@@ -216,6 +217,7 @@ class Runner {
   int DriveLimit(const std::string& name);
   int DiskAdd(const std::string& path);
   int DiskRemove(const std::string& drive);
+  int DiskResize(const std::string& drive, const std::string& size);
   // `path` as the VMM should open it: absolute, unless the VMM takes images from its --media-dir
   // only, where a relative path is relative to that directory (as the user meant it).
   int ServerPath(const std::string& path, std::string* out);
@@ -288,6 +290,7 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
   } else if (noun == "disk") {
     if (verb == "add") return DiskAdd(arg0);
     if (verb == "remove") return DiskRemove(arg0);
+    if (verb == "resize") return DiskResize(arg0, args.size() > 1 ? args[1] : "");
   } else {
     if (verb == "info") return VmInfo();
     if (verb == "pause") return VmPauseResume(true);
@@ -640,6 +643,32 @@ int Runner::DiskRemove(const std::string& drive) {
   grpc::Status status = vm_->DetachDisk(&context, request, &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, absl::StrCat(drive, ": detached (", response.source(), ")\n"));
+}
+
+int Runner::DiskResize(const std::string& drive, const std::string& size) {
+  vmm::v1::ResizeDiskRequest request;
+  request.set_drive(drive);
+  if (!size.empty()) {
+    uint64_t multiplier = 1;
+    std::string digits = size;
+    switch (digits.back()) {
+      case 'K': case 'k': multiplier = uint64_t{1} << 10; digits.pop_back(); break;
+      case 'M': case 'm': multiplier = uint64_t{1} << 20; digits.pop_back(); break;
+      case 'G': case 'g': multiplier = uint64_t{1} << 30; digits.pop_back(); break;
+      default: break;
+    }
+    uint64_t number = 0;
+    if (!absl::SimpleAtoi(digits, &number) || number == 0 || number > UINT64_MAX / multiplier) {
+      return UsageError("disk resize: " + size + ": expected a size in bytes, with K, M or G (none: the image's size on the host)");
+    }
+    request.set_size_bytes(number * multiplier);
+  }
+  grpc::ClientContext context;
+  Context(context);
+  DriveStatus response;
+  grpc::Status status = vm_->ResizeDisk(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, DriveLine(response) + "\n");
 }
 
 int Runner::DriveLimit(const std::string& name) {

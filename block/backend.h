@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
@@ -37,9 +38,10 @@ class BlockQueue {
   virtual size_t in_flight() const = 0;
 };
 
-// What a backend is and can do. Fixed for the backend's lifetime.
+// What a backend is and can do. Fixed for the backend's lifetime, but for the size of one that
+// was resized (BlockBackend::size_bytes()).
 struct BackendInfo {
-  uint64_t size_bytes = 0;
+  uint64_t size_bytes = 0;  // at open
   uint32_t logical_block_size = 512;
   bool read_only = false;
   // Writes with Request::fua set are made durable by the write itself (RWF_DSYNC), with no separate
@@ -54,6 +56,15 @@ class BlockBackend {
  public:
   virtual ~BlockBackend() = default;
   virtual const BackendInfo& info() const = 0;
+  // The size now: info().size_bytes unless Resize() changed it. One atomic load.
+  virtual uint64_t size_bytes() const { return info().size_bytes; }
+  // Online resize: to `new_size` bytes (a multiple of the logical block size), or with none to
+  // the size the host gives the file or device now (a file grown or a volume extended on the
+  // host), rounded down to the logical block size. Returns the new size. Unimplemented where the
+  // backend has a fixed size.
+  virtual absl::StatusOr<uint64_t> Resize(std::optional<uint64_t> new_size) {
+    return absl::UnimplementedError("this backend cannot be resized");
+  }
   // A queue for the calling thread; its completions run `handler` on that thread.
   virtual absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) = 0;
 };

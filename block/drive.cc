@@ -34,6 +34,9 @@ struct Drive::Shared {
   // Exactly one of `backend` (a fixed drive) and `media` (a removable one) is set.
   std::shared_ptr<BlockBackend> backend;
   BackendInfo backend_info;  // the fixed backend's, read once
+  // The fixed backend's size now: backend_info's until Drive::Resize changes it. The I/O path
+  // reads this, never the backend (a host drive's info() may be a probe).
+  std::atomic<uint64_t> size_bytes{0};
   std::shared_ptr<RemovableMedia> media;
   Stats stats;
 };
@@ -385,7 +388,10 @@ void DriveQueue::Issue(const Request& request, uint64_t cookie, Clock::time_poin
   // Written so that offset + length cannot overflow. It comes before the zero-length case, so a
   // zero-length request may start at the end of the medium but not beyond it (as QEMU's
   // scsi-disk check_lba_range(); SBC-4: a zero transfer length is no error, the LBA still counts).
-  if (request.offset > info.size_bytes || length > info.size_bytes - request.offset) {
+  // The size now: a fixed drive's may change (Drive::Resize); a medium's is info's.
+  const uint64_t size =
+      removable_ ? info.size_bytes : shared_->size_bytes.load(std::memory_order_acquire);
+  if (request.offset > size || length > size - request.offset) {
     return CompleteNow(cookie, request.type, length, ERANGE, start);
   }
   const uint32_t block = info.logical_block_size;
@@ -554,6 +560,7 @@ absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateFixed(DriveOptions options,
   if (backend == nullptr) return absl::InvalidArgumentError("drive without a backend");
   auto shared = std::make_shared<Shared>();
   shared->backend_info = backend->info();
+  shared->size_bytes.store(shared->backend_info.size_bytes);
   const uint32_t block = shared->backend_info.logical_block_size;
   if (!std::has_single_bit(block)) {
     return absl::InvalidArgumentError(absl::StrCat("drive \"", options.name,
@@ -581,8 +588,25 @@ const DriveOptions& Drive::options() const { return shared_->options; }
 bool Drive::removable() const { return shared_->media != nullptr; }
 
 DriveInfo Drive::info() const {
-  if (!removable()) return MakeInfo(shared_->options, false, &shared_->backend_info);
+  if (!removable()) {
+    DriveInfo info = MakeInfo(shared_->options, false, &shared_->backend_info);
+    info.size_bytes = shared_->size_bytes.load(std::memory_order_acquire);
+    return info;
+  }
   return InfoFor(*shared_->media->Current());
+}
+
+absl::StatusOr<uint64_t> Drive::Resize(std::optional<uint64_t> new_size) {
+  if (removable()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), " has removable media: change the medium instead"));
+  }
+  if (new_size.has_value() && shared_->options.read_only) {
+    return absl::FailedPreconditionError(absl::StrCat(name(), " is read-only"));
+  }
+  ASSIGN_OR_RETURN(const uint64_t size, shared_->backend->Resize(new_size));
+  shared_->size_bytes.store(size, std::memory_order_release);
+  return size;
 }
 
 DriveInfo Drive::InfoFor(const MediaState& state) const {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -70,6 +71,11 @@ class Drive {
   // As info(), for a given media snapshot (e.g. the state carried by a MediaEvent), so a device
   // reports the capacity of the medium it is signalling about.
   DriveInfo InfoFor(const MediaState& state) const;
+
+  // A disk's online resize (BlockBackend::Resize: to `new_size`, or to the size the host gives its
+  // image now); requests are checked against the new size from then on, and info() reports it.
+  // FailedPrecondition for a removable drive, or a size given to a read-only one.
+  absl::StatusOr<uint64_t> Resize(std::optional<uint64_t> new_size);
 
   // Null for a fixed drive.
   RemovableMedia* media() const;

@@ -402,6 +402,29 @@ absl::StatusOr<AttachedDrive> Storage::AttachDisk(
   return attached;
 }
 
+absl::StatusOr<uint64_t> Storage::ResizeDisk(const std::string& name,
+                                             std::optional<uint64_t> size_bytes) {
+  absl::MutexLock lock(&mutex_);
+  auto found = std::find_if(drives_.begin(), drives_.end(),
+                            [&](const AttachedDrive& drive) { return drive.name == name; });
+  if (found == drives_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no drive named %s", name));
+  }
+  if (found->spec.kind != DriveSpec::Kind::kDisk) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s is a CD-ROM drive: its size is its medium's", name));
+  }
+  if (found->spec.bus != DriveSpec::Bus::kScsi) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s is an IDE disk: ATA has no way to tell the guest of a new size (virtio-scsi disks "
+        "resize)", name));
+  }
+  ASSIGN_OR_RETURN(const uint64_t size, found->drive->Resize(size_bytes));
+  // Without a controller (a guest restart in progress) the next one reads the new size.
+  if (scsi_hotplug_ != nullptr) scsi_hotplug_->CapacityChanged(0, found->lun);
+  return size;
+}
+
 absl::StatusOr<AttachedDrive> Storage::DetachDisk(const std::string& name) {
   absl::MutexLock lock(&mutex_);
   auto found = std::find_if(drives_.begin(), drives_.end(),

@@ -111,6 +111,11 @@ class Storage {
   // AttachedDrive returned and any other reference it handed out (the API's). NotFound (no such
   // drive), FailedPrecondition (an IDE drive or a CD-ROM).
   absl::StatusOr<AttachedDrive> DetachDisk(const std::string& name);
+  // Online resize of the virtio-scsi disk `name` (block::Drive::Resize: to `size_bytes`, or with
+  // none to the size the host gives its image now); the guest is told (ScsiHotplug::
+  // CapacityChanged). Returns the new size. NotFound, FailedPrecondition (an IDE disk: ATA has no
+  // way to tell the guest; a CD-ROM; shrinking over data), InvalidArgument (not whole blocks).
+  absl::StatusOr<uint64_t> ResizeDisk(const std::string& name, std::optional<uint64_t> size_bytes);
 
   // Opens `path` as a CD/DVD medium (read-only raw file), for an insert into a drive that up to
   // `queue_threads` iothreads serve.

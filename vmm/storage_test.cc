@@ -257,6 +257,17 @@ TEST_F(StorageTest, DisksAttachAndDetachWhileRunning) {
   // Nothing else holds it: the image and its lock are free for another user.
   EXPECT_TRUE(open("disk.img").ok());
   EXPECT_FALSE((*storage)->Find("disk0").has_value());
+  // Online resize: the virtio-scsi disk grows; IDE drives and CD-ROMs do not resize.
+  auto grown = (*storage)->ResizeDisk("data", uint64_t{3} << 20);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(*grown, uint64_t{3} << 20);
+  EXPECT_EQ((*storage)->Find("data")->drive->info().size_bytes, uint64_t{3} << 20);
+  EXPECT_EQ((*storage)->ResizeDisk("data", uint64_t{1} << 19).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // data past the new end
+  EXPECT_EQ((*storage)->ResizeDisk("cd0", 1 << 20).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*storage)->ResizeDisk("nothing", 1 << 20).status().code(),
+            absl::StatusCode::kNotFound);
   // The name and the LUN are free again.
   auto again = (*storage)->AttachDisk(spec, std::nullopt, *open("disk.img"));
   ASSERT_TRUE(again.ok()) << again.status();

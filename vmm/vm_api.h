@@ -34,6 +34,10 @@ class VmApiControl : public api::VmControl {
   }
   absl::StatusOr<api::DriveEntry> AttachDisk(const api::DiskAttachment& disk) override;
   absl::Status DetachDisk(const std::string& name) override;
+  absl::StatusOr<uint64_t> ResizeDisk(const std::string& name,
+                                      std::optional<uint64_t> size_bytes) override {
+    return vm_.storage().ResizeDisk(name, size_bytes);
+  }
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }

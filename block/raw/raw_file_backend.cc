@@ -320,7 +320,8 @@ class RawFileQueue final : public BlockQueue {
 
 int RawFileQueue::Validate(const Request& request, uint64_t length, bool* trivial) const {
   *trivial = false;
-  const bool in_range = length <= info_.size_bytes && request.offset <= info_.size_bytes - length;
+  const uint64_t size = backend_->size_bytes();
+  const bool in_range = length <= size && request.offset <= size - length;
   switch (request.type) {
     case RequestType::kRead:
     case RequestType::kWrite:
@@ -678,9 +679,60 @@ RawFileBackend::RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, B
     : path_(std::move(path)),
       fd_(std::move(fd)),
       info_(info),
+      size_bytes_(info.size_bytes),
       direct_io_(direct_io),
       memory_alignment_(memory_alignment),
       ring_entries_(ring_entries) {}
+
+absl::StatusOr<uint64_t> RawFileBackend::Resize(std::optional<uint64_t> new_size) {
+  absl::MutexLock lock(&resize_mutex_);
+  const uint64_t block = info_.logical_block_size;
+  struct stat st {};
+  if (fstat(fd_.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", path_));
+  uint64_t size = 0;
+  if (!new_size.has_value()) {
+    // The host's size now.
+    if (S_ISBLK(st.st_mode)) {
+      if (ioctl(fd_.get(), BLKGETSIZE64, &size) != 0) {
+        return absl::ErrnoToStatus(errno, absl::StrCat("BLKGETSIZE64 ", path_));
+      }
+    } else {
+      size = static_cast<uint64_t>(st.st_size);
+    }
+    size -= size % block;
+  } else {
+    size = *new_size;
+    if (size == 0 || size % block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path_, ": a size of ", size, " bytes is not a positive multiple of the ", block,
+          "-byte logical block"));
+    }
+    if (info_.read_only) {
+      return absl::FailedPreconditionError(absl::StrCat(path_, " is open read-only"));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path_, " is a block device, whose size the host decides: resize it there, then resize "
+                 "the disk without a size to take the new one"));
+    }
+    if (size < static_cast<uint64_t>(st.st_size)) {
+      // Nothing written may be cut off: only a tail with no data (a hole) goes.
+      const off_t data = lseek(fd_.get(), static_cast<off_t>(size), SEEK_DATA);
+      if (data >= 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            path_, " holds data at byte ", data, ", past the new end at ", size,
+            ": shrinking would cut it off"));
+      }
+      if (errno != ENXIO) return absl::ErrnoToStatus(errno, absl::StrCat("lseek ", path_));
+    }
+    if (ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat("ftruncate ", path_));
+    }
+  }
+  if (size == 0) return absl::FailedPreconditionError(absl::StrCat(path_, " is empty"));
+  size_bytes_.store(size, std::memory_order_release);
+  return size;
+}
 
 absl::Status RawFileBackend::PrepareRings(unsigned count) {
   for (unsigned i = 0; i < count; ++i) {

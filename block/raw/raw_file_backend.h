@@ -1,8 +1,10 @@
 #ifndef BLOCK_RAW_RAW_FILE_BACKEND_H_
 #define BLOCK_RAW_RAW_FILE_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,12 @@ class RawFileBackend final : public BlockBackend,
       const RawFileOptions& options);
 
   const BackendInfo& info() const override { return info_; }
+  uint64_t size_bytes() const override { return size_bytes_.load(std::memory_order_acquire); }
+  // A regular file is truncated or extended (ftruncate; growing adds a hole). Shrinking is refused
+  // (FailedPrecondition) while the file holds data past the new end (SEEK_DATA), so nothing
+  // written is cut off; a block device takes no size (the host decides it: resize the volume,
+  // then call with none). Queues check ranges against the new size from their next request.
+  absl::StatusOr<uint64_t> Resize(std::optional<uint64_t> new_size) override;
   // Uses one of the prepared rings (RawFileOptions::prepared_rings) or, if none is left, makes one
   // (which fails on a thread whose filter refuses io_uring_setup).
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override;
@@ -97,6 +105,8 @@ class RawFileBackend final : public BlockBackend,
   std::string path_;
   sys_util::ScopedFd fd_;
   BackendInfo info_;
+  std::atomic<uint64_t> size_bytes_;
+  absl::Mutex resize_mutex_;  // one Resize() at a time
   bool direct_io_;
   uint32_t memory_alignment_;
   unsigned ring_entries_;

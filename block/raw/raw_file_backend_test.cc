@@ -1089,5 +1089,41 @@ TEST(RawFileBackendTest, QueuesUseTheRingsMadeAtOpenAndGiveThemBack) {
   EXPECT_EQ((*backend)->idle_rings(), 3u);
 }
 
+// Online resize: growing adds a hole; shrinking is refused while data lies past the new end;
+// with no size, the file's size as the host made it is taken.
+TEST(RawFileBackendTest, ResizeGrowsShrinksOnlyEmptyTailsAndTakesTheHostSize) {
+  const std::string path = MakeFile("resize.img", kFileSize);
+  auto backend = RawFileBackend::Open(path, {});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->size_bytes(), kFileSize);
+  auto grown = (*backend)->Resize(4 * kFileSize);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  EXPECT_EQ(*grown, 4 * kFileSize);
+  EXPECT_EQ((*backend)->size_bytes(), 4 * kFileSize);
+  EXPECT_EQ((*backend)->info().size_bytes, kFileSize);  // the size at open
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kFileSize);
+  // Back to the first MiB: what was added is a hole, so it may go.
+  ASSERT_TRUE((*backend)->Resize(kFileSize).ok());
+  // Not below the data.
+  const auto shrink = (*backend)->Resize(kFileSize / 2);
+  EXPECT_EQ(shrink.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(shrink.status().message().find("cut it off"), std::string::npos) << shrink.status();
+  EXPECT_EQ((*backend)->size_bytes(), kFileSize);
+  EXPECT_EQ((*backend)->Resize(1000).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*backend)->Resize(0).status().code(), absl::StatusCode::kInvalidArgument);
+  // The host grows the file: a resize without a size takes it, rounded down to whole blocks.
+  ASSERT_EQ(truncate(path.c_str(), 3 * kFileSize + 100), 0);
+  auto taken = (*backend)->Resize(std::nullopt);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(*taken, 3 * kFileSize);
+  backend->reset();  // its lock would keep a reader out
+  auto read_only = RawFileBackend::Open(path, {.read_only = true});
+  ASSERT_TRUE(read_only.ok());
+  EXPECT_EQ((*read_only)->Resize(2 * kFileSize).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace block::raw

@@ -374,6 +374,7 @@ Disk::Disk(std::shared_ptr<block::Drive> drive, LogicalUnitOptions options,
   fixed_medium_.ready = true;
   fixed_medium_.block_size = block;
   fixed_medium_.blocks = info.size_bytes / block;
+  fixed_blocks_.store(fixed_medium_.blocks);
   fixed_medium_.backend_block_size = block;
   fixed_medium_.read_only = info.read_only;
   max_transfer_blocks_ = std::max<uint32_t>(1, this->options().max_transfer_bytes / block);

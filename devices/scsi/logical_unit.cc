@@ -134,6 +134,15 @@ void LogicalUnit::Reset() {
   if (media_ != nullptr) media_->SetLocked(false, /*by_guest=*/true);
 }
 
+void LogicalUnit::CapacityChanged() {
+  if (media_ != nullptr || fixed_medium_.block_size == 0) return;
+  fixed_blocks_.store(drive_->info().size_bytes / fixed_medium_.block_size,
+                      std::memory_order_release);
+  absl::MutexLock lock(&mutex_);
+  pending_ua_ |= kUaCapacityChanged;
+  UpdateAttentionLocked();
+}
+
 void LogicalUnit::ReportLunsChanged() {
   absl::MutexLock lock(&mutex_);
   pending_ua_ |= kUaLunsChanged;
@@ -226,6 +235,8 @@ Sense LogicalUnit::TakeUnitAttentionLocked() {
         pending_ua_ |= kUaMediumChanged;
       }
       return sense::kMediumNotPresentAttention;
+    case kUaCapacityChanged:
+      return sense::kCapacityDataChanged;
     case kUaLunsChanged:
       return sense::kReportedLunsDataChanged;
     default:
@@ -285,6 +296,7 @@ Execution LuQueue::Execute(Task& task) {
     medium = MediumFor(*state);
   } else {
     medium = lu.fixed_medium_;
+    medium.blocks = lu.fixed_blocks_.load(std::memory_order_acquire);
   }
 
   if (lu.attention_.load(std::memory_order_acquire) ||

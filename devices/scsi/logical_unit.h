@@ -173,6 +173,11 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // CHANGED (06/3F/0E, SPC-4 6.35 and 7.5.2) on the next command that reports unit attentions.
   // Thread-safe.
   void ReportLunsChanged();
+  // The drive of a fixed unit (a disk) was resized (block::Drive::Resize): the unit reads its new
+  // capacity, which READ CAPACITY reports and commands are checked against from now on, and
+  // CAPACITY DATA HAS CHANGED (06/2A/09, SBC-3) goes to the next command that reports unit
+  // attentions. Thread-safe.
+  void CapacityChanged();
 
   // The caching mode page's WCE bit (SBC-3) as the guest sees it: the drive's
   // (block::WriteCacheEnabled of its cache mode) until a MODE SELECT changes it. When the guest
@@ -217,8 +222,10 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   bool default_wce() const { return default_wce_; }
   void set_write_cache_enabled(bool wce) { wce_.store(wce, std::memory_order_relaxed); }
 
-  // For a fixed drive: the medium, read once.
+  // For a fixed drive: the medium, read once, but for its size in blocks, which a resize changes
+  // (set both where fixed_medium_ is made).
   MediumInfo fixed_medium_;
+  std::atomic<uint64_t> fixed_blocks_{0};
 
  private:
   friend class LuQueue;
@@ -228,7 +235,8 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
     kUaPowerOn = 1u << 0,           // 06/29/00
     kUaMediumNotPresent = 1u << 1,  // 06/3A/00 (MediaChangeReport::kUnitAttentions)
     kUaMediumChanged = 1u << 2,     // 06/28/00
-    kUaLunsChanged = 1u << 3,       // 06/3F/0E
+    kUaCapacityChanged = 1u << 3,   // 06/2A/09
+    kUaLunsChanged = 1u << 4,       // 06/3F/0E
   };
 
   // The slow path of Execute(), taken when attention_ is set or the media generation moved: notes

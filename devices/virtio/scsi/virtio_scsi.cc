@@ -892,6 +892,9 @@ absl::StatusOr<std::shared_ptr<sc::LogicalUnit>> ScsiHotplug::Detach(uint8_t tar
 
 void ScsiHotplug::CapacityChanged(uint8_t target, uint16_t lun) {
   absl::MutexLock lock(&mutex_);
+  const auto found = targets_.find(target);
+  if (found == targets_.end()) return;
+  if (std::shared_ptr<sc::LogicalUnit> unit = found->second->Find(lun)) unit->CapacityChanged();
   // The reason carries the sense code: ASC in the low byte, ASCQ in the next (§5.6.6.3.2).
   constexpr uint32_t kCapacityDataHasChanged = 0x2a | (0x09 << 8);
   if (device_ != nullptr) {

@@ -52,8 +52,9 @@ class ScsiHotplug {
   // lost), then the guest is told as for Attach (reason REMOVED). Returns the unit; NotFound if
   // there is none.
   absl::StatusOr<std::shared_ptr<devices::scsi::LogicalUnit>> Detach(uint8_t target, uint16_t lun);
-  // The unit's capacity changed: a PARAM_CHANGE event carrying CAPACITY DATA HAS CHANGED
-  // (2Ah/09h) when the driver took VIRTIO_SCSI_F_CHANGE, upon which Linux re-reads the capacity.
+  // The unit's drive was resized: the unit takes its new capacity (LogicalUnit::CapacityChanged,
+  // a unit attention), and a PARAM_CHANGE event carrying CAPACITY DATA HAS CHANGED (2Ah/09h) goes
+  // to the driver when it took VIRTIO_SCSI_F_CHANGE, upon which Linux re-reads the capacity.
   void CapacityChanged(uint8_t target, uint16_t lun);
 
  private:

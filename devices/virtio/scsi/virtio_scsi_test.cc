@@ -1,10 +1,12 @@
 #include "devices/virtio/scsi/virtio_scsi.h"
 
+#include <fcntl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -12,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "block/drive.h"
 #include "block/memory_backend.h"
+#include "block/raw/raw_file_backend.h"
 #include "devices/scsi/disk.h"
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue_test_util.h"
@@ -560,6 +563,53 @@ TEST_F(VirtioScsiTest, UnitsAttachedWhileInactiveAreThereAtActivation) {
   constexpr std::array<uint8_t, 8> kLun4 = {1, 0, 0x40, 4, 0, 0, 0, 0};
   EXPECT_EQ(TestUnitReady(2, kLun4), (std::array<uint8_t, 3>{6, 0x29, 0}));
   EXPECT_EQ(TestUnitReady(2, kLun4), (std::array<uint8_t, 3>{0, 0, 0}));
+}
+
+// A disk grown while the guest runs: the driver gets PARAM_CHANGE with CAPACITY DATA HAS CHANGED
+// (2Ah/09h in the reason), the unit reports it as a unit attention, and READ CAPACITY the new size.
+TEST_F(VirtioScsiTest, CapacityChangeReachesTheDriverAndReadCapacity) {
+  StartDevice(1, 1, kFeatureHotplug | kFeatureChange);
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/grow.img";
+  {
+    sys_util::ScopedFd file(open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    ASSERT_TRUE(file.valid());
+    ASSERT_EQ(ftruncate(file.get(), 1 << 20), 0);
+  }
+  auto image = block::raw::RawFileBackend::Open(path, {});
+  ASSERT_TRUE(image.ok()) << image.status();
+  auto drive = block::Drive::CreateFixed({.name = "grow"}, *image);
+  ASSERT_TRUE(drive.ok());
+  std::shared_ptr<block::Drive> shared(*std::move(drive));
+  auto disk = devices::scsi::Disk::Create(shared);
+  ASSERT_TRUE(disk.ok());
+  const std::vector<GuestAddress> buffers = PostEventBuffers(2);
+  ASSERT_TRUE(device_->hotplug()->Attach(0, 1, *disk).ok());
+  ASSERT_TRUE(WaitUsed(1).has_value());
+  constexpr std::array<uint8_t, 8> kLun1 = {1, 0, 0x40, 1, 0, 0, 0, 0};
+  EXPECT_EQ(TestUnitReady(2, kLun1), (std::array<uint8_t, 3>{6, 0x29, 0}));
+
+  auto grown = shared->Resize(uint64_t{3} << 20);
+  ASSERT_TRUE(grown.ok()) << grown.status();
+  device_->hotplug()->CapacityChanged(0, 1);
+  ASSERT_TRUE(WaitUsed(1).has_value());
+  const Event event = *memory_->ReadObject<Event>(buffers[1]);
+  EXPECT_EQ(event.event, kEventParamChange);
+  EXPECT_EQ(event.reason, 0x2au | (0x09u << 8));
+  EXPECT_EQ(event.lun[3], 1);
+  EXPECT_EQ(TestUnitReady(2, kLun1), (std::array<uint8_t, 3>{6, 0x2a, 0x09}));
+  const uint8_t read_capacity[10] = {0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  Command capacity = Submit(2, kLun1, read_capacity, 8);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  ASSERT_EQ(ResponseOf(capacity).status, 0);
+  const auto data = *memory_->ReadObject<std::array<uint8_t, 8>>(capacity.data);
+  const uint32_t last_lba = (data[0] << 24) | (data[1] << 16) | (data[2] << 8) | data[3];
+  EXPECT_EQ(last_lba, (3u << 20) / 512 - 1);
+  // A write in the new space goes through.
+  std::vector<uint8_t> block(512, 0x77);
+  const uint8_t write10[10] = {0x2a, 0, 0, 0, 0x17, 0, 0, 0, 1, 0};  // LBA 5888 > 2048 blocks
+  Command write = Submit(2, kLun1, write10, 0, block);
+  ASSERT_TRUE(WaitUsed(2).has_value());
+  EXPECT_EQ(ResponseOf(write).status, 0);
 }
 
 }  // namespace
