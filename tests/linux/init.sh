@@ -39,6 +39,11 @@
 #              detach_seen_seconds) and that fio ends with an error (RESULT detach_fio_status);
 #              @@HOTPLUG-REATTACH (the same image attached again, which its lock allows only once
 #              released): the first 8 MiB verify again (RESULT reattach_verify)
+#   resize:    @@RESIZE-GROW (the host grows the disk through the API and answers): the new size
+#              seen with no rescan (RESULT grow_seen_seconds, size_grown), 4 MiB written and
+#              verified past the old end (RESULT grown_verify); @@RESIZE-HOST (the host grows the
+#              image file and resizes without a size): RESULT size_host; @@RESIZE-SHRINK (a
+#              refused shrink): RESULT size_after_shrink; RESULT resize_dmesg, the kernel's lines
 #   fs:        fs_mb=4 seed=1
 #   iso:       iso_file=NAME iso_md5=HEX
 #   iso, media: disc_md5=HEX  md5 of the whole disc (/dev/srN) must equal it (RESULT disc_md5)
@@ -169,7 +174,7 @@ result modules_uptime "$(uptime_s)"
 
 # --- devices ---------------------------------------------------------------------------------
 case "$scenario" in
-  probe|fio|fio-bench|fs|discard|reset|limits|hotplug) default_wait=sd ;;
+  probe|fio|fio-bench|fs|discard|reset|limits|hotplug|resize) default_wait=sd ;;
   bench) default_wait=$(case ",${arg_bench:-qd1,qd16,cd}" in *,qd*) printf sd ;; esac
                         case ",${arg_bench:-qd1,qd16,cd}," in *,cd,*) printf ,sr ;; esac) ;;
   iso|cd-read|media|hostcd) default_wait=sr ;;
@@ -418,6 +423,46 @@ scenario_hotplug() {
   st=$?
   result background_fio "$st"
   [ "$st" = 0 ] || fail "fio on $disk, beside the hot-plug, failed: $(tail -n 1 /tmp/bg.err)"
+  pass
+}
+
+# Waits up to 30 s for /dev/$disk's size to differ from $1 (bytes); the new size on stdout.
+wait_for_size_change() {
+  local i size
+  for i in $(seq 1 300); do
+    size=$(blockdev --getsize64 "/dev/$disk")
+    if [ "$size" != "$1" ]; then echo "$size"; return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+scenario_resize() {
+  [ -n "$disk" ] || fail "no SCSI disk"
+  local before size t
+  before=$(blockdev --getsize64 "/dev/$disk")
+  result size_before "$before"
+  echo "@@RESIZE-GROW"
+  read -r -t 60 _ || fail "no answer to @@RESIZE-GROW within 60 s"
+  t=$(uptime_s)
+  size=$(wait_for_size_change "$before") || fail "/dev/$disk still has $before bytes 30 s after the resize"
+  result grow_seen_seconds "$(elapsed "$t")"
+  result size_grown "$size"
+  # The new space takes verified writes.
+  fio --name=grown --filename="/dev/$disk" --rw=write --bs=64k --direct=1 --ioengine=libaio \
+    --iodepth=8 --offset="$before" --size=4M --verify=crc32c >/tmp/grown.out 2>/tmp/grown.err ||
+    fail "fio verify in the grown space: $(tail -n 1 /tmp/grown.err)"
+  result grown_verify ok
+  echo "@@RESIZE-HOST"
+  read -r -t 60 _ || fail "no answer to @@RESIZE-HOST within 60 s"
+  size=$(wait_for_size_change "$size") || fail "/dev/$disk did not take the host's new size within 30 s"
+  result size_host "$size"
+  echo "@@RESIZE-SHRINK"
+  read -r -t 60 _ || fail "no answer to @@RESIZE-SHRINK within 60 s"
+  sleep 1
+  result size_after_shrink "$(blockdev --getsize64 "/dev/$disk")"
+  dmesg | grep -E "capacity change|$disk" | sed 's/^\[ *[0-9.]*\] //' | tail -n 6 |
+    while IFS= read -r line; do result resize_dmesg "$line"; done
   pass
 }
 
@@ -762,6 +807,7 @@ case "$scenario" in
   fio-bench) scenario_fio_bench ;;
   limits) scenario_limits ;;
   hotplug) scenario_hotplug ;;
+  resize) scenario_resize ;;
   fs) scenario_fs ;;
   iso) scenario_iso ;;
   cd-read) scenario_cd_read ;;

@@ -8,7 +8,7 @@
 # NESTED_SCENARIOS lists them in the order nested_test.sh runs them; NESTED_BOOT_OF_<SC> names the
 # L1 boot each belongs to there.
 
-NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-limits-shared scsi-hotplug scsi-fs scsi-discard smp
+NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-limits-shared scsi-hotplug scsi-resize scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff jail
                   debian-scsi debian-ide debian-qemu"
@@ -232,6 +232,37 @@ nsc_scsi_hotplug_check() {
   fi
   vmm_errors=$(grep -F "L2ERR[$1]|" "$NESTED_RUNS/$1.qemu.log" | grep -iE 'error|needs a reset|flush' || true)
   [ -z "$vmm_errors" ] || linux_fail "$1" "the VMM logged: $vmm_errors"
+}
+
+# Online resize (issue 24): the disk grows through the API (48 MiB) and Linux takes the new size
+# by itself (PARAM_CHANGE); the new space verifies; the host grows the file (64 MiB) and a resize
+# without a size takes it; a shrink over data is refused and the guest keeps 64 MiB.
+nsc_scsi_resize_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+resize_markers() {
+  case "$1" in
+    RESIZE-GROW) l2_action "grow: $(l2_ctl disk resize disk0 48M 2>&1)"; echo ok >&3 ;;
+    RESIZE-HOST) dd if=/dev/null of="$RESIZE_IMAGE" bs=1M seek=64 2>/dev/null
+                 l2_action "host: $(l2_ctl disk resize disk0 2>&1)"; echo ok >&3 ;;
+    RESIZE-SHRINK) l2_action "shrink: $(l2_ctl disk resize disk0 16M 2>&1)"; echo ok >&3 ;;
+  esac
+}
+EOF
+  nested_add "RESIZE_IMAGE=$(nested_image "$1.img" 32M) L2_MARKERS=resize_markers l2_run $1 'scenario=resize' --disk=$(nested_image "$1.img" 32M),cache=none"
+}
+nsc_scsi_resize_check() {
+  nested_check_pass "$1" resize || return
+  local events=$NESTED_RUNS/$1.events
+  echo "    $(linux_result size_before) -> $(linux_result size_grown) bytes, seen after" \
+       "$(linux_result grow_seen_seconds) s; host -> $(linux_result size_host); after a refused shrink" \
+       "$(linux_result size_after_shrink)"
+  linux_report resize_dmesg
+  linux_expect "$1" size_grown 50331648
+  linux_expect "$1" grown_verify ok
+  linux_expect "$1" size_host 67108864
+  linux_expect "$1" size_after_shrink 67108864
+  grep -q 'shrink: .*FAILED_PRECONDITION.*cut it off' "$events" ||
+    linux_fail "$1" "the shrink over data was not refused"
 }
 
 nsc_scsi_fs_job() {
