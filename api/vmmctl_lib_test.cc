@@ -253,6 +253,47 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     absl::MutexLock lock(&mutex_);
     return last_limits_;
   }
+  grpc::Status AttachDisk(grpc::ServerContext*, const vmm::v1::AttachDiskRequest* request,
+                          DriveStatus* reply) override {
+    absl::MutexLock lock(&mutex_);
+    last_attach_ = *request;
+    reply->set_name(request->id().empty() ? "disk1" : request->id());
+    reply->set_kind(DriveStatus::DISK);
+    reply->set_bus("virtio-scsi");
+    reply->set_address(absl::StrCat("0:0:", request->has_lun() ? request->lun() : 1));
+    reply->set_medium_present(true);
+    reply->set_size_bytes(1 << 20);
+    reply->set_source(request->path());
+    reply->set_cache_mode(request->cache_mode().empty() ? "writeback" : request->cache_mode());
+    return grpc::Status::OK;
+  }
+  grpc::Status DetachDisk(grpc::ServerContext*, const vmm::v1::DetachDiskRequest* request,
+                          DriveStatus* reply) override {
+    if (request->drive() != "disk0") return NotFound(request->drive());
+    reply->set_name("disk0");
+    reply->set_source("/images/disk0.img");
+    return grpc::Status::OK;
+  }
+  grpc::Status ResizeDisk(grpc::ServerContext*, const vmm::v1::ResizeDiskRequest* request,
+                          DriveStatus* reply) override {
+    absl::MutexLock lock(&mutex_);
+    last_resize_ = *request;
+    reply->set_name(request->drive());
+    reply->set_kind(DriveStatus::DISK);
+    reply->set_bus("virtio-scsi");
+    reply->set_address("0:0:1");
+    reply->set_medium_present(true);
+    reply->set_size_bytes(request->size_bytes());
+    return grpc::Status::OK;
+  }
+  vmm::v1::AttachDiskRequest last_attach() {
+    absl::MutexLock lock(&mutex_);
+    return last_attach_;
+  }
+  vmm::v1::ResizeDiskRequest last_resize() {
+    absl::MutexLock lock(&mutex_);
+    return last_resize_;
+  }
   grpc::Status GetStats(grpc::ServerContext*, const vmm::v1::GetStatsRequest* request,
                         vmm::v1::GetStatsResponse* response) override {
     if (!request->drive().empty() && request->drive() != "cd0" && request->drive() != "disk0") {
@@ -286,6 +327,8 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
  private:
   std::string media_dir_ ABSL_GUARDED_BY(mutex_);
   vmm::v1::SetDriveLimitsRequest last_limits_ ABSL_GUARDED_BY(mutex_);
+  vmm::v1::AttachDiskRequest last_attach_ ABSL_GUARDED_BY(mutex_);
+  vmm::v1::ResizeDiskRequest last_resize_ ABSL_GUARDED_BY(mutex_);
   DriveStatus* Find(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     for (DriveStatus& d : drives_) {
       if (d.name() == name) return &d;
@@ -489,6 +532,44 @@ TEST_F(VmmctlTest, DriveLimitSetsADrivesOrAGroupsBudget) {
   Result lifted = Vmmctl({"drive", "limit", "disk0"});
   ASSERT_EQ(lifted.status, 0) << lifted.err;
   EXPECT_EQ(lifted.out, "disk0: unlimited\n");
+}
+
+TEST_F(VmmctlTest, DiskAddRemoveResize) {
+  Result add = Vmmctl({"disk", "add", "/srv/data.img", "--id", "data", "--cache", "none", "--fua",
+                       "emulate", "--lun", "7", "--iops", "300", "--io-group", "tenant",
+                       "--read-only"});
+  ASSERT_EQ(add.status, 0) << add.err;
+  EXPECT_NE(add.out.find("data disk virtio-scsi 0:0:7"), std::string::npos) << add.out;
+  const vmm::v1::AttachDiskRequest sent = fake_.last_attach();
+  EXPECT_EQ(sent.path(), "/srv/data.img");
+  EXPECT_EQ(sent.id(), "data");
+  EXPECT_EQ(sent.cache_mode(), "none");
+  EXPECT_EQ(sent.fua_mode(), "emulate");
+  ASSERT_TRUE(sent.has_lun());
+  EXPECT_EQ(sent.lun(), 7u);
+  EXPECT_EQ(sent.limits().iops(), 300u);
+  EXPECT_EQ(sent.io_group(), "tenant");
+  EXPECT_TRUE(sent.read_only());
+  // A relative path goes absolute (the VMM has its own working directory); no LUN: none sent.
+  Result relative = Vmmctl({"disk", "add", "data.img"});
+  ASSERT_EQ(relative.status, 0) << relative.err;
+  EXPECT_EQ(fake_.last_attach().path(), std::filesystem::current_path().string() + "/data.img");
+  EXPECT_FALSE(fake_.last_attach().has_lun());
+  EXPECT_EQ(Vmmctl({"disk", "add", "d.img", "--lun", "16384"}).status, 2);
+  EXPECT_EQ(Vmmctl({"disk", "add"}).status, 2);
+
+  Result remove = Vmmctl({"disk", "remove", "disk0"});
+  ASSERT_EQ(remove.status, 0) << remove.err;
+  EXPECT_EQ(remove.out, "disk0: detached (/images/disk0.img)\n");
+  EXPECT_EQ(Vmmctl({"disk", "remove", "disk9"}).status, 1);
+
+  Result resize = Vmmctl({"disk", "resize", "disk0", "48M"});
+  ASSERT_EQ(resize.status, 0) << resize.err;
+  EXPECT_EQ(fake_.last_resize().size_bytes(), 48u << 20);
+  ASSERT_EQ(Vmmctl({"disk", "resize", "disk0"}).status, 0);
+  EXPECT_EQ(fake_.last_resize().size_bytes(), 0u);  // the image's size on the host
+  EXPECT_EQ(Vmmctl({"disk", "resize", "disk0", "lots"}).status, 2);
+  EXPECT_EQ(Vmmctl({"disk", "resize", "disk0", "0"}).status, 2);
 }
 
 TEST_F(VmmctlTest, AddressFromTheEnvironment) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -273,6 +274,58 @@ TEST_F(StorageTest, DisksAttachAndDetachWhileRunning) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->name, "disk0");
   EXPECT_EQ(again->lun, 1);
+}
+
+// The process's open descriptors and threads.
+size_t CountEntries(const char* directory) {
+  size_t count = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(directory)) ++count;
+  return count;
+}
+
+// Refused attaches and attach/detach cycles leave nothing behind: no descriptor (image, rings,
+// queues' epoll and timer fds), no thread, no lock.
+TEST_F(StorageTest, HotPlugLeaksNothing) {
+  StorageConfig config;
+  config.scsi_controller = true;
+  config.iothreads = 2;
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,id=boot")};
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  WriteFile("data.img", 1 << 20);
+  DriveSpec spec;
+  spec.path = Path("data.img");
+  spec.id = "data";
+  const size_t fds = CountEntries("/proc/self/fd");
+  const size_t threads = CountEntries("/proc/self/task");
+  for (int round = 0; round < 3; ++round) {
+    {
+      // The image locked by another user (here the boot disk's own open file).
+      auto locked = block::raw::RawFileBackend::Open(Path("disk.img"),
+                                                     (*storage)->DiskFileOptions(spec));
+      EXPECT_EQ(locked.status().code(), absl::StatusCode::kFailedPrecondition);
+      DriveSpec taken = spec;
+      taken.id = "boot";
+      auto image = block::raw::RawFileBackend::Open(spec.path, (*storage)->DiskFileOptions(spec));
+      ASSERT_TRUE(image.ok());
+      EXPECT_EQ((*storage)->AttachDisk(taken, std::nullopt, *image).status().code(),
+                absl::StatusCode::kAlreadyExists);
+      EXPECT_EQ((*storage)->AttachDisk(spec, uint16_t{0}, *image).status().code(),
+                absl::StatusCode::kAlreadyExists);
+      auto attached = (*storage)->AttachDisk(spec, std::nullopt, *std::move(image));
+      ASSERT_TRUE(attached.ok()) << attached.status();
+      EXPECT_EQ((*storage)->DetachDisk("data").status().code(), absl::StatusCode::kOk);
+      EXPECT_EQ((*storage)->DetachDisk("boot").status().code(), absl::StatusCode::kOk);
+      DriveSpec boot = spec;
+      boot.path = Path("disk.img");
+      boot.id = "boot";
+      auto again = block::raw::RawFileBackend::Open(boot.path, (*storage)->DiskFileOptions(boot));
+      ASSERT_TRUE(again.ok()) << "the detached boot disk is still locked: " << again.status();
+      ASSERT_TRUE((*storage)->AttachDisk(boot, uint16_t{0}, *std::move(again)).ok());
+    }
+    EXPECT_EQ(CountEntries("/proc/self/fd"), fds) << "round " << round;
+    EXPECT_EQ(CountEntries("/proc/self/task"), threads) << "round " << round;
+  }
 }
 
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
