@@ -151,7 +151,7 @@ nested_boot() {  # boot
              -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log" -serial "file:$klog"
              -kernel "$LINUX_KERNEL" -initrd "$NESTED_L1_INITRAMFS"
              -append "console=ttyS1 quiet panic=-1 ${NESTED_L1_APPEND:-}"
-             -drive "file=$img,if=virtio,format=raw,cache=unsafe" "${NESTED_L1_DRIVES[@]}")
+             -drive "file=$img,if=virtio,format=raw,cache=${NESTED_WORK_DISK_CACHE:-unsafe}" "${NESTED_L1_DRIVES[@]}")
   printf '%q ' "${cmd[@]}" > "$dir/l1.cmd"
   start=$(date +%s.%N)
   NESTED_L1_FAULT=""
