@@ -68,22 +68,26 @@ nested_setup() {  # work make-linux-initramfs init.sh make-nested-initramfs l1_i
   [ -x "$NESTED_MKE2FS" ] || NESTED_MKE2FS=$(command -v mke2fs)
 }
 
-nested_qemu_bundle() {  # dir: QEMU for L1 in DIR (the host's binary, the libraries ldd lists and
-  # the firmware -M pc loads, run through the bundled dynamic loader: L1's initramfs has no /lib).
-  # Link DIR into a boot's work disk as /l1disk/qemu; NESTED_QEMU_CMD is the command there.
-  local bundle=$1 loader="" lib fw
+nested_qemu_bundle() {  # dir [root [name]]: QEMU for L1 in DIR (the binary, the libraries ldd lists
+  # and the firmware -M pc loads, run through the bundled dynamic loader: L1's initramfs has no
+  # /lib). From the host, or from the Debian root ROOT (a newer QEMU: tools/make-qemu-root). Link
+  # DIR into a boot's work disk as /l1disk/NAME (default qemu); NESTED_QEMU_CMD is the command there.
+  local bundle=$1 root=${2:-} name=${3:-qemu} loader="" lib fw qemu
+  qemu=${root:+$root/usr/bin/qemu-system-x86_64}
+  qemu=${qemu:-$LINUX_QEMU}
   mkdir -p "$bundle/lib" "$bundle/share"
-  cp -L "$LINUX_QEMU" "$bundle/qemu-system-x86_64" || return 1
+  cp -L "$qemu" "$bundle/qemu-system-x86_64" || return 1
   while read -r lib; do
-    cp -L "$lib" "$bundle/lib/" || return 1
+    cp -L "$root$lib" "$bundle/lib/" || return 1
     case "$lib" in */ld-linux*) loader=$(basename "$lib") ;; esac
-  done < <(ldd "$LINUX_QEMU" | grep -oE '/[^ ]+' | sort -u)
+  done < <(if [ -n "$root" ]; then chroot "$root" ldd /usr/bin/qemu-system-x86_64; else ldd "$qemu"; fi |
+           grep -oE '/[^ ]+' | sort -u)
   [ -n "$loader" ] || { echo "nested_qemu_bundle: no dynamic loader among QEMU's libraries"; return 1; }
   for fw in bios-256k.bin linuxboot_dma.bin kvmvapic.bin; do
-    cp -L "/usr/share/qemu/$fw" "$bundle/share/" 2>/dev/null ||
-      cp -L "/usr/share/seabios/$fw" "$bundle/share/" || { echo "nested_qemu_bundle: no QEMU firmware $fw"; return 1; }
+    cp -L "$root/usr/share/qemu/$fw" "$bundle/share/" 2>/dev/null ||
+      cp -L "$root/usr/share/seabios/$fw" "$bundle/share/" || { echo "nested_qemu_bundle: no QEMU firmware $fw"; return 1; }
   done
-  NESTED_QEMU_CMD="/l1disk/qemu/lib/$loader --library-path /l1disk/qemu/lib /l1disk/qemu/qemu-system-x86_64 -L /l1disk/qemu/share"
+  NESTED_QEMU_CMD="/l1disk/$name/lib/$loader --library-path /l1disk/$name/lib /l1disk/$name/qemu-system-x86_64 -L /l1disk/$name/share"
 }
 
 nested_l1_drive() {  # image: one more L1 disk, a copy-on-write snapshot of IMAGE (what L1 writes
