@@ -372,11 +372,7 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   if (api_server != nullptr) api_server->Stop();
   if (exit.kind == vmm::VmExit::Kind::kFatal) {
     absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
-  } else if (exit.kind == vmm::VmExit::Kind::kReset || exit.kind == vmm::VmExit::Kind::kPowerOff) {
-    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
-  } else if (exit.kind == vmm::VmExit::Kind::kSignal) {
-    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
-  } else if (exit.kind == vmm::VmExit::Kind::kStopped) {
+  } else if (exit.kind != vmm::VmExit::Kind::kGuestExit) {  // the test guest's own status is its say
     absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   }
   if (absl::GetFlag(FLAGS_boot_report)) {

@@ -13,6 +13,7 @@
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace devices::virtio {
 namespace {
@@ -147,8 +148,7 @@ absl::StatusOr<std::shared_ptr<VirtioPciTransport>> VirtioPciTransport::Create(
   };
   auto transport = std::shared_ptr<VirtioPciTransport>(
       new VirtioPciTransport(identity, std::move(device), memory, ioevents));
-  absl::Status status = transport->Initialize(msi);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(transport->Initialize(msi));
   return transport;
 }
 
@@ -198,39 +198,34 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
   // BAR 0: the virtio structures. The notify area has one 4-byte slot per queue.
   const uint64_t notify_length = std::max<uint64_t>(4, uint64_t{kNotifyOffMultiplier} * queues_.size());
   const uint64_t bar0_size = NextPowerOfTwo(kNotifyOffset + RoundUp(notify_length, kPageSize));
-  absl::Status status =
-      DeclareBar(kConfigBar, pci::BarSpec{BarKind::kMmio64, bar0_size, /*prefetchable=*/false});
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(
+      DeclareBar(kConfigBar, pci::BarSpec{BarKind::kMmio64, bar0_size, /*prefetchable=*/false}));
 
   // BAR 2: MSI-X table and PBA.
   const uint32_t vectors = static_cast<uint32_t>(queues_.size()) + 1;
-  auto msix = pci::MsixCapability::Create(msi, vectors);
-  if (!msix.ok()) return msix.status();
-  const uint64_t pba_offset = RoundUp((*msix)->table_bytes(), kPageSize);
-  const uint64_t bar2_size = NextPowerOfTwo(pba_offset + RoundUp((*msix)->pba_bytes(), kPageSize));
-  status = DeclareBar(kMsixBar, pci::BarSpec{BarKind::kMmio32, bar2_size, false});
-  if (!status.ok()) return status;
-  status = AddMsixCapability(*std::move(msix), kMsixBar, 0, pba_offset);
-  if (!status.ok()) return status;
+  ASSIGN_OR_RETURN(auto msix, pci::MsixCapability::Create(msi, vectors));
+  const uint64_t pba_offset = RoundUp(msix->table_bytes(), kPageSize);
+  const uint64_t bar2_size = NextPowerOfTwo(pba_offset + RoundUp(msix->pba_bytes(), kPageSize));
+  RETURN_IF_ERROR(DeclareBar(kMsixBar, pci::BarSpec{BarKind::kMmio32, bar2_size, false}));
+  RETURN_IF_ERROR(AddMsixCapability(std::move(msix), kMsixBar, 0, pba_offset));
 
   // The vendor-specific capabilities (§4.1.4).
   auto add = [this](std::vector<uint8_t> body, std::span<const uint8_t> mask = {}) {
     return AddCapability(pci::kCapabilityIdVendorSpecific, body, mask);
   };
-  auto common = add(VirtioCapability(kCapCommonCfg, kConfigBar, kCommonConfigOffset,
-                                     kCommonConfigLength));
-  if (!common.ok()) return common.status();
+  RETURN_IF_ERROR(
+      add(VirtioCapability(kCapCommonCfg, kConfigBar, kCommonConfigOffset, kCommonConfigLength))
+          .status());
   std::array<uint8_t, 4> multiplier{};
   for (int i = 0; i < 4; ++i) multiplier[i] = static_cast<uint8_t>(kNotifyOffMultiplier >> (8 * i));
-  auto notify = add(VirtioCapability(kCapNotifyCfg, kConfigBar, kNotifyOffset,
-                                     static_cast<uint32_t>(notify_length), multiplier));
-  if (!notify.ok()) return notify.status();
-  auto isr = add(VirtioCapability(kCapIsrCfg, kConfigBar, kIsrOffset, kIsrLength));
-  if (!isr.ok()) return isr.status();
+  RETURN_IF_ERROR(add(VirtioCapability(kCapNotifyCfg, kConfigBar, kNotifyOffset,
+                                       static_cast<uint32_t>(notify_length), multiplier))
+                      .status());
+  RETURN_IF_ERROR(add(VirtioCapability(kCapIsrCfg, kConfigBar, kIsrOffset, kIsrLength)).status());
   if (config_size_ > 0) {
-    auto device_cfg =
-        add(VirtioCapability(kCapDeviceCfg, kConfigBar, kDeviceConfigOffset, config_size_));
-    if (!device_cfg.ok()) return device_cfg.status();
+    RETURN_IF_ERROR(
+        add(VirtioCapability(kCapDeviceCfg, kConfigBar, kDeviceConfigOffset, config_size_))
+            .status());
   }
   // §4.1.4.9: cap.bar, cap.offset, cap.length and pci_cfg_data are writable by the driver.
   const std::array<uint8_t, 4> zero{};
@@ -242,9 +237,7 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
     pci_cfg_mask[kCapLengthField - 2 + i] = 0xff;
     pci_cfg_mask[kPciCfgData - 2 + i] = 0xff;
   }
-  auto pci_cfg = add(pci_cfg_body, pci_cfg_mask);
-  if (!pci_cfg.ok()) return pci_cfg.status();
-  pci_cfg_capability_ = *pci_cfg;
+  ASSIGN_OR_RETURN(pci_cfg_capability_, add(pci_cfg_body, pci_cfg_mask));
   return absl::OkStatus();
 }
 

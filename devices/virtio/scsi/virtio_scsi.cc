@@ -245,7 +245,7 @@ class VirtioScsi::RequestWorker {
     sc::GatherFrom(slot.header, std::span<uint8_t>(header_bytes, sizeof(CommandHeader) + cdb_bytes));
     CommandHeader header;
     std::memcpy(&header, header_bytes, sizeof(header));
-    const LunAddress address = DecodeLun(header.lun);
+    const LunAddress address = DecodeLunField(header.lun);
     auto target = state_.target_queues.find(address.target);
     if (!address.valid || target == state_.target_queues.end()) {
       RespondError(slot, kResponseBadTarget);
@@ -396,7 +396,7 @@ class VirtioScsi::ControlWorker {
   }
 
   uint8_t TaskManagement(const TmfRequest& request) {
-    const LunAddress address = DecodeLun(request.lun);
+    const LunAddress address = DecodeLunField(request.lun);
     auto target = device_.targets_.find(address.target);
     if (!address.valid || target == device_.targets_.end()) return kResponseBadTarget;
     switch (request.subtype) {

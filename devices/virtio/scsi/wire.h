@@ -135,7 +135,7 @@ struct LunAddress {
   uint8_t target;
   uint64_t sam_lun;  // bytes 2..7, big-endian, in the top six bytes (devices/scsi/lun.h)
 };
-inline LunAddress DecodeLun(const uint8_t lun[8]) {
+inline LunAddress DecodeLunField(const uint8_t lun[8]) {
   uint64_t sam = 0;
   for (int i = 2; i < 8; ++i) sam = (sam << 8) | lun[i];
   return {lun[0] == 1, lun[1], sam << 16};

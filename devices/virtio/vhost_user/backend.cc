@@ -434,9 +434,9 @@ absl::Status VhostUserBackend::SetMemTable(Message& message) {
   memory_ = std::make_unique<vmm::GuestMemory>(*std::move(memory));
   mappings_ = std::move(mappings);
   // Rare (start-up, memory hot-plug) and worth seeing in the log.
-  std::fprintf(stderr, "vhost-user: memory table: %u region(s), %u MiB%s\n", header.num_regions,
-               static_cast<unsigned>(memory_->total_size() >> 20),
-               was_active ? " (replaced while running: device stopped and restarted)" : "");
+  log_.Info("memory table: %u region(s), %u MiB%s", header.num_regions,
+            static_cast<unsigned>(memory_->total_size() >> 20),
+            was_active ? " (replaced while running: device stopped and restarted)" : "");
   return absl::OkStatus();
 }
 
@@ -522,7 +522,7 @@ absl::StatusOr<uint32_t> VhostUserBackend::GetVringBase(uint32_t index) {
       absl::StrAppendFormat(&positions, " ring %u at %u", stopped_index,
                             rings_[stopped_index].base);
     }
-    std::fprintf(stderr, "vhost-user: device stopped by the front end:%s\n", positions.c_str());
+    log_.Info("device stopped by the front end:%s", positions);
   }
   ring->kick.Reset();
   return ring->base;

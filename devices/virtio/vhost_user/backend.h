@@ -15,6 +15,7 @@
 #include "devices/virtio/vhost_user/message.h"
 #include "devices/virtio/vhost_user/protocol.h"
 #include "devices/virtio/virtio_device.h"
+#include "vmm/sys_util/rate_limited_log.h"
 #include "vmm/machine/guest_memory.h"
 
 namespace devices::virtio::vhost_user {
@@ -117,6 +118,8 @@ class VhostUserBackend {
   absl::Status StartDevice(const std::set<uint32_t>& rings);
 
   VirtioDevice& device_;
+  // What the front end does that is rare and worth seeing (a memory table replaced, a stop).
+  sys_util::RateLimitedLog log_{"vhost-user"};
   const std::vector<uint16_t> max_sizes_;
   std::unique_ptr<Events> events_;
 
