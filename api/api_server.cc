@@ -1065,8 +1065,8 @@ bool ApiCore::AddWatcher(WatchQueue* queue, grpc::Status* refusal) {
     return false;
   }
   // A stream that fell behind is over, though its handler may stay blocked in Write() for as long
-  // as its client neither reads nor goes away: it no longer takes a slot (F10 of the hardening
-  // issue: 32 stopped clients refused every new Watch for good). It is cancelled, which ends it
+  // as its client neither reads nor goes away: it no longer takes a slot (H13 of
+  // docs/security.md: 32 stopped clients refused every new Watch for good). It is cancelled, which ends it
   // at once if its client is merely slow.
   int open = 0;
   for (WatchQueue* watcher : watchers_) {
@@ -1108,7 +1108,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   std::string tcp_address;
   if (!options.tcp_address.empty()) {
     if (options.auth_token.empty() && !options.tcp_insecure) {
-      // F1 of the hardening issue: any local user could insert media and shut the VM down.
+      // H1 of docs/security.md: any local user could insert media and shut the VM down.
       return absl::FailedPreconditionError(absl::StrFormat(
           "--api-tcp %s without authentication: every local user could control the VM. Give "
           "--api-token-file=FILE (a secret only the VMM's user can read; clients send it, e.g. "
@@ -1217,7 +1217,7 @@ void ApiServer::Stop() {
   // A Watch whose client stopped reading stays blocked in Write() for as long as that client
   // lives: its bytes wait for room in the socket, and neither cancelling the call nor the
   // shutdown deadline completes the write (measured with gRPC 1.51: Shutdown() waited for ever,
-  // F9 of the hardening issue). So the shutdown runs on a thread of its own, and if it has not
+  // H13 of docs/security.md). So the shutdown runs on a thread of its own, and if it has not
   // finished shortly after the deadline the server is abandoned: its threads, the core and the
   // drives they use stay allocated (and the plugin loaded) until the process exits, which the
   // VMM does next. Nothing else waits for them.

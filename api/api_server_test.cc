@@ -1020,8 +1020,8 @@ TEST_F(ApiServerTest, TooManyWatchersAreRefused) {
   }
 }
 
-// The server's threads are capped by its resource quota, whatever the callers do (N10 of the
-// second hardening review: calls drove a VMM from 10 threads to 215). Calls beyond the cap wait
+// The server's threads are capped by its resource quota, whatever the callers do (H9 of
+// docs/security.md: calls drove a VMM from 10 threads to 215). Calls beyond the cap wait
 // for a thread (or their deadline) instead of making one; the server answers again once the
 // calls in its threads end.
 int ThreadCount() {
@@ -1366,7 +1366,7 @@ TEST_F(ApiServerTest, ManyConcurrentClients) {
   watch->reader->Finish();
 }
 
-// F1 of the hardening issue: with media confined to a directory, the server does not look at the
+// H1 of docs/security.md: with media confined to a directory, the server does not look at the
 // path itself, so every path outside gets the same answer (no NOT_FOUND that says what exists).
 TEST_F(ApiServerTest, ConfinedMediaRevealNothingOutside) {
   {
@@ -1417,7 +1417,7 @@ void EndProcess(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
-// F10 of the hardening issue: a watcher cut off for falling behind no longer takes a slot, though
+// H13 of docs/security.md: a watcher cut off for falling behind no longer takes a slot, though
 // its client never reads again: new watchers are not refused for good.
 TEST_F(ApiServerTest, StalledWatcherThatFellBehindFreesItsSlot) {
   ApiServerOptions options;
@@ -1435,7 +1435,7 @@ TEST_F(ApiServerTest, StalledWatcherThatFellBehindFreesItsSlot) {
   EndProcess(stalled);
 }
 
-// F9 of the hardening issue: the server stops within its bound while a watcher's client does not
+// H13 of docs/security.md: the server stops within its bound while a watcher's client does not
 // read (the handler blocked in Write on a full flow-control window, its queue not overflowed).
 TEST_F(ApiServerTest, StopIsBoundedWithAStalledWatcher) {
   ApiServerOptions options;
@@ -1455,7 +1455,7 @@ TEST_F(ApiServerTest, StopIsBoundedWithAStalledWatcher) {
   EndProcess(stalled);
 }
 
-// ---- Authentication (F1 of the hardening issue) ----
+// ---- Authentication (H1 of docs/security.md) ----
 
 constexpr char kToken[] = "Zm9vYmFyYmF6cXV4-s3cret";
 

@@ -32,7 +32,7 @@ struct ApiServerOptions {
   int max_watchers = 32;
   // Threads and memory gRPC may use for the server (its resource quota): every call in flight
   // holds a thread of the synchronous server, and without a cap unauthenticated callers drove the
-  // VMM from 10 threads to 215 (N10 of the second hardening review). Calls beyond the cap wait
+  // VMM from 10 threads to 215 (H9 of docs/security.md). Calls beyond the cap wait
   // for a thread (or their deadline) before any of our code runs. Room for every watcher and then
   // some.
   int max_threads = 64;

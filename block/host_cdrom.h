@@ -221,7 +221,7 @@ class HostCdrom : public MediaListener {
 
   // What the guest last asked of the drive and the worker has not sent yet: only the latest lock
   // state and the latest tray move, so a guest toggling its lock in a loop costs at most two host
-  // commands per worker round, never a queue that grows (F8 of the hardening issue).
+  // commands per worker round, never a queue that grows (H12 of docs/security.md).
   struct PendingCommands {
     std::optional<bool> lock;           // kLock (true) / kUnlock (false)
     std::optional<HostCommand> tray;    // kEject / kCloseTray

@@ -480,7 +480,7 @@ TEST_F(HostCdromTest, GuestLockAndUnlockReachTheDrive) {
   EXPECT_EQ(device_->counts().drive_status, 1);
 }
 
-// A guest toggling its lock in a loop while the drive is slow (F8 of the hardening issue): the
+// A guest toggling its lock in a loop while the drive is slow (H12 of docs/security.md): the
 // commands do not pile up; the drive gets the latest state, a few commands in all.
 TEST_F(HostCdromTest, LockFloodIsCoalesced) {
   device_->InsertDisc(kDiscA);

@@ -60,7 +60,7 @@ class IoThread {
   // readiness (read the eventfd). kEdge: it runs once per new readiness (for an eventfd, once per
   // write to it), whatever is left unread. Notification fds a guest or a vhost-user front end
   // controls are edge-triggered: an EFD_SEMAPHORE eventfd holding 2^64-2 stays readable after
-  // each read, and level-triggered it kept an iothread spinning (F6 of the hardening issue).
+  // each read, and level-triggered it kept an iothread spinning (H10 of docs/security.md).
   // Call on the loop thread (RunSync) or before Start().
   enum class Trigger { kLevel, kEdge };
   absl::Status AddFd(int fd, absl::AnyInvocable<void()> on_readable,

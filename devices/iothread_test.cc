@@ -56,7 +56,7 @@ TEST(IoThreadTest, RunsFdHandlersOnItsThread) {
   thread.Stop();
 }
 
-// A semaphore eventfd that stays readable (F6 of the hardening issue): edge-triggered, its handler
+// A semaphore eventfd that stays readable (H10 of docs/security.md): edge-triggered, its handler
 // runs once per write, not in a loop; and no write is missed.
 TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
   IoThread thread("test-io");

@@ -16,7 +16,7 @@ namespace vmm {
 // beneath the directory (openat2 RESOLVE_BENEATH, no magic links), checked with fstat and handed
 // to the drive as that open file: no second open by path, and any path that leads out ("..", an
 // absolute path elsewhere, a symlink) is PermissionDenied whether or not its target exists, so
-// the API reveals nothing about files outside. F1 of the hardening issue: without it, a caller
+// the API reveals nothing about files outside. H1 of docs/security.md: without it, a caller
 // could attach /etc/shadow as the guest's CD.
 class MediaDirectory {
  public:
@@ -28,7 +28,7 @@ class MediaDirectory {
 
   // Opens the directory again at its resolved path, in place of the descriptor held so far: once
   // the jail is entered, where it is bind-mounted at that path (vmm/sandbox/jail.h). A descriptor
-  // from outside the jail would lead out of it ("..": N2 of the second hardening review). The
+  // from outside the jail would lead out of it ("..": H17 of docs/security.md). The
   // descriptor's number stays, so a concurrent OpenMedium uses the old or the new one.
   absl::Status ReopenInTheJail();
 

@@ -11,7 +11,7 @@ namespace block::raw {
 // The bounce memory of one queue: a single anonymous mapping of `capacity` bytes, made the first
 // time a request needs it and kept until the queue goes, handed out in `unit`-sized pieces
 // (first fit). Never the heap: a guest that sends large misaligned requests drives the heap to
-// grow and fragment for good (N6 of the second hardening review: 0.7-0.9 GB of peak RSS for a
+// grow and fragment for good (H6 of docs/security.md: 0.7-0.9 GB of peak RSS for a
 // 32 MiB guest), while this mapping bounds what bouncing can ever make resident to `capacity`.
 // Page-aligned, so every piece meets O_DIRECT's memory alignment when `unit` is a multiple of it.
 // One thread only (the queue's).

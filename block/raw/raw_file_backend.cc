@@ -175,8 +175,8 @@ absl::Status LockImage(int fd, const std::string& path, bool read_only) {
 
 // Bounce memory one queue may hold at once (its BounceArena). Bounced requests are sized by the
 // guest (misaligned buffers under O_DIRECT): unbounded, 256 such 8 MiB writes from a 32 MiB guest
-// took 2 GB of host memory (F4 of the first hardening review), and heap buffers bounded by a
-// budget still left the heap fragmented at 0.7-0.9 GB (N6 of the second). Requests beyond the
+// took 2 GB of host memory (H6 of docs/security.md), and heap buffers bounded by a
+// budget still left the heap fragmented at 0.7-0.9 GB (H6 too). Requests beyond the
 // arena wait, in order, until earlier ones complete; a request larger than the arena goes through
 // it in arena-sized chunks, one after the other.
 constexpr uint64_t kBounceBudgetBytes = uint64_t{16} << 20;

@@ -538,7 +538,7 @@ TEST(RawFileBackendTest, DirectIoBouncesMisalignedBuffers) {
   EXPECT_EQ(std::vector<uint8_t>(aligned.data(), aligned.data() + 4096), expected);
 }
 
-// A guest's flood of large misaligned writes (F4 of the hardening issue): bounce memory is
+// A guest's flood of large misaligned writes (H6 of docs/security.md): bounce memory is
 // budgeted per queue, so only as many go to the kernel at once as the budget (16 MiB) holds; the
 // rest wait their turn, in order, and every one completes with its data.
 TEST(RawFileBackendTest, BounceBuffersHaveABudget) {
@@ -571,7 +571,7 @@ TEST(RawFileBackendTest, BounceBuffersHaveABudget) {
 }
 
 // A misaligned request larger than the bounce arena (16 MiB) goes through it in chunks: no bounce
-// memory beyond the arena, ever (N6 of the second hardening review), and the data round-trips
+// memory beyond the arena, ever (H6 of docs/security.md), and the data round-trips
 // across the chunk boundaries, reads and writes, with scattered caller buffers.
 TEST(RawFileBackendTest, RequestsLargerThanTheBounceArenaGoInChunks) {
   constexpr uint64_t kLength = uint64_t{40} << 20;  // 16 + 16 + 8 MiB
@@ -720,7 +720,7 @@ TEST(RawFileBackendTest, OpenErrors) {
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kFailedPrecondition) << backend.status();
 
-  // A FIFO is refused at once, for reading and for writing (F2 of the hardening issue: a path
+  // A FIFO is refused at once, for reading and for writing (H2 of docs/security.md: a path
   // swapped to a FIFO after the API's check used to block open() forever).
   const std::string fifo = TempPath("a_fifo");
   ASSERT_TRUE(mkfifo(fifo.c_str(), 0600) == 0 || errno == EEXIST);
@@ -736,7 +736,7 @@ TEST(RawFileBackendTest, OpenErrors) {
   EXPECT_EQ(backend.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Two VMMs on one image (F11 of the hardening issue): the second writer is refused, readers share,
+// Two VMMs on one image (H14 of docs/security.md): the second writer is refused, readers share,
 // a reader beside a writer is refused, and the lock goes with the backend. OFD locks conflict
 // between open files of one process just as between processes, so one process shows it.
 TEST(RawFileBackendTest, WritableImageHasOneUser) {
@@ -911,7 +911,7 @@ TEST(RawFileBackendTest, LocksInteroperateWithQemu) {
   }
 }
 
-// F1 of the hardening issue: media from one directory only. Inside it, a file opens; "..", an
+// H1 of docs/security.md: media from one directory only. Inside it, a file opens; "..", an
 // absolute path, a symlink out and a /proc magic link are refused alike (PermissionDenied, for
 // what exists and what does not), and a missing file inside is NotFound.
 TEST(RawFileBackendTest, OpenBeneathStaysInItsDirectory) {

@@ -1521,8 +1521,8 @@ GUEST_TEST_NAMED(scsi_restart, "scsi-restart", "virtio-scsi: boots counted on th
 /* Large writes from one guest buffer, per_queue=N (default 4) of them in flight on every request
  * queue at once, mib=M (default 8) each, all to the same blocks from lba=L (default 8192).
  * misaligned=1 (the default) puts the buffer one byte past a page: a cache=none disk (O_DIRECT)
- * must copy every byte through the queue's bounce memory, which the VMM bounds per queue (N6 of
- * the second hardening review: such a guest once drove the VMM's peak RSS to 0.7-0.9 GB).
+ * must copy every byte through the queue's bounce memory, which the VMM bounds per queue (H6 of
+ * docs/security.md: such a guest once drove the VMM's peak RSS to 0.7-0.9 GB).
  * misaligned=0 sends the same writes page-aligned, with nothing to bounce: the integration test
  * compares the VMM's peak RSS of the two runs. Every write must complete GOOD, and the first and
  * last block read back as written. */

@@ -321,7 +321,7 @@ uint64_t PeakRssKib(const std::string& err) {
   return absl::SimpleAtoi(err.substr(at + 9, end - at - 9), &kib) ? kib : 0;
 }
 
-// N6 of the second hardening review: a 32 MiB guest that writes 8 MiB at a time from a misaligned
+// H6 of docs/security.md: a 32 MiB guest that writes 8 MiB at a time from a misaligned
 // buffer, 4 such writes in flight on each of 4 request queues (128 MiB that a cache=none disk must
 // bounce), with the queues on one iothread and on four. The acceptance: the VMM's peak RSS stays
 // under the bounce budget (16 MiB, block/raw/raw_file_backend.cc) times the queues plus the

@@ -101,13 +101,13 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
                         start.value()));
   }
   // A file its owner shrinks under our mapping makes our next access to it fault, and SIGBUS ends
-  // the process (F3 of the hardening issue: a front end truncated an unsealed memfd and kicked).
+  // the process (H3 of docs/security.md: a front end truncated an unsealed memfd and kicked).
   // Only memory its owner cannot shrink is accepted: a memfd sealed with F_SEAL_SHRINK, which
   // QEMU's memory-backend-memfd does by default (seal=on).
   // Huge pages (hugetlbfs, a memfd made with MFD_HUGETLB) are allocated from a fixed pool when
   // first touched; a page the pool cannot give, or one its owner punched out again (fallocate
   // FALLOC_FL_PUNCH_HOLE, which F_SEAL_SHRINK does not prevent), faults with SIGBUS on our next
-  // access, ending the process (N3 of the second hardening review). Ordinary memfd pages come from
+  // access, ending the process (H4 of docs/security.md). Ordinary memfd pages come from
   // the page allocator and never fault that way, so only those are accepted.
   struct statfs file_system {};
   if (fstatfs(fd, &file_system) != 0 || file_system.f_type == HUGETLBFS_MAGIC) {

@@ -190,7 +190,7 @@ TEST(GuestMemoryTest, FileRegionIsSharedWithTheFile) {
   EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x6000, fd, 0x1000).ok());
   EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x1000, fd, 0x800).ok());
   EXPECT_FALSE(GuestMemoryRegion::CreateFromFile(GuestAddress(0), 0x1000, -1, 0).ok());
-  // The attack of F3 (hardening issue): truncating the sealed file fails, so the mapping stays.
+  // The attack of H3 (docs/security.md): truncating the sealed file fails, so the mapping stays.
   EXPECT_NE(ftruncate(fd, 0), 0);
   EXPECT_EQ(*memory.ReadObject<uint8_t>(GuestAddress(0x100010)), 0xab);
   munmap(other, 0x6000);

@@ -61,7 +61,7 @@ absl::Status LowerLimit(int resource, const char* name, rlim_t value) {
 }
 
 // The terminal the VMM was started from stays the operator's: TIOCSTI into a terminal that is not
-// the caller's controlling one is refused by the kernel itself (N4 of the second hardening review;
+// the caller's controlling one is refused by the kernel itself (H16 of docs/security.md;
 // the filters refuse it too). Firecracker's jailer calls setsid(), which would also take the VMM
 // out of its shell's foreground process group, so that Ctrl-C no longer reached it; TIOCNOTTY
 // keeps the group. A session leader (started by setsid) keeps its terminal: letting go would hang

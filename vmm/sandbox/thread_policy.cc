@@ -25,8 +25,8 @@ namespace {
 // legacy devices it emulates; KVM_IOEVENTFD, KVM_IRQFD and KVM_SET_GSI_ROUTING when the guest
 // activates a virtio device or programs its MSI-X table; KVM_GET_REGS/KVM_GET_SREGS for the
 // report of a fatal exit. Not every 0xAE request: KVM_CREATE_VM, KVM_CREATE_VCPU, memory slots or
-// another vCPU's registers are none of a running thread's business (N11 of the second hardening
-// review). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in C++
+// another vCPU's registers are none of a running thread's business (H15 of
+// docs/security.md). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in C++
 // (vmm/kvm/kvm_abi.h).
 void AllowVcpuKvmIoctls(SyscallAllowlist& list) {
   for (uint32_t request : {static_cast<uint32_t>(KVM_RUN), static_cast<uint32_t>(KVM_IRQ_LINE),
@@ -55,7 +55,7 @@ void AddRunningThreadBasics(SyscallAllowlist& list) {
   });
   // Signals to our own threads only (the vCPU kick, abort()): tgkill's first argument is the
   // thread group. Any other process, another VMM of the same jailed user included, is out of
-  // reach (N7 of the second hardening review).
+  // reach (H18 of docs/security.md).
   list.AllowIf(__NR_tgkill, {{.index = 0, .value = static_cast<uint32_t>(getpid())}});
   // Thread names: set at start, read by the violation report.
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NAME}});
@@ -119,14 +119,14 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   SyscallAllowlist list;
   AddRunningThreadBasics(list);
   // Terminal ioctls that act on someone else's session: TIOCSTI pushes input into a terminal (a
-  // command typed into the operator's shell, N4 of the second hardening review), TIOCLINUX and
+  // command typed into the operator's shell, H16 of docs/security.md), TIOCLINUX and
   // TIOCCONS reach the console, TIOCSCTTY and TIOCSETD take over or re-plumb a terminal. The VMM
   // only reads and sets its console's modes (TCGETS/TCSETS). Before the general ioctl rule below.
   for (uint32_t request : {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSCTTY, TIOCSETD}) {
     list.Add({__NR_ioctl, {{.index = 1, .value = request}}, EPERM});
   }
   // Nothing in a VMM sends data with a connection attempt: sendto/sendmsg with MSG_FASTOPEN would
-  // open a TCP connection although connect() is refused (N5). Before the rules that allow them.
+  // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules that allow them.
   list.Add({__NR_sendto, {{.index = 3, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   list.Add({__NR_sendmsg, {{.index = 2, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   list.AllowAll({
@@ -158,7 +158,7 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   });
   // prctl: what the sandbox itself does (NO_NEW_PRIVS, and dumpable 0 in the jail), never the
   // reverse: PR_SET_DUMPABLE 1 would let the same user ptrace the VMM and read guest memory again
-  // (N7). The rest is refused quietly, as library code may probe.
+  // (H18). The rest is refused quietly, as library code may probe.
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_NO_NEW_PRIVS}});
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_DUMPABLE}, {.index = 1, .value = 0}});
   list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_GET_DUMPABLE}});
@@ -176,7 +176,7 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   list.Refuse(__NR_prctl, EPERM);
   // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
   // IPv4 and IPv6 only as stream sockets (the API's TCP listener): no datagram socket, which
-  // could send without connecting (N5). The type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
+  // could send without connecting (H16). The type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
   for (int domain : {AF_UNIX, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
   }

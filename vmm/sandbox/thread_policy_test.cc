@@ -63,7 +63,7 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
-// N4 and N5 of the second hardening review: a compromised control thread typed a command into
+// H16 of docs/security.md: a compromised control thread typed a command into
 // the operator's shell with TIOCSTI, and reached the network with MSG_FASTOPEN and UDP although
 // connect() was refused.
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnected) {

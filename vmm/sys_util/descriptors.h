@@ -7,7 +7,7 @@ namespace sys_util {
 
 // Closes every descriptor from 3 up: whatever the process that started us left open (a pipe, a
 // socket, a directory outside the jail) is nothing the VMM asked for, and a compromised thread
-// could use it (N11 of the second hardening review; Firecracker's jailer does the same). Call
+// could use it (H8 of docs/security.md; Firecracker's jailer does the same). Call
 // first thing in main, before anything of ours is opened; stdin, stdout and stderr stay.
 absl::Status CloseInheritedDescriptors();
 

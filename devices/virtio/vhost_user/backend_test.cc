@@ -318,7 +318,7 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   Message nine_regions = front_.MemTable();
   nine_regions.payload[0] = 9;
   ExpectError(std::move(nine_regions));
-  // F3 of the hardening issue: memory its owner could shrink under our mapping (SIGBUS on the next
+  // H3 of docs/security.md: memory its owner could shrink under our mapping (SIGBUS on the next
   // ring access) is refused: an unsealed memfd of the right size.
   Message unsealed = front_.MemTable();
   unsealed.fds.clear();
@@ -698,7 +698,7 @@ TEST_F(VhostUserServerTest, MalformedFramingDropsTheConnectionOnly) {
   EXPECT_NE(InquiryOverConnection(connection, front), "(no completion)");
 }
 
-// A front end trickling its message a byte at a time (F7 of the hardening issue): the server
+// A front end trickling its message a byte at a time (H11 of docs/security.md): the server
 // stops promptly when asked, though every byte arrives well within any per-recv timeout.
 TEST_F(VhostUserServerTest, StopEndsATricklingMessage) {
   Connection connection(path_);

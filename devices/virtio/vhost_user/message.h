@@ -46,7 +46,7 @@ struct Message {
 // Bounds on reading one message: the whole message (header, descriptors, payload) must arrive
 // before `deadline`, and a readable `stop_fd` (an eventfd, -1 for none) ends the read at once.
 // Per-recv timeouts alone let a front end that sends a byte every few seconds hold the reader, and
-// SIGTERM with it, for ever (F7 of the hardening issue).
+// SIGTERM with it, for ever (H11 of docs/security.md).
 struct ReadLimits {
   absl::Time deadline = absl::InfiniteFuture();
   int stop_fd = -1;
