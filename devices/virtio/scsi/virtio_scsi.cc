@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "devices/scsi/iovec_util.h"
 #include "devices/scsi/lun.h"
+#include "devices/virtio/scsi/virtio_scsi_internal.h"
 #include "devices/virtio/scsi/wire.h"
 #include "devices/virtio/split_queue.h"
 #include "vmm/sys_util/eventfd.h"
@@ -55,44 +56,7 @@ void SplitAt(std::span<const iovec> buffers, uint64_t prefix, std::vector<iovec>
 
 }  // namespace
 
-// Everything of one activation that lives on one iothread.
-struct VirtioScsi::ThreadState {
-  IoThread* thread = nullptr;
-  std::map<uint8_t, std::unique_ptr<sc::TargetQueue>> target_queues;
-  std::vector<std::unique_ptr<RequestWorker>> workers;
-  std::unique_ptr<ControlWorker> control;
-  std::unique_ptr<EventWorker> event;  // iothread 0's, once the driver enabled the event queue
-  std::vector<int> fds;  // registered with the thread
-  std::vector<int> pollers;
-
-  void SubmitAll() {
-    for (auto& [id, queue] : target_queues) queue->Submit();
-  }
-  size_t InFlight() const {
-    size_t total = 0;
-    for (const auto& [id, queue] : target_queues) total += queue->in_flight();
-    return total;
-  }
-  void ProcessCompletions();
-  // Waits (on this thread) until no command is in flight.
-  void Drain();
-
-  // Set-up at activation, each run on this thread. A failure leaves what was set up registered
-  // in `fds` and `pollers`, for StopWorkers() to undo.
-  absl::Status OpenTargetQueues(const std::map<uint8_t, std::shared_ptr<sc::Target>>& targets);
-  absl::Status WatchNotify(int notify_fd, absl::AnyInvocable<void()> on_notify);
-  absl::Status AttachControlQueue(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
-                                  VirtioDeviceEvents* events);
-  absl::Status AttachRequestQueue(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
-                                  VirtioDeviceEvents* events);
-  absl::Status AttachEventQueue(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
-                                VirtioDeviceEvents* events);
-
-  // Hot-plug, on this thread: the unit's queue made and its completions watched; or taken out of
-  // dispatch, drained (its commands complete and are answered) and dropped.
-  absl::Status AddUnit(uint8_t target, uint16_t lun, std::shared_ptr<sc::LogicalUnit> unit);
-  void RemoveUnit(uint8_t target, uint16_t lun);
-};
+// ThreadState and EventWorker: virtio_scsi_internal.h.
 
 // One request queue (§5.6.6).
 class VirtioScsi::RequestWorker {
@@ -439,114 +403,9 @@ class VirtioScsi::ControlWorker {
   bool broken_ = false;
 };
 
-// The event queue (§5.6.6.3), on iothread 0: the driver keeps device-writable buffers there, and
-// the device fills one per event it has. An event with no buffer to carry it is dropped and the
-// next one delivered says so (VIRTIO_SCSI_T_EVENTS_MISSED), as soon as the driver adds a buffer:
-// Linux then rescans the whole host.
-class VirtioScsi::EventWorker {
- public:
-  EventWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
-              VirtioDeviceEvents* events)
-      : device_(device),
-        queue_(std::move(queue)),
-        interrupt_(spec.interrupt),
-        notify_fd_(spec.notify_fd),
-        events_(events) {}
 
-  int notify_fd() const { return notify_fd_; }
-
-  // The driver made buffers available: only a missed event needs one now.
-  void OnNotify() {
-    sys_util::DrainEventFd(notify_fd_);
-    if (missed_) Send(Event{kEventNoEvent, {}, 0});
-  }
-
-  void Send(Event event) {
-    if (broken_) return;
-    while (true) {
-      absl::StatusOr<std::optional<DescriptorChain>> chain = queue_.Pop();
-      if (!chain.ok()) {
-        Break(chain.status().message());
-        return;
-      }
-      if (chain->has_value()) {
-        Deliver(**chain, event);
-        return;
-      }
-      // No buffer: ask for a notification when one comes, unless one came meanwhile.
-      if (!queue_.EnableNotifications()) {
-        missed_ = true;
-        return;
-      }
-    }
-  }
-
- private:
-  void Deliver(const DescriptorChain& chain, Event event) {
-    if (chain.writable_bytes < sizeof(Event)) {
-      // §5.6.6.3: event buffers are at least event_info_size (16) bytes, device-writable.
-      Break(absl::StrFormat("an event buffer of %u writable bytes, need %u", chain.writable_bytes,
-                            sizeof(Event)));
-      return;
-    }
-    if (missed_) event.event |= kEventsMissed;
-    missed_ = false;
-    sc::ScatterTo(chain.writable,
-                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&event), sizeof(event)));
-    if (absl::Status pushed = queue_.PushUsed(chain.head, sizeof(event)); !pushed.ok()) {
-      Break(pushed.message());
-      return;
-    }
-    if (queue_.ShouldInterrupt()) interrupt_->Signal();
-  }
-
-  void Break(absl::string_view why) {
-    broken_ = true;
-    device_.guest_errors_.Warning("the event queue needs a reset: %s", why);
-    events_->NeedsReset();
-  }
-
-  VirtioScsi& device_;
-  SplitQueue queue_;
-  VirtioInterrupt* const interrupt_;
-  const int notify_fd_;
-  VirtioDeviceEvents* const events_;
-  bool missed_ = false;
-  bool broken_ = false;
-};
-
-absl::Status VirtioScsi::ThreadState::AddUnit(uint8_t target, uint16_t lun,
-                                              std::shared_ptr<sc::LogicalUnit> unit) {
-  auto queue = target_queues.find(target);
-  if (queue == target_queues.end()) return absl::OkStatus();  // not active on this thread
-  ASSIGN_OR_RETURN(const int fd, queue->second->AddUnit(lun, std::move(unit)));
-  if (absl::Status watched = thread->AddFd(fd, [this] { ProcessCompletions(); });
-      !watched.ok()) {
-    queue->second->TakeUnit(lun);
-    return watched;
-  }
-  fds.push_back(fd);
-  return absl::OkStatus();
-}
-
-void VirtioScsi::ThreadState::RemoveUnit(uint8_t target, uint16_t lun) {
-  auto target_queue = target_queues.find(target);
-  if (target_queue == target_queues.end()) return;
-  std::unique_ptr<sc::LuQueue> queue = target_queue->second->TakeUnit(lun);
-  if (queue == nullptr) return;
-  // Every command the unit has in flight completes and is answered before its queue goes, so no
-  // write the guest was told of is lost; limited requests still wait for their budget (the
-  // assembly lifts the drive's limits before it detaches).
-  queue->Submit();
-  while (queue->in_flight() > 0) {
-    pollfd ready{queue->completion_fd(), POLLIN, 0};
-    poll(&ready, 1, 100);
-    queue->ProcessCompletions();
-  }
+void VirtioScsi::ThreadState::FlushInterrupts() {
   for (auto& worker : workers) worker->FlushInterrupt();
-  const int fd = queue->completion_fd();
-  thread->RemoveFd(fd);
-  fds.erase(std::remove(fds.begin(), fds.end(), fd), fds.end());
 }
 
 void VirtioScsi::ThreadState::ProcessCompletions() {
@@ -660,16 +519,6 @@ uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
   return request_queue % options_.iothreads.size();
 }
 
-namespace {
-
-// Runs `set_up` on `thread` (a device's state there is touched only there) and returns its status.
-absl::Status OnThread(IoThread& thread, absl::AnyInvocable<absl::Status()> set_up) {
-  absl::Status status;
-  thread.RunSync([&] { status = set_up(); });
-  return status;
-}
-
-}  // namespace
 
 absl::Status VirtioScsi::ThreadState::OpenTargetQueues(
     const std::map<uint8_t, std::shared_ptr<sc::Target>>& targets) {
@@ -723,13 +572,6 @@ absl::Status VirtioScsi::ThreadState::AttachRequestQueue(VirtioScsi& device, Spl
   // Requests the driver queued before DRIVER_OK.
   worker->ProcessAvailable();
   return absl::OkStatus();
-}
-
-absl::Status VirtioScsi::ThreadState::AttachEventQueue(VirtioScsi& device, SplitQueue queue,
-                                                       const VirtioQueue& spec,
-                                                       VirtioDeviceEvents* events) {
-  event = std::make_unique<EventWorker>(device, std::move(queue), spec, events);
-  return WatchNotify(spec.notify_fd, [worker = event.get()] { worker->OnNotify(); });
 }
 
 absl::Status VirtioScsi::Activate(VirtioActivation activation) {
@@ -811,95 +653,6 @@ void VirtioScsi::Reset() {
   for (const auto& [id, target] : targets_) target->Reset();
   sense_size_.store(kDefaultSenseSize);
   cdb_size_.store(kDefaultCdbSize);
-}
-
-absl::Status VirtioScsi::AddUnitToQueues(uint8_t target, uint16_t lun,
-                                         const std::shared_ptr<sc::LogicalUnit>& unit) {
-  if (!active_) return absl::OkStatus();  // the next activation starts from the targets
-  for (size_t i = 0; i < thread_states_.size(); ++i) {
-    ThreadState* state = thread_states_[i].get();
-    absl::Status added = OnThread(*state->thread, [&] { return state->AddUnit(target, lun, unit); });
-    if (!added.ok()) {
-      for (size_t j = 0; j < i; ++j) {
-        ThreadState* undo = thread_states_[j].get();
-        undo->thread->RunSync([&] { undo->RemoveUnit(target, lun); });
-      }
-      return added;
-    }
-  }
-  return absl::OkStatus();
-}
-
-void VirtioScsi::RemoveUnitFromQueues(uint8_t target, uint16_t lun) {
-  if (!active_) return;
-  for (const std::unique_ptr<ThreadState>& state_ptr : thread_states_) {
-    ThreadState* state = state_ptr.get();
-    state->thread->RunSync([&] { state->RemoveUnit(target, lun); });
-  }
-}
-
-void VirtioScsi::SendEvent(uint32_t event, uint8_t target, uint16_t lun, uint32_t reason) {
-  if (!active_) return;  // the driver scans when it starts
-  const uint64_t needed = event == kEventParamChange ? kFeatureChange : kFeatureHotplug;
-  if ((features_ & needed) == 0) return;  // §5.6.6.3: only what the driver negotiated
-  Event out{};
-  out.event = event;
-  const uint64_t address = sc::EncodeLun(lun);
-  out.lun[0] = 1;
-  out.lun[1] = target;
-  out.lun[2] = static_cast<uint8_t>(address >> 56);
-  out.lun[3] = static_cast<uint8_t>(address >> 48);
-  out.reason = reason;
-  ThreadState* state = thread_states_[0].get();
-  state->thread->RunSync([state, out] {
-    if (state->event != nullptr) state->event->Send(out);
-  });
-}
-
-absl::Status ScsiHotplug::Attach(uint8_t target, uint16_t lun,
-                                 std::shared_ptr<sc::LogicalUnit> unit) {
-  absl::MutexLock lock(&mutex_);
-  const auto found = targets_.find(target);
-  if (found == targets_.end()) {
-    return absl::NotFoundError(absl::StrFormat("the controller has no target %d", target));
-  }
-  RETURN_IF_ERROR(found->second->AddLogicalUnit(lun, unit));
-  if (device_ != nullptr) {
-    if (absl::Status added = device_->AddUnitToQueues(target, lun, unit); !added.ok()) {
-      (void)found->second->RemoveLogicalUnit(lun);
-      return added;
-    }
-  }
-  // The unit attention first, then the event, so the scan the event starts finds it.
-  found->second->ReportLunsChanged(lun);
-  if (device_ != nullptr) device_->SendEvent(kEventTransportReset, target, lun, kResetRescan);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<sc::LogicalUnit>> ScsiHotplug::Detach(uint8_t target,
-                                                                     uint16_t lun) {
-  absl::MutexLock lock(&mutex_);
-  const auto found = targets_.find(target);
-  if (found == targets_.end()) {
-    return absl::NotFoundError(absl::StrFormat("the controller has no target %d", target));
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<sc::LogicalUnit> unit, found->second->RemoveLogicalUnit(lun));
-  if (device_ != nullptr) device_->RemoveUnitFromQueues(target, lun);
-  found->second->ReportLunsChanged();
-  if (device_ != nullptr) device_->SendEvent(kEventTransportReset, target, lun, kResetRemoved);
-  return unit;
-}
-
-void ScsiHotplug::CapacityChanged(uint8_t target, uint16_t lun) {
-  absl::MutexLock lock(&mutex_);
-  const auto found = targets_.find(target);
-  if (found == targets_.end()) return;
-  if (std::shared_ptr<sc::LogicalUnit> unit = found->second->Find(lun)) unit->CapacityChanged();
-  // The reason carries the sense code: ASC in the low byte, ASCQ in the next (§5.6.6.3.2).
-  constexpr uint32_t kCapacityDataHasChanged = 0x2a | (0x09 << 8);
-  if (device_ != nullptr) {
-    device_->SendEvent(kEventParamChange, target, lun, kCapacityDataHasChanged);
-  }
 }
 
 }  // namespace devices::virtio::scsi
