@@ -273,17 +273,11 @@ class VirtioScsi::RequestWorker {
 // on iothread 0. Task management functions first complete every command in flight on every queue
 // (commands are never cancelled half-way: a task that is "aborted" has finished by the time the
 // function answers, which SAM-5 7.3 allows), then act.
-class VirtioScsi::ControlWorker {
+class VirtioScsi::ControlWorker : public QueueWorker {
  public:
   ControlWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
                 VirtioDeviceEvents* events)
-      : device_(device),
-        queue_(std::move(queue)),
-        interrupt_(spec.interrupt),
-        notify_fd_(spec.notify_fd),
-        events_(events) {}
-
-  int notify_fd() const { return notify_fd_; }
+      : QueueWorker(device, std::move(queue), spec, events, "control queue") {}
 
   void OnNotify() {
     sys_util::DrainEventFd(notify_fd_);
@@ -316,12 +310,6 @@ class VirtioScsi::ControlWorker {
   }
 
  private:
-  void Break(absl::string_view why) {
-    broken_ = true;
-    device_.guest_errors_.Warning("the control queue needs a reset: %s", why);
-    events_->NeedsReset();
-  }
-
   // Returns the bytes written, or nullopt for a request too malformed to answer.
   std::optional<uint32_t> Handle(const DescriptorChain& chain) {
     uint32_t type = 0;
@@ -395,12 +383,6 @@ class VirtioScsi::ControlWorker {
     }
   }
 
-  VirtioScsi& device_;
-  SplitQueue queue_;
-  VirtioInterrupt* const interrupt_;
-  const int notify_fd_;
-  VirtioDeviceEvents* const events_;
-  bool broken_ = false;
 };
 
 

@@ -102,6 +102,7 @@ class VirtioScsi : public VirtioDevice {
   const std::shared_ptr<ScsiHotplug>& hotplug() const { return hotplug_; }
 
   class RequestWorker;
+  class QueueWorker;
   class ControlWorker;
   class EventWorker;
   struct ThreadState;

@@ -66,21 +66,47 @@ struct VirtioScsi::ThreadState {
   void RemoveUnit(uint8_t target, uint16_t lun);
 };
 
-// The event queue (§5.6.6.3), on iothread 0: the driver keeps device-writable buffers there, and
-// the device fills one per event it has. An event with no buffer to carry it is dropped and the
-// next one delivered says so (VIRTIO_SCSI_T_EVENTS_MISSED), as soon as the driver adds a buffer:
-// Linux then rescans the whole host.
-class VirtioScsi::EventWorker {
+// What the control and event queues' workers share: the ring, its interrupt and doorbell, the
+// device's event sink, and the broken state a driver that breaks the ring rules puts the queue in
+// (DEVICE_NEEDS_RESET, §2.1.2; the queue is left alone until the reset).
+class VirtioScsi::QueueWorker {
  public:
-  EventWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
-              VirtioDeviceEvents* events)
+  int notify_fd() const { return notify_fd_; }
+
+ protected:
+  QueueWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
+              VirtioDeviceEvents* events, const char* name)
       : device_(device),
         queue_(std::move(queue)),
         interrupt_(spec.interrupt),
         notify_fd_(spec.notify_fd),
-        events_(events) {}
+        events_(events),
+        name_(name) {}
 
-  int notify_fd() const { return notify_fd_; }
+  void Break(absl::string_view why) {
+    broken_ = true;
+    device_.guest_errors_.Warning("the %s needs a reset: %s", name_, why);
+    events_->NeedsReset();
+  }
+
+  VirtioScsi& device_;
+  SplitQueue queue_;
+  VirtioInterrupt* const interrupt_;
+  const int notify_fd_;
+  VirtioDeviceEvents* const events_;
+  const char* const name_;  // "control queue", "event queue"
+  bool broken_ = false;
+};
+
+// The event queue (§5.6.6.3), on iothread 0: the driver keeps device-writable buffers there, and
+// the device fills one per event it has. An event with no buffer to carry it is dropped and the
+// next one delivered says so (VIRTIO_SCSI_T_EVENTS_MISSED), as soon as the driver adds a buffer:
+// Linux then rescans the whole host.
+class VirtioScsi::EventWorker : public QueueWorker {
+ public:
+  EventWorker(VirtioScsi& device, SplitQueue queue, const VirtioQueue& spec,
+              VirtioDeviceEvents* events)
+      : QueueWorker(device, std::move(queue), spec, events, "event queue") {}
 
   // The driver made buffers available: only a missed event needs one now.
   void OnNotify() {
@@ -127,19 +153,7 @@ class VirtioScsi::EventWorker {
     if (queue_.ShouldInterrupt()) interrupt_->Signal();
   }
 
-  void Break(absl::string_view why) {
-    broken_ = true;
-    device_.guest_errors_.Warning("the event queue needs a reset: %s", why);
-    events_->NeedsReset();
-  }
-
-  VirtioScsi& device_;
-  SplitQueue queue_;
-  VirtioInterrupt* const interrupt_;
-  const int notify_fd_;
-  VirtioDeviceEvents* const events_;
   bool missed_ = false;
-  bool broken_ = false;
 };
 
 // Runs `set_up` on `thread` (a device's state there is touched only there) and returns its status.
