@@ -4,6 +4,8 @@
 
 #include <array>
 
+#include "vmm/sys_util/byte_order.h"
+
 namespace devices::legacy {
 namespace {
 
@@ -92,7 +94,7 @@ void AcpiPowerManagement::Read(uint64_t offset, std::span<uint8_t> data) {
     absl::MutexLock lock(&mutex_);
     const Registers registers = SnapshotLocked();
     const auto put = [&block](uint64_t at, uint32_t value, int width) {
-      for (int i = 0; i < width; ++i) block[at + i] = static_cast<uint8_t>(value >> (8 * i));
+      sys_util::StoreLittleEndian(value, std::span<uint8_t>(block).subspan(at, width));
     };
     put(kPm1StatusOffset, registers.status, 2);
     put(kPm1EnableOffset, registers.enable, 2);

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "devices/pci/little_endian.h"
+#include "vmm/sys_util/byte_order.h"
 #include "devices/pci/pci_regs.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -131,13 +131,13 @@ void MsixCapability::WriteTableDword(uint64_t offset, uint32_t value) {
 void MsixCapability::ReadTable(uint64_t offset, std::span<uint8_t> data) {
   if (!IsValidAccess(offset, data.size()) || offset >= table_bytes() ||
       data.size() > table_bytes() - offset) {
-    StoreLittleEndian(0, data);
+    sys_util::StoreLittleEndian(0, data);
     return;
   }
   absl::MutexLock lock(&mutex_);
   uint64_t value = ReadTableDword(offset);
   if (data.size() == 8) value |= uint64_t{ReadTableDword(offset + 4)} << 32;
-  StoreLittleEndian(value, data);
+  sys_util::StoreLittleEndian(value, data);
 }
 
 void MsixCapability::WriteTable(uint64_t offset, std::span<const uint8_t> data) {
@@ -145,7 +145,7 @@ void MsixCapability::WriteTable(uint64_t offset, std::span<const uint8_t> data) 
       data.size() > table_bytes() - offset) {
     return;
   }
-  const uint64_t value = LoadLittleEndian(data);
+  const uint64_t value = sys_util::LoadLittleEndian(data);
   absl::MutexLock lock(&mutex_);
   WriteTableDword(offset, static_cast<uint32_t>(value));
   if (data.size() == 8) WriteTableDword(offset + 4, static_cast<uint32_t>(value >> 32));
@@ -165,12 +165,12 @@ uint32_t MsixCapability::ReadPbaDword(uint64_t offset) const {
 void MsixCapability::ReadPba(uint64_t offset, std::span<uint8_t> data) const {
   if (!IsValidAccess(offset, data.size()) || offset >= pba_bytes() ||
       data.size() > pba_bytes() - offset) {
-    StoreLittleEndian(0, data);
+    sys_util::StoreLittleEndian(0, data);
     return;
   }
   uint64_t value = ReadPbaDword(offset);
   if (data.size() == 8) value |= uint64_t{ReadPbaDword(offset + 4)} << 32;
-  StoreLittleEndian(value, data);
+  sys_util::StoreLittleEndian(value, data);
 }
 
 MsixCapability::Entry MsixCapability::entry(uint32_t vector) const {

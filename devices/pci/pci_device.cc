@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/byte_order.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace devices::pci {
@@ -48,23 +49,22 @@ PciDevice::PciDevice(const PciIdentity& identity)
 PciDevice::~PciDevice() = default;
 
 uint32_t PciDevice::ReadLocked(uint32_t offset, size_t size) const {
-  uint32_t value = 0;
-  for (size_t i = 0; i < size && offset + i < kConfigSpaceSize; ++i) {
-    value |= uint32_t{config_[offset + i]} << (8 * i);
-  }
-  return value;
+  if (offset >= kConfigSpaceSize) return 0;
+  const size_t bytes = std::min<size_t>(size, kConfigSpaceSize - offset);
+  return static_cast<uint32_t>(
+      sys_util::LoadLittleEndian(std::span<const uint8_t>(config_).subspan(offset, bytes)));
 }
 
 void PciDevice::WriteLocked(uint32_t offset, uint32_t value, size_t size) {
-  for (size_t i = 0; i < size && offset + i < kConfigSpaceSize; ++i) {
-    config_[offset + i] = static_cast<uint8_t>(value >> (8 * i));
-  }
+  if (offset >= kConfigSpaceSize) return;
+  sys_util::StoreLittleEndian(
+      value, std::span<uint8_t>(config_).subspan(offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
 }
 
 void PciDevice::SetWriteMask(uint32_t offset, uint32_t mask, size_t size) {
-  for (size_t i = 0; i < size && offset + i < kConfigSpaceSize; ++i) {
-    write_mask_[offset + i] = static_cast<uint8_t>(mask >> (8 * i));
-  }
+  if (offset >= kConfigSpaceSize) return;
+  sys_util::StoreLittleEndian(
+      mask, std::span<uint8_t>(write_mask_).subspan(offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
 }
 
 void PciDevice::SetConfigWriteMask(uint32_t offset, uint32_t mask, size_t size) {
@@ -254,10 +254,8 @@ absl::Status PciDevice::AddMsixCapability(std::unique_ptr<MsixCapability> msix, 
   std::array<uint8_t, kMsixCapabilityLength - 2> body{};
   body[0] = control & 0xff;
   body[1] = control >> 8;
-  for (int i = 0; i < 4; ++i) {
-    body[2 + i] = static_cast<uint8_t>(table >> (8 * i));
-    body[6 + i] = static_cast<uint8_t>(pba >> (8 * i));
-  }
+  sys_util::StoreLittleEndian(table, std::span<uint8_t>(body).subspan(2, 4));
+  sys_util::StoreLittleEndian(pba, std::span<uint8_t>(body).subspan(6, 4));
   std::array<uint8_t, kMsixCapabilityLength - 2> mask{};
   // Only Function Mask and MSI-X Enable are writable (§6.8.2.3).
   mask[1] = (kMsixControlFunctionMask | kMsixControlEnable) >> 8;

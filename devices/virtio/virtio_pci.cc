@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "devices/pci/little_endian.h"
+#include "vmm/sys_util/byte_order.h"
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
 #include "vmm/sys_util/eventfd.h"
@@ -72,7 +72,7 @@ uint64_t NextPowerOfTwo(uint64_t value) {
 
 template <size_t N>
 void Put(std::array<uint8_t, N>& image, uint64_t offset, uint64_t value, size_t size) {
-  for (size_t i = 0; i < size; ++i) image[offset + i] = static_cast<uint8_t>(value >> (8 * i));
+  sys_util::StoreLittleEndian(value, std::span<uint8_t>(image).subspan(offset, size));
 }
 
 uint32_t DefaultClassCode(uint32_t device_type) {
@@ -95,10 +95,8 @@ std::vector<uint8_t> VirtioCapability(uint8_t cfg_type, uint8_t bar, uint32_t of
   body[1] = cfg_type;
   body[2] = bar;
   body[3] = 0;  // id
-  for (int i = 0; i < 4; ++i) {
-    body[6 + i] = static_cast<uint8_t>(offset >> (8 * i));
-    body[10 + i] = static_cast<uint8_t>(length >> (8 * i));
-  }
+  sys_util::StoreLittleEndian(offset, std::span<uint8_t>(body).subspan(6, 4));
+  sys_util::StoreLittleEndian(length, std::span<uint8_t>(body).subspan(10, 4));
   std::copy(extra.begin(), extra.end(), body.begin() + 14);
   return body;
 }
@@ -217,7 +215,7 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
       add(VirtioCapability(kCapCommonCfg, kConfigBar, kCommonConfigOffset, kCommonConfigLength))
           .status());
   std::array<uint8_t, 4> multiplier{};
-  for (int i = 0; i < 4; ++i) multiplier[i] = static_cast<uint8_t>(kNotifyOffMultiplier >> (8 * i));
+  sys_util::StoreLittleEndian(kNotifyOffMultiplier, multiplier);
   RETURN_IF_ERROR(add(VirtioCapability(kCapNotifyCfg, kConfigBar, kNotifyOffset,
                                        static_cast<uint32_t>(notify_length), multiplier))
                       .status());
@@ -382,7 +380,7 @@ void VirtioPciTransport::ReadCommonConfig(uint64_t offset, std::span<uint8_t> da
 
 void VirtioPciTransport::WriteCommonConfig(uint64_t offset, std::span<const uint8_t> data) {
   const size_t size = data.size();
-  const uint64_t value = pci::LoadLittleEndian(data);
+  const uint64_t value = sys_util::LoadLittleEndian(data);
   absl::MutexLock lock(&mutex_);
   if (shut_down_) return;
   // §4.1.3.1: drivers use the field's natural width; 64-bit fields may be written as two halves.
@@ -630,7 +628,7 @@ void VirtioPciTransport::BeforeConfigRead(uint32_t offset, size_t size) {
   // cap.length bytes in pci_cfg_data."
   std::array<uint8_t, 4> bytes{};
   ReadBarRegion(window->bar, window->offset, std::span<uint8_t>(bytes.data(), window->length));
-  WriteConfigRaw(data_offset, static_cast<uint32_t>(pci::LoadLittleEndian(bytes)), 4);
+  WriteConfigRaw(data_offset, static_cast<uint32_t>(sys_util::LoadLittleEndian(bytes)), 4);
 }
 
 void VirtioPciTransport::AfterConfigWrite(uint32_t offset, size_t size) {
@@ -642,7 +640,7 @@ void VirtioPciTransport::AfterConfigWrite(uint32_t offset, size_t size) {
   // cap.length bytes from pci_cfg_data."
   const uint32_t value = ReadConfigRaw(data_offset, 4);
   std::array<uint8_t, 4> bytes;
-  for (int i = 0; i < 4; ++i) bytes[i] = static_cast<uint8_t>(value >> (8 * i));
+  sys_util::StoreLittleEndian(value, bytes);
   WriteBarRegion(window->bar, window->offset,
                  std::span<const uint8_t>(bytes.data(), window->length));
 }

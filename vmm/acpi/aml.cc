@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/byte_order.h"
 
 namespace vmm::acpi::aml {
 namespace {
@@ -52,9 +53,7 @@ constexpr uint8_t kIoEntireRange = 3;
 // Table 6.50 memory type-specific flags: bit 0 _RW (1 = read/write), bits 2:1 _MEM.
 constexpr uint8_t kMemoryReadWrite = 1;
 
-void AppendLe(Bytes& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
+void AppendLe(Bytes& out, uint64_t value, int bytes) { sys_util::AppendLittleEndian(out, value, bytes); }
 
 void Append(Bytes& out, const Bytes& more) { out.insert(out.end(), more.begin(), more.end()); }
 

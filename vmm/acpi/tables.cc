@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "vmm/sys_util/byte_order.h"
+
 namespace vmm::acpi {
 namespace {
 
@@ -23,11 +25,11 @@ constexpr uint32_t kLocalApicEnabled = 1;
 constexpr uint8_t kAllProcessors = 0xff;
 
 void AppendLe(std::vector<uint8_t>& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<uint8_t>(value >> (8 * i)));
+  sys_util::AppendLittleEndian(out, value, bytes);
 }
 
 void PutLe(std::span<uint8_t> out, size_t offset, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out[offset + i] = static_cast<uint8_t>(value >> (8 * i));
+  sys_util::StoreLittleEndian(value, out.subspan(offset, bytes));
 }
 
 void AppendChars(std::vector<uint8_t>& out, std::string_view text) {
