@@ -27,10 +27,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "api/api_token.h"
+#include "api/vmmctl_runner.h"
 #include "google/protobuf/util/json_util.h"
 #include "vmm/sys_util/version.h"
 
 namespace vmmctl {
+
+using internal::CommandSpec;
+using internal::Runner;
+
 namespace {
 
 using vmm::v1::DriveStatus;
@@ -41,18 +46,9 @@ absl::Mutex watch_mutex;
 grpc::ClientContext* active_watch ABSL_GUARDED_BY(watch_mutex) = nullptr;
 bool watch_cancelled ABSL_GUARDED_BY(watch_mutex) = false;
 
-std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
-  return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(d);
-}
 
 // ---- Commands ----
 
-struct CommandSpec {
-  std::vector<std::string> words;  // e.g. {"media", "eject"}
-  size_t min_args, max_args;       // positional arguments after the words
-  std::set<std::string> options;   // allowed command options
-  const char* synopsis;
-};
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
@@ -93,97 +89,11 @@ const std::set<std::string>& SwitchOptions() {
 }
 
 // The server refused an eject of a locked drive and asked the guest to let go (block/media.h).
-bool AskedTheGuestToEject(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-         absl::StrContains(status.error_message(), "asked to eject");
-}
 
-class Runner {
- public:
-  Runner(const CommandLine& cl, std::ostream& out, std::ostream& err) : cl_(cl), out_(out), err_(err) {}
 
-  int Execute(const CommandSpec& spec, const std::vector<std::string>& args);
+}  // namespace
 
- private:
-  // Fails with the gRPC status: "vmmctl: media eject cd0: FAILED_PRECONDITION: ...".
-  int RpcError(const grpc::Status& status) {
-    err_ << "vmmctl: " << what_ << ": " << StatusCodeName(status.error_code());
-    if (!status.error_message().empty()) err_ << ": " << Hinted(status);
-    err_ << "\n";
-    return kExitRpcFailed;
-  }
-  // The server's message, with what to do in vmmctl's terms where it refused for a reason the
-  // user can act on: a disk has no medium; a lock that --force overrides.
-  std::string Hinted(const grpc::Status& status) const {
-    std::string message = status.error_message();
-    if (status.error_code() != grpc::StatusCode::FAILED_PRECONDITION) return message;
-    if (absl::StrContains(message, " is a disk")) {
-      return message + " (only CD/DVD drives have media: vmmctl media list shows which)";
-    }
-    if (absl::StrContains(message, "locked") && force_allowed_ && !Has("force")) {
-      // The server speaks of the request's force field: "(use force to eject)".
-      if (const size_t field = message.find(" (use force"); field != std::string::npos) {
-        message.erase(field);
-      }
-      if (AskedTheGuestToEject(status) && what_.rfind("media eject", 0) == 0) {
-        return message + " (--wait waits for that, --force ejects now)";
-      }
-      return message + " (--force overrides the lock)";
-    }
-    return message;
-  }
-  int UsageError(const std::string& message) {
-    err_ << "vmmctl: " << message << "\n(vmmctl --help for usage)\n";
-    return kExitUsage;
-  }
-  void Context(grpc::ClientContext& context, absl::Duration extra = absl::ZeroDuration()) {
-    context.set_deadline(DeadlineAfter(cl_.timeout + extra));
-    Authorize(context);
-  }
-  // The token, when one was given, goes with every call (docs/api.md, "Authentication").
-  void Authorize(grpc::ClientContext& context) {
-    if (!token_.empty()) context.AddMetadata(api::kAuthorizationMetadataKey, api::BearerAuthorization(token_));
-  }
-  // Prints `message` as JSON, or `human` (already formatted) otherwise.
-  int Print(const google::protobuf::Message& message, const std::string& human) {
-    if (cl_.json) {
-      out_ << ToJson(message, /*pretty=*/true) << "\n";
-    } else {
-      out_ << human;
-    }
-    out_.flush();
-    return kExitOk;
-  }
-
-  int MediaList();
-  int MediaStatus(const std::string& drive);
-  int MediaInsert(const std::string& drive, const std::string& path);
-  int MediaEject(const std::string& drive);
-  int MediaTray(const std::string& drive, const std::string& position);
-  int MediaWatch(const std::string& drive);
-  int VmInfo();
-  int VmPauseResume(bool pause);
-  int VmShutdown();
-  int VmStats(const std::string& drive);
-  int DriveLimit(const std::string& name);
-  int DiskAdd(const std::string& path);
-  int DiskRemove(const std::string& drive);
-  int DiskResize(const std::string& drive, const std::string& size);
-  // `path` as the VMM should open it: absolute, unless the VMM takes images from its --media-dir
-  // only, where a relative path is relative to that directory (as the user meant it).
-  int ServerPath(const std::string& path, std::string* out);
-
-  bool Has(const std::string& option) const { return cl_.options.count(option) != 0; }
-
-  const CommandLine& cl_;
-  std::ostream& out_;
-  std::ostream& err_;
-  std::string what_;  // the command, for error messages
-  bool force_allowed_ = false;  // the command takes --force
-  std::string token_;  // from --api-token-file; empty: none
-  std::unique_ptr<vmm::v1::MediaService::Stub> media_;
-  std::unique_ptr<vmm::v1::VmService::Stub> vm_;
-};
+namespace internal {
 
 int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& args) {
   what_ = absl::StrJoin(spec.words, " ");
@@ -498,143 +408,10 @@ int Runner::VmShutdown() {
   return Print(response, absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
 }
 
-int Runner::VmStats(const std::string& drive) {
-  grpc::ClientContext context;
-  Context(context);
-  vmm::v1::GetStatsRequest request;
-  request.set_drive(drive);
-  vmm::v1::GetStatsResponse response;
-  grpc::Status status = vm_->GetStats(&context, request, &response);
-  if (!status.ok()) return RpcError(status);
-  return Print(response, StatsTable(response));
-}
 
-// --iops N, --bps N[K|M|G], --burst SECONDS into `limits` (none given: unlimited). The bursts
-// become bucket sizes as the launchers' burst= does: that many seconds of each rate.
-absl::Status LimitsFromOptions(const std::map<std::string, std::string>& options,
-                               vmm::v1::IoLimits* limits) {
-  auto find = [&](const char* name) -> const std::string* {
-    const auto it = options.find(name);
-    return it == options.end() ? nullptr : &it->second;
-  };
-  uint64_t number = 0;
-  if (const std::string* iops = find("iops")) {
-    if (!absl::SimpleAtoi(*iops, &number)) return absl::InvalidArgumentError("--iops=" + *iops + ": expected operations a second (0: no limit)");
-    limits->set_iops(number);
-  }
-  if (const std::string* bps = find("bps")) {
-    std::string digits = *bps;
-    uint64_t multiplier = 1;
-    if (!digits.empty()) {
-      const char suffix = absl::ascii_toupper(digits.back());
-      multiplier = suffix == 'K' ? 1ull << 10 : suffix == 'M' ? 1ull << 20 : suffix == 'G' ? 1ull << 30 : 1;
-      if (multiplier != 1) digits.pop_back();
-    }
-    if (!absl::SimpleAtoi(digits, &number)) return absl::InvalidArgumentError("--bps=" + *bps + ": expected bytes a second, with K, M or G (0: no limit)");
-    limits->set_bytes_per_second(number * multiplier);
-  }
-  if (const std::string* burst = find("burst")) {
-    double seconds = 0;
-    if (!absl::SimpleAtod(*burst, &seconds) || !(seconds > 0) || seconds > 3600) {
-      return absl::InvalidArgumentError("--burst=" + *burst + ": expected seconds of the rates (at most 3600)");
-    }
-    if (limits->iops() == 0 && limits->bytes_per_second() == 0) return absl::InvalidArgumentError("--burst needs --iops or --bps");
-    if (limits->iops() != 0) limits->set_iops_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->iops() * seconds)));
-    if (limits->bytes_per_second() != 0) {
-      limits->set_bytes_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->bytes_per_second() * seconds)));
-    }
-  }
-  return absl::OkStatus();
-}
+}  // namespace internal
 
-std::string LimitsText(const vmm::v1::IoLimits& limits) {
-  if (limits.iops() == 0 && limits.bytes_per_second() == 0) return "unlimited";
-  std::vector<std::string> parts;
-  if (limits.iops() != 0) parts.push_back(absl::StrCat(limits.iops(), " IOPS"));
-  if (limits.bytes_per_second() != 0) parts.push_back(absl::StrCat(HumanSize(limits.bytes_per_second()), "/s"));
-  if (limits.iops_burst() != 0) parts.push_back(absl::StrCat("burst ", limits.iops_burst(), " ops"));
-  if (limits.bytes_burst() != 0) parts.push_back(absl::StrCat("burst ", HumanSize(limits.bytes_burst())));
-  return absl::StrJoin(parts, ", ");
-}
-
-int Runner::DiskAdd(const std::string& path) {
-  vmm::v1::AttachDiskRequest request;
-  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
-    return UsageError(std::string(parsed.message()));
-  }
-  if (Has("lun")) {
-    uint32_t lun = 0;
-    if (!absl::SimpleAtoi(cl_.options.at("lun"), &lun) || lun > 16383) {
-      return UsageError("--lun=" + cl_.options.at("lun") + ": expected a LUN, 0 to 16383");
-    }
-    request.set_lun(lun);
-  }
-  std::string server_path;
-  if (int failed = ServerPath(path, &server_path); failed != kExitOk) return failed;
-  request.set_path(server_path);
-  if (Has("id")) request.set_id(cl_.options.at("id"));
-  if (Has("cache")) request.set_cache_mode(cl_.options.at("cache"));
-  if (Has("fua")) request.set_fua_mode(cl_.options.at("fua"));
-  if (Has("io-group")) request.set_io_group(cl_.options.at("io-group"));
-  request.set_read_only(Has("read-only"));
-  grpc::ClientContext context;
-  Context(context);
-  DriveStatus response;
-  grpc::Status status = vm_->AttachDisk(&context, request, &response);
-  if (!status.ok()) return RpcError(status);
-  return Print(response, DriveLine(response) + "\n");
-}
-
-int Runner::DiskRemove(const std::string& drive) {
-  grpc::ClientContext context;
-  Context(context);
-  vmm::v1::DetachDiskRequest request;
-  request.set_drive(drive);
-  DriveStatus response;
-  grpc::Status status = vm_->DetachDisk(&context, request, &response);
-  if (!status.ok()) return RpcError(status);
-  return Print(response, absl::StrCat(drive, ": detached (", response.source(), ")\n"));
-}
-
-int Runner::DiskResize(const std::string& drive, const std::string& size) {
-  vmm::v1::ResizeDiskRequest request;
-  request.set_drive(drive);
-  if (!size.empty()) {
-    uint64_t multiplier = 1;
-    std::string digits = size;
-    switch (digits.back()) {
-      case 'K': case 'k': multiplier = uint64_t{1} << 10; digits.pop_back(); break;
-      case 'M': case 'm': multiplier = uint64_t{1} << 20; digits.pop_back(); break;
-      case 'G': case 'g': multiplier = uint64_t{1} << 30; digits.pop_back(); break;
-      default: break;
-    }
-    uint64_t number = 0;
-    if (!absl::SimpleAtoi(digits, &number) || number == 0 || number > UINT64_MAX / multiplier) {
-      return UsageError("disk resize: " + size + ": expected a size in bytes, with K, M or G (none: the image's size on the host)");
-    }
-    request.set_size_bytes(number * multiplier);
-  }
-  grpc::ClientContext context;
-  Context(context);
-  DriveStatus response;
-  grpc::Status status = vm_->ResizeDisk(&context, request, &response);
-  if (!status.ok()) return RpcError(status);
-  return Print(response, DriveLine(response) + "\n");
-}
-
-int Runner::DriveLimit(const std::string& name) {
-  vmm::v1::SetDriveLimitsRequest request;
-  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
-    return UsageError(std::string(parsed.message()));
-  }
-  (Has("group") ? request.mutable_group() : request.mutable_drive())->assign(name);
-  grpc::ClientContext context;
-  Context(context);
-  vmm::v1::DriveLimits response;
-  grpc::Status status = vm_->SetDriveLimits(&context, request, &response);
-  if (!status.ok()) return RpcError(status);
-  return Print(response, absl::StrCat(Has("group") ? "group " : "", name, ": ", LimitsText(response.limits()), "\n"));
-}
+namespace {
 
 bool ParseSeconds(const std::string& text, absl::Duration* out) {
   double seconds = 0;
