@@ -93,21 +93,17 @@ int Runner::DiskAdd(const std::string& path) {
   if (Has("fua")) request.set_fua_mode(cl_.options.at("fua"));
   if (Has("io-group")) request.set_io_group(cl_.options.at("io-group"));
   request.set_read_only(Has("read-only"));
-  grpc::ClientContext context;
-  Context(context);
   DriveStatus response;
-  grpc::Status status = vm_->AttachDisk(&context, request, &response);
+  grpc::Status status = Call(*vm_, &vmm::v1::VmService::Stub::AttachDisk, request, &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, DriveLine(response) + "\n");
 }
 
 int Runner::DiskRemove(const std::string& drive) {
-  grpc::ClientContext context;
-  Context(context);
   vmm::v1::DetachDiskRequest request;
   request.set_drive(drive);
   DriveStatus response;
-  grpc::Status status = vm_->DetachDisk(&context, request, &response);
+  grpc::Status status = Call(*vm_, &vmm::v1::VmService::Stub::DetachDisk, request, &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, absl::StrCat(drive, ": detached (", response.source(), ")\n"));
 }
@@ -130,10 +126,8 @@ int Runner::DiskResize(const std::string& drive, const std::string& size) {
     }
     request.set_size_bytes(number * multiplier);
   }
-  grpc::ClientContext context;
-  Context(context);
   DriveStatus response;
-  grpc::Status status = vm_->ResizeDisk(&context, request, &response);
+  grpc::Status status = Call(*vm_, &vmm::v1::VmService::Stub::ResizeDisk, request, &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, DriveLine(response) + "\n");
 }

@@ -79,6 +79,15 @@ class Runner {
     context.set_deadline(DeadlineAfter(cl_.timeout + extra));
     Authorize(context);
   }
+  // One unary call with the deadline and the token: `(stub.*method)(request, response)`.
+  template <typename Stub, typename Request, typename Response>
+  grpc::Status Call(Stub& stub,
+                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response) {
+    grpc::ClientContext context;
+    Context(context);
+    return (stub.*method)(&context, request, response);
+  }
   // The token, when one was given, goes with every call (docs/api.md, "Authentication").
   void Authorize(grpc::ClientContext& context) {
     if (!token_.empty()) context.AddMetadata(api::kAuthorizationMetadataKey, api::BearerAuthorization(token_));
