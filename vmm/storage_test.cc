@@ -348,7 +348,7 @@ TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
   auto storage = Storage::Create(config);
   ASSERT_TRUE(storage.ok()) << storage.status();
   EXPECT_EQ(simulated_path, Path("disc.iso"));
-  const AttachedDrive& cd = (*storage)->drives()[0];
+  const AttachedDrive cd = (*storage)->drives()[0];  // a copy: drives() returns one
   ASSERT_NE(cd.host_drive, nullptr);
   EXPECT_EQ(cd.host_drive->stats().probes, 2u);  // status and capacity, once, at start
 }
