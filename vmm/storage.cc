@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -35,12 +36,25 @@ std::vector<AttachedDrive> Storage::drives() const {
   return drives_;
 }
 
+namespace {
+
+// The drive named `name` in `drives` (a vector of AttachedDrive, const or not); NotFound if none.
+template <typename Drives>
+absl::StatusOr<decltype(std::declval<Drives&>().begin())> FindByName(Drives& drives,
+                                                                     const std::string& name) {
+  auto found = std::find_if(drives.begin(), drives.end(),
+                            [&](const AttachedDrive& drive) { return drive.name == name; });
+  if (found == drives.end()) return absl::NotFoundError(absl::StrFormat("no drive named %s", name));
+  return found;
+}
+
+}  // namespace
+
 std::optional<AttachedDrive> Storage::Find(const std::string& name) const {
   absl::MutexLock lock(&mutex_);
-  for (const AttachedDrive& drive : drives_) {
-    if (drive.name == name) return drive;
-  }
-  return std::nullopt;
+  auto found = FindByName(drives_, name);
+  if (!found.ok()) return std::nullopt;
+  return **found;
 }
 
 block::raw::RawFileOptions Storage::DiskFileOptions(const DriveSpec& spec) const {
@@ -405,11 +419,7 @@ absl::StatusOr<AttachedDrive> Storage::AttachDisk(
 absl::StatusOr<uint64_t> Storage::ResizeDisk(const std::string& name,
                                              std::optional<uint64_t> size_bytes) {
   absl::MutexLock lock(&mutex_);
-  auto found = std::find_if(drives_.begin(), drives_.end(),
-                            [&](const AttachedDrive& drive) { return drive.name == name; });
-  if (found == drives_.end()) {
-    return absl::NotFoundError(absl::StrFormat("no drive named %s", name));
-  }
+  ASSIGN_OR_RETURN(auto found, FindByName(drives_, name));
   if (found->spec.kind != DriveSpec::Kind::kDisk) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s is a CD-ROM drive: its size is its medium's", name));
@@ -427,11 +437,7 @@ absl::StatusOr<uint64_t> Storage::ResizeDisk(const std::string& name,
 
 absl::StatusOr<AttachedDrive> Storage::DetachDisk(const std::string& name) {
   absl::MutexLock lock(&mutex_);
-  auto found = std::find_if(drives_.begin(), drives_.end(),
-                            [&](const AttachedDrive& drive) { return drive.name == name; });
-  if (found == drives_.end()) {
-    return absl::NotFoundError(absl::StrFormat("no drive named %s", name));
-  }
+  ASSIGN_OR_RETURN(auto found, FindByName(drives_, name));
   if (found->spec.bus != DriveSpec::Bus::kScsi) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is on the IDE controller, which has no hot-plug; only virtio-scsi disks detach",

@@ -48,42 +48,28 @@ std::vector<uint16_t> Target::luns() const {
   return luns_;
 }
 
-std::vector<std::shared_ptr<LogicalUnit>> Target::Units() const {
+std::vector<std::pair<uint16_t, std::shared_ptr<LogicalUnit>>> Target::Snapshot() const {
   absl::MutexLock lock(&mutex_);
-  return units_;
+  std::vector<std::pair<uint16_t, std::shared_ptr<LogicalUnit>>> inventory;
+  for (size_t i = 0; i < luns_.size(); ++i) inventory.emplace_back(luns_[i], units_[i]);
+  return inventory;
 }
 
 absl::StatusOr<std::unique_ptr<TargetQueue>> Target::CreateQueue(TaskCompletion completion) {
   // The units' queues share the one handler the transport gave.
   auto queue = std::make_unique<TargetQueue>(
       TargetQueue::Key(), std::make_shared<TaskCompletion>(std::move(completion)));
-  std::vector<uint16_t> luns;
-  std::vector<std::shared_ptr<LogicalUnit>> units;
-  {
-    absl::MutexLock lock(&mutex_);
-    luns = luns_;
-    units = units_;
-  }
-  for (size_t i = 0; i < luns.size(); ++i) {
-    RETURN_IF_ERROR(queue->AddUnit(luns[i], units[i]).status());
-  }
+  for (const auto& [lun, unit] : Snapshot()) RETURN_IF_ERROR(queue->AddUnit(lun, unit).status());
   return queue;
 }
 
 void Target::Reset() {
-  for (const std::shared_ptr<LogicalUnit>& unit : Units()) unit->Reset();
+  for (const auto& [lun, unit] : Snapshot()) unit->Reset();
 }
 
 void Target::ReportLunsChanged(std::optional<uint16_t> except) {
-  std::vector<uint16_t> luns;
-  std::vector<std::shared_ptr<LogicalUnit>> units;
-  {
-    absl::MutexLock lock(&mutex_);
-    luns = luns_;
-    units = units_;
-  }
-  for (size_t i = 0; i < luns.size(); ++i) {
-    if (luns[i] != except) units[i]->ReportLunsChanged();
+  for (const auto& [lun, unit] : Snapshot()) {
+    if (lun != except) unit->ReportLunsChanged();
   }
 }
 

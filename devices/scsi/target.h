@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -61,8 +62,8 @@ class Target {
   void ReportLunsChanged(std::optional<uint16_t> except = std::nullopt);
 
  private:
-  // Copies of the units, for calls made outside mutex_.
-  std::vector<std::shared_ptr<LogicalUnit>> Units() const;
+  // The inventory as it is now, (LUN, unit) ascending, for work done outside mutex_.
+  std::vector<std::pair<uint16_t, std::shared_ptr<LogicalUnit>>> Snapshot() const;
 
   mutable absl::Mutex mutex_;
   std::vector<uint16_t> luns_ ABSL_GUARDED_BY(mutex_);
