@@ -124,7 +124,12 @@ class FakeVm : public VmControl {
 
   // As vmm::VmApiControl over Storage: the image opened read-write (its lock taken), a name and
   // a LUN chosen, both refused when taken.
-  absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk) override {
+  absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> OpenDiskImage(
+      const DiskAttachment& disk) override {
+    return block::raw::RawFileBackend::Open(disk.path, {});
+  }
+  absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk,
+                                        std::shared_ptr<block::raw::RawFileBackend> image) override {
     absl::MutexLock lock(&mutex);
     attachments.push_back(disk);
     const std::string name = disk.id.empty() ? "disk1" : disk.id;
@@ -132,7 +137,6 @@ class FakeVm : public VmControl {
       return absl::AlreadyExistsError("the drive name " + name + " is taken");
     }
     if (disk.lun == 1) return absl::AlreadyExistsError("LUN 1 is taken");
-    ASSIGN_OR_RETURN(auto image, block::raw::RawFileBackend::Open(disk.path, {}));
     ASSIGN_OR_RETURN(std::shared_ptr<block::Drive> drive,
                      block::Drive::CreateFixed({.name = name}, std::move(image)));
     DriveEntry entry{.name = name, .cdrom = false, .bus = "virtio-scsi",

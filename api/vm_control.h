@@ -16,6 +16,7 @@
 #include "block/cache_mode.h"
 #include "block/drive.h"
 #include "block/media.h"
+#include "block/raw/raw_file_backend.h"
 #include "block/throttle.h"
 
 namespace api {
@@ -86,11 +87,18 @@ class VmControl {
   // The --io-group budgets by name (block::Throttle), which SetDriveLimits may change.
   virtual std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const { return {}; }
 
-  // Hot-plug of virtio-scsi disks. AttachDisk opens the image (confined as OpenMedium when
-  // MediaPathsConfined(); errors name the path) and returns the new drive's entry; DetachDisk
-  // returns once the disk's commands are done and Storage has let go of it (the caller drops its
-  // entry to close the image). Unimplemented where the VMM has no such controller.
-  virtual absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk) {
+  // Hot-plug of virtio-scsi disks, in two steps so that the caller can tell the file's errors
+  // from the VM's. OpenDiskImage opens disk.path as the disk will use it (confined as OpenMedium
+  // when MediaPathsConfined(); errors name the path); AttachDisk makes that image a disk of the
+  // VM and returns its entry. DetachDisk returns once the disk's commands are done and Storage
+  // has let go of it (the caller drops its entry to close the image). Unimplemented where the
+  // VMM has no such controller.
+  virtual absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> OpenDiskImage(
+      const DiskAttachment& disk) {
+    return absl::UnimplementedError("this VMM cannot attach disks");
+  }
+  virtual absl::StatusOr<DriveEntry> AttachDisk(
+      const DiskAttachment& disk, std::shared_ptr<block::raw::RawFileBackend> image) {
     return absl::UnimplementedError("this VMM cannot attach disks");
   }
   virtual absl::Status DetachDisk(const std::string& name) {

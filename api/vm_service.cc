@@ -197,18 +197,14 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
         return ToGrpc(usable);
       }
     }
-    absl::StatusOr<DriveEntry> entry = core_.control().AttachDisk(disk);
-    if (!entry.ok()) {
-      // The file's errors name it; the VM's (a name or LUN taken, no controller) say what.
-      const absl::StatusCode code = entry.status().code();
-      if (code == absl::StatusCode::kAlreadyExists || code == absl::StatusCode::kResourceExhausted ||
-          code == absl::StatusCode::kUnimplemented ||
-          absl::StrContains(entry.status().message(), "controller") ||
-          absl::StrContains(entry.status().message(), "group")) {
-        return ToGrpc(Prefixed("attach", entry.status()));
-      }
-      return ToGrpc(ImageError("attach", disk.path, entry.status(), /*keep_precondition=*/true));
+    // The file's errors name it (a lock held by another user stays FAILED_PRECONDITION); the
+    // VM's (a name or LUN taken, no controller) say what.
+    auto image = core_.control().OpenDiskImage(disk);
+    if (!image.ok()) {
+      return ToGrpc(ImageError("attach", disk.path, image.status(), /*keep_precondition=*/true));
     }
+    absl::StatusOr<DriveEntry> entry = core_.control().AttachDisk(disk, *std::move(image));
+    if (!entry.ok()) return ToGrpc(Prefixed("attach", entry.status()));
     const DrivePtr drive = core_.AddDrive(*std::move(entry));
     FillDriveStatus(*drive, nullptr, response);
     pb::MediaEvent event;

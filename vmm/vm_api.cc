@@ -49,7 +49,10 @@ absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
   return Storage::OpenMedium(path, threads);
 }
 
-absl::StatusOr<api::DriveEntry> VmApiControl::AttachDisk(const api::DiskAttachment& disk) {
+namespace {
+
+// The --disk a hot-plugged disk would have been.
+DriveSpec DiskSpecOf(const api::DiskAttachment& disk) {
   DriveSpec spec;
   spec.kind = DriveSpec::Kind::kDisk;
   spec.bus = DriveSpec::Bus::kScsi;
@@ -61,18 +64,28 @@ absl::StatusOr<api::DriveEntry> VmApiControl::AttachDisk(const api::DiskAttachme
   spec.id = disk.id;
   spec.limits = disk.limits;
   spec.group = disk.io_group;
-  Storage& storage = vm_.storage();
-  const block::raw::RawFileOptions options = storage.DiskFileOptions(spec);
-  absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> image =
-      media_dir_ != nullptr ? media_dir_->OpenFile(disk.path, options)
-                            : block::raw::RawFileBackend::Open(disk.path, options);
-  if (!image.ok()) return image.status();
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> VmApiControl::OpenDiskImage(
+    const api::DiskAttachment& disk) {
+  const block::raw::RawFileOptions options = vm_.storage().DiskFileOptions(DiskSpecOf(disk));
+  return media_dir_ != nullptr ? media_dir_->OpenFile(disk.path, options)
+                               : block::raw::RawFileBackend::Open(disk.path, options);
+}
+
+absl::StatusOr<api::DriveEntry> VmApiControl::AttachDisk(
+    const api::DiskAttachment& disk, std::shared_ptr<block::raw::RawFileBackend> image) {
+  DriveSpec spec = DiskSpecOf(disk);
   // The source names the file for every reader: a path relative to the media directory gets the
   // directory in front.
   if (media_dir_ != nullptr && !disk.path.empty() && disk.path[0] != '/') {
     spec.path = absl::StrCat(media_dir_->path(), "/", disk.path);
   }
-  ASSIGN_OR_RETURN(AttachedDrive attached, storage.AttachDisk(spec, disk.lun, *std::move(image)));
+  ASSIGN_OR_RETURN(AttachedDrive attached,
+                   vm_.storage().AttachDisk(spec, disk.lun, std::move(image)));
   return DriveEntryOf(attached);
 }
 

@@ -32,7 +32,10 @@ class VmApiControl : public api::VmControl {
   std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
     return vm_.storage().io_groups();
   }
-  absl::StatusOr<api::DriveEntry> AttachDisk(const api::DiskAttachment& disk) override;
+  absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> OpenDiskImage(
+      const api::DiskAttachment& disk) override;
+  absl::StatusOr<api::DriveEntry> AttachDisk(
+      const api::DiskAttachment& disk, std::shared_ptr<block::raw::RawFileBackend> image) override;
   absl::Status DetachDisk(const std::string& name) override;
   absl::StatusOr<uint64_t> ResizeDisk(const std::string& name,
                                       std::optional<uint64_t> size_bytes) override {
