@@ -112,6 +112,9 @@ nested_job() {  # boot
 L2_KERNEL=/l1disk/vmlinuz
 L2_INITRD=/l1disk/initramfs.gz
 EOF
+  # L1 keeps its KVM's last events in a ring through every run (l1_lib.sh, L2_TRACE_FAULTS), so an
+  # L2 triple fault or hang in CI comes with what the vCPU did before it (NESTED_TRACE_FAULTS=0: off).
+  echo "L2_TRACE_FAULTS=${NESTED_TRACE_FAULTS:-1}" >> "$NESTED_JOB"
 }
 
 nested_split() {  # l1-log: per-run logs in NESTED_RUNS
@@ -244,6 +247,13 @@ nested_check() {  # name [expected status]
   fi
   if grep -qE 'triple fault|KVM internal error|microvm: fatal' "$NESTED_RUNS/$name.qemu.log"; then
     linux_fail "$name" "the VMM stopped on a fatal vCPU error: $(grep -m1 -E 'triple fault|KVM internal error|microvm: fatal' "$NESTED_RUNS/$name.qemu.log")"
+    # The whole report (registers, the exit before it) and, from L1's trace, the shutdown exit
+    # (its guest_rip) with the events before it: the evidence for an intermittent fault.
+    grep -A8 -m1 -E 'microvm: fatal' "$NESTED_RUNS/$name.qemu.log" | sed 's/^/    /'
+    if [ -s "$NESTED_RUNS/$name.ftrace" ]; then
+      echo "    L1's KVM trace, last events ($NESTED_RUNS/$name.ftrace has 300):"
+      tail -n 40 "$NESTED_RUNS/$name.ftrace" | sed 's/^/    L1: /'
+    fi
     return 1
   fi
   if grep -q '^L2-HUNG' "$NESTED_RUNS/$name.qemu.log"; then
