@@ -50,7 +50,7 @@
 #   cd-read:   cd_bs=32K cd_direct=0 cd_passes=1
 #   bench:     bench=qd1,qd16,cd (workloads in order; none: only the boot) bench_seconds=10;
 #              qdN: fio-bench randwrite 4k
-#              O_SYNC libaio at depth N on the disk; cd: cd-read of the whole disc (cd_bs),
+#              O_SYNC libaio at depth N on the disk (qdNbSk: S KiB writes); cd: cd-read of the whole disc (cd_bs),
 #              bench_cd_passes=1 times with caches dropped before each. Around
 #              each workload W: @@BENCH-BEGIN W / @@BENCH-END W, each answered by the host with a
 #              line on the console input (it reads its counters meanwhile), and RESULT bench_W=
@@ -517,13 +517,16 @@ scenario_bench() {
     irq0=$(bench_irqs); req0=$(bench_requests "$dev"); t0=$(uptime_s)
     case "$w" in
       qd*)
-        fio --name=bench --filename="/dev/$dev" --rw=randwrite --bs=4k --direct=1 --sync=1 \
-          --ioengine=libaio --iodepth="${w#qd}" --size=64M --time_based \
+        # qdN: 4 KiB writes at depth N; qdNbSk: S KiB writes (qd16b64k: 64 KiB at depth 16).
+        local depth=${w#qd} bs_kib=4
+        case "$depth" in *b*k) bs_kib=${depth#*b}; bs_kib=${bs_kib%k}; depth=${depth%%b*} ;; esac
+        fio --name=bench --filename="/dev/$dev" --rw=randwrite --bs="${bs_kib}k" --direct=1 --sync=1 \
+          --ioengine=libaio --iodepth="$depth" --size=64M --time_based \
           --runtime="${arg_bench_seconds:-10}" --output-format=terse >/tmp/fio.out 2>/tmp/fio.err ||
           { cat /tmp/fio.err; fail "bench $w: fio failed"; }
         line=$(grep '^3;' /tmp/fio.out | head -n 1)
         kib=$(field "$line" 47)
-        ios=$((kib / 4)) ;;
+        ios=$((kib / bs_kib)) ;;
       cd)
         # bench_cd_passes=N: N whole-disc reads, caches dropped before each (longer samples).
         local pass=0
