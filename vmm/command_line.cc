@@ -1,9 +1,9 @@
 #include "vmm/command_line.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/signalfd.h>
-#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,10 +86,17 @@ size_t Distance(absl::string_view a, absl::string_view b) {
 // QEMU's spellings of what the launchers call otherwise (a QEMU user types these first).
 const char* QemuEquivalent(absl::string_view dashed) {
   static constexpr std::pair<const char*, const char*> kQemu[] = {
-      {"m", "--memory"},          {"smp", "--vcpus"},   {"append", "--cmdline"},
-      {"drive", "--disk or --cdrom"}, {"hda", "--ide-disk"}, {"hdb", "--ide-disk"},
-      {"hdc", "--ide-cdrom"},     {"hdd", "--ide-disk"}, {"nographic", "--serial=stdout (the default)"},
-      {"enable-kvm", "nothing (KVM is always used)"}, {"qmp", "--api-socket (a gRPC API: vmmctl)"}};
+      {"m", "--memory"},
+      {"smp", "--vcpus"},
+      {"append", "--cmdline"},
+      {"drive", "--disk or --cdrom"},
+      {"hda", "--ide-disk"},
+      {"hdb", "--ide-disk"},
+      {"hdc", "--ide-cdrom"},
+      {"hdd", "--ide-disk"},
+      {"nographic", "--serial=stdout (the default)"},
+      {"enable-kvm", "nothing (KVM is always used)"},
+      {"qmp", "--api-socket (a gRPC API: vmmctl)"}};
   for (const auto& [qemu, ours] : kQemu) {
     if (dashed == qemu) return ours;
   }
@@ -124,8 +131,8 @@ std::string Expected(const absl::CommandLineFlag& flag, const std::string& error
   if (flag.IsOfType<bool>()) return "expected true or false";
   if (flag.IsOfType<uint32_t>() || flag.IsOfType<uint64_t>() || flag.IsOfType<int32_t>() ||
       flag.IsOfType<int64_t>()) {
-    const std::vector<std::string> words = absl::StrSplit(flag.Help(), absl::ByAnyChar(" ,;()."),
-                                                          absl::SkipEmpty());
+    const std::vector<std::string> words =
+        absl::StrSplit(flag.Help(), absl::ByAnyChar(" ,;()."), absl::SkipEmpty());
     for (size_t i = 0; i + 2 < words.size(); ++i) {
       int64_t low = 0;
       int64_t high = 0;
@@ -168,7 +175,8 @@ std::string AbseilFlagsHelp() {
   for (const auto& [name, flag] : flags) {
     absl::StrAppend(&text, "  --", name, "\n");
     std::string help = flag->Help();
-    if (!flag->DefaultValue().empty()) absl::StrAppend(&help, " Default: ", flag->DefaultValue(), ".");
+    if (!flag->DefaultValue().empty())
+      absl::StrAppend(&help, " Default: ", flag->DefaultValue(), ".");
     absl::StrAppend(&text, Wrap(help, 6, 100));
   }
   return text;
@@ -408,6 +416,39 @@ std::string HelpText(const ProgramHelp& help) {
   return text;
 }
 
+namespace {
+
+// A drive flag with one dash (QEMU's "-cdrom disc.iso") is not a drive flag to ExtractDriveFlags;
+// taken as a setting it would give a VM without that drive, silently.
+absl::Status CheckOneDashDriveFlag(const std::string& name) {
+  for (const char* drive : {"disk", "cdrom", "ide-disk", "ide-cdrom", "ide_disk", "ide_cdrom"}) {
+    if (name == drive) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "-%s: a drive flag takes two dashes here (--%s=PATH; -%s is QEMU's spelling)", name,
+          Dashed(name), name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The flag `name` names; --noswitch and --no-switch name the switch (negated), as Abseil's own
+// parser takes --noswitch. nullptr when there is none.
+absl::CommandLineFlag* FindSetting(const std::string& name, bool& negated) {
+  negated = false;
+  if (absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name)) return flag;
+  if (!absl::StartsWith(name, "no")) return nullptr;
+  absl::string_view positive = name;
+  positive.remove_prefix(absl::StartsWith(name, "no_") ? 3 : 2);
+  absl::CommandLineFlag* candidate = absl::FindCommandLineFlag(positive);
+  if (candidate == nullptr || !candidate->IsOfType<bool>() || IsAbseilFlag(*candidate)) {
+    return nullptr;
+  }
+  negated = true;
+  return candidate;
+}
+
+}  // namespace
+
 absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
   ParsedCommandLine parsed;
   std::vector<std::string> args;
@@ -446,30 +487,10 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
     const size_t equals = body.find('=');
     const std::string name(body.substr(0, equals));
     const bool has_value = equals != absl::string_view::npos;
-    // A drive flag with one dash (QEMU's "-cdrom disc.iso") is not a drive flag to the extraction
-    // above; taken as a setting it would give a VM without that drive, silently.
-    if (!absl::StartsWith(arg, "--")) {
-      for (const char* drive : {"disk", "cdrom", "ide-disk", "ide-cdrom", "ide_disk", "ide_cdrom"}) {
-        if (name == drive) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "-%s: a drive flag takes two dashes here (--%s=PATH; -%s is QEMU's spelling)", name,
-              Dashed(name), name));
-        }
-      }
-    }
+    if (!absl::StartsWith(arg, "--")) RETURN_IF_ERROR(CheckOneDashDriveFlag(name));
     std::string value = has_value ? std::string(body.substr(equals + 1)) : std::string();
-    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     bool negated = false;
-    if (flag == nullptr && absl::StartsWith(name, "no")) {
-      // --noswitch and --no-switch, as Abseil's parser takes --noswitch.
-      absl::string_view positive = name;
-      positive.remove_prefix(absl::StartsWith(name, "no_") ? 3 : 2);
-      absl::CommandLineFlag* candidate = absl::FindCommandLineFlag(positive);
-      if (candidate != nullptr && candidate->IsOfType<bool>() && !IsAbseilFlag(*candidate)) {
-        flag = candidate;
-        negated = true;
-      }
-    }
+    absl::CommandLineFlag* flag = FindSetting(name, negated);
     if (flag == nullptr && IsAbseilUsageFlag(name)) {
       for_abseil.push_back(arg);
       continue;

@@ -9,7 +9,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "vmm/drive_spec.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
@@ -46,6 +49,14 @@ absl::StatusOr<std::string> ExecutablePath() {
   return std::string(path, static_cast<size_t>(length));
 }
 
+// An error starting the API server, naming the listener's flag where it is about one.
+absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
+  absl::Status named =
+      NameTheFlag("--api-socket", options.unix_socket_path, options.unix_socket_path, status);
+  if (named.message() != status.message()) return named;
+  return NameTheFlag("--api-tcp", options.tcp_address, options.tcp_address, status);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
@@ -54,9 +65,8 @@ absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
     ASSIGN_OR_RETURN(executable, ExecutablePath());
   }
   const size_t slash = executable.rfind('/');
-  const std::string plugin_path =
-      absl::StrCat(slash == std::string::npos ? "." : executable.substr(0, slash), "/",
-                   kControlApiPluginName);
+  const std::string plugin_path = absl::StrCat(
+      slash == std::string::npos ? "." : executable.substr(0, slash), "/", kControlApiPluginName);
   // RTLD_LOCAL: the plugin's gRPC and protobuf symbols stay its own. RTLD_NOW: a missing symbol
   // is an error here, not a crash on the first API call. RTLD_NODELETE: a server that had to
   // abandon calls stuck on clients that do not read (api::ApiServer::Stop) leaves threads in the
@@ -75,6 +85,25 @@ absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
   std::unique_ptr<api::ControlServer> server;
   RETURN_IF_ERROR(start(api::kControlServerPluginVersion, options, control, &server));
   return std::make_unique<PluginControlServer>(std::move(library), std::move(server));
+}
+
+absl::StatusOr<std::unique_ptr<api::ControlServer>> StartLauncherApi(
+    absl::string_view program, const api::ApiServerOptions& options, api::VmControl& control) {
+  if (options.unix_socket_path.empty() && options.tcp_address.empty()) return nullptr;
+  auto server = StartControlApi(options, control);
+  if (!server.ok()) {
+    const absl::Status named = NameTheApiFlag(options, server.status());
+    if (absl::StartsWith(named.message(), "--")) return named;
+    return absl::Status(named.code(), absl::StrCat("control API: ", named.message()));
+  }
+  if (!(*server)->unix_socket_path().empty()) {
+    absl::FPrintF(stderr, "%s: control API on unix:%s\n", program, (*server)->unix_socket_path());
+  }
+  if ((*server)->tcp_port() != 0) {
+    absl::FPrintF(stderr, "%s: control API on %s (port %d)\n", program, options.tcp_address,
+                  (*server)->tcp_port());
+  }
+  return server;
 }
 
 }  // namespace vmm

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "api/control_server.h"
 #include "api/vm_control.h"
 
@@ -20,6 +21,14 @@ inline constexpr char kControlApiPluginName[] = "libmicrovm_api.so";
 // abandoned stuck calls leaves threads in its code). Errors say which file failed and why.
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
     const api::ApiServerOptions& options, api::VmControl& control, std::string executable = "");
+
+// The control API as both launchers (microvm, vhost-user-scsi) start it: nullptr when `options`
+// names no listener; else StartControlApi from the launcher's own directory. An error names the
+// listener's flag (--api-socket, --api-tcp) where it is about one, and otherwise says it is the
+// API's own ("control API: ..."). Each address it listens on goes to stderr as
+// "PROGRAM: control API on ...".
+absl::StatusOr<std::unique_ptr<api::ControlServer>> StartLauncherApi(
+    absl::string_view program, const api::ApiServerOptions& options, api::VmControl& control);
 
 }  // namespace vmm
 

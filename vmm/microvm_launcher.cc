@@ -66,10 +66,11 @@ ABSL_FLAG(std::string, boot_marker, "",
           "With --boot-report: also time the first appearance of this text in the serial output "
           "(e.g. a line the guest's init prints).");
 ABSL_FLAG(std::string, kvm_device, "/dev/kvm", "The KVM device node.");
-ABSL_FLAG(std::string, on_reboot, "exit",
-          "What a guest reset (reboot) does: exit (the VMM ends with status 0) or restart (the guest "
-          "boots again in this process: every device back to its power-on state, memory cleared, "
-          "the kernel and initrd reloaded; the drives, their media and the control API stay).");
+ABSL_FLAG(
+    std::string, on_reboot, "exit",
+    "What a guest reset (reboot) does: exit (the VMM ends with status 0) or restart (the guest "
+    "boots again in this process: every device back to its power-on state, memory cleared, "
+    "the kernel and initrd reloaded; the drives, their media and the control API stay).");
 ABSL_FLAG(uint32_t, scsi_queues, 1, "virtio-scsi request queues, 1 to 1024.");
 ABSL_FLAG(bool, scsi_controller, false,
           "A virtio-scsi controller even without --disk or --cdrom, for disks the control API "
@@ -109,9 +110,10 @@ const vmm::ProgramHelp& Help() {
   static const auto* help = new vmm::ProgramHelp{
       .program = "microvm",
       .summary = "runs one KVM microVM (README.md, docs/machine.md).",
-      .usage = "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] [--memory=SIZE] "
-               "[--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
-               "[--api-socket=PATH] [more flags below]",
+      .usage =
+          "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] [--memory=SIZE] "
+          "[--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
+          "[--api-socket=PATH] [more flags below]",
       .groups =
           {
               {"Machine",
@@ -146,10 +148,13 @@ const vmm::ProgramHelp& Help() {
                 {"boot-marker", "TEXT"}}},
           },
       .epilogue =
-          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), once "
+          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), "
+          "once "
           "each; dashes and underscores are the same. Exit "
-          "status: the guest's debug-exit value; 0 after a guest reset (unless --on-reboot=restart) or "
-          "power-off or an API Shutdown; 128+N after signal N; 1 for an error of the VMM, printed as \"microvm: "
+          "status: the guest's debug-exit value; 0 after a guest reset (unless "
+          "--on-reboot=restart) or "
+          "power-off or an API Shutdown; 128+N after signal N; 1 for an error of the VMM, printed "
+          "as \"microvm: "
           "--flag=value: what is wrong\" (docs/errors.md lists them).",
   };
   return *help;
@@ -174,9 +179,9 @@ absl::Status Configure(vmm::VmConfig& config) {
   }
   ASSIGN_OR_RETURN(config.memory_bytes, vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory)));
   config.vcpus = absl::GetFlag(FLAGS_vcpus);
-  RETURN_IF_ERROR(vmm::CheckRange("--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
-                                  absl::StrCat("the MP table in the EBDA has room for ",
-                                               vmm::x86::kMpTableMaxCpus, " vCPUs")));
+  RETURN_IF_ERROR(vmm::CheckRange(
+      "--vcpus", config.vcpus, 1, vmm::x86::kMpTableMaxCpus,
+      absl::StrCat("the MP table in the EBDA has room for ", vmm::x86::kMpTableMaxCpus, " vCPUs")));
   config.cpu_features = absl::GetFlag(FLAGS_cpu_features);
   if (auto features = vmm::x86::ParseCpuFeatures(config.cpu_features); !features.ok()) {
     absl::string_view message = features.status().message();
@@ -235,17 +240,87 @@ absl::Status CheckSerialFile(const std::string& path) {
   }
   if (errno != ENOENT) return absl::ErrnoToStatus(errno, strerror(errno));
   const size_t slash = path.rfind('/');
-  const std::string directory = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  const std::string directory =
+      slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
   if (access(directory.c_str(), W_OK) != 0) return absl::ErrnoToStatus(errno, strerror(errno));
   return absl::OkStatus();
 }
 
-// An error starting the API server, naming the listener's flag where it is about one.
-absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::Status& status) {
-  absl::Status named = vmm::NameTheFlag("--api-socket", options.unix_socket_path,
-                                        options.unix_socket_path, status);
-  if (named.message() != status.message()) return named;
-  return vmm::NameTheFlag("--api-tcp", options.tcp_address, options.tcp_address, status);
+// --serial: stdout, none, or file:PATH. The file is created or truncated only once the start has
+// succeeded (OpenFile): a start that fails leaves an earlier run's console output alone. Until
+// then the VM holds a stand-in (/dev/null) on the same descriptor number, which OpenFile replaces;
+// nothing is written before the guest runs.
+class SerialOutput {
+ public:
+  static absl::StatusOr<SerialOutput> FromFlag() {
+    SerialOutput output;
+    output.flag_ = absl::GetFlag(FLAGS_serial);
+    if (output.flag_ == "stdout") {
+      output.fd_ = STDOUT_FILENO;
+    } else if (output.flag_ == "none") {
+      output.fd_ = -1;
+    } else if (absl::StartsWith(output.flag_, "file:")) {
+      output.path_ = output.flag_.substr(5);
+      if (absl::Status writable = CheckSerialFile(output.path_); !writable.ok()) {
+        return absl::Status(writable.code(),
+                            absl::StrFormat("--serial=%s: cannot open %s for writing: %s",
+                                            output.flag_, output.path_, writable.message()));
+      }
+      output.stand_in_.Reset(open("/dev/null", O_WRONLY | O_CLOEXEC));
+      if (!output.stand_in_.valid()) return sys_util::ErrnoStatus(errno, "/dev/null");
+      output.fd_ = output.stand_in_.get();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--serial=%s: expected stdout, none or file:PATH", output.flag_));
+    }
+    return output;
+  }
+
+  int fd() const { return fd_; }
+
+  // For file:PATH, the file in place of the stand-in (dup3 onto its descriptor number).
+  absl::Status OpenFile() {
+    if (path_.empty()) return absl::OkStatus();
+    sys_util::ScopedFd file(open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!file.valid() || dup3(file.get(), stand_in_.get(), O_CLOEXEC) < 0) {
+      const int error = errno;
+      return sys_util::ErrnoStatus(
+          error, absl::StrFormat("--serial=%s: cannot open %s for writing", flag_, path_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string flag_;
+  std::string path_;  // file:PATH
+  sys_util::ScopedFd stand_in_;
+  int fd_ = -1;
+};
+
+// --boot-report: the boot's milestones since the launch, the peak RSS and the exit status.
+void PrintBootReport(vmm::Vm& vm, const vmm::VmConfig& config, const vmm::VmExit& exit) {
+  const vmm::BootReport report = vm.boot_report();
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto since_launch = [](const std::optional<absl::Duration>& time, const char* otherwise) {
+    return time ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*time))
+                : std::string(otherwise);
+  };
+  // Linux writes no POST code 0x03: for it the serial output and the marker are the milestones.
+  absl::FPrintF(stderr, "microvm: boot report: first serial output %s, ",
+                since_launch(report.first_serial_output, "none"));
+  if (!config.boot_marker.empty()) {
+    absl::FPrintF(stderr, "boot marker \"%s\" %s, ", config.boot_marker,
+                  since_launch(report.boot_marker_seen, "not seen"));
+  }
+  absl::FPrintF(
+      stderr, "first ring-3 instruction (test guest) %s, peak RSS %d KiB, exit status %d\n",
+      since_launch(report.first_ring3_instruction, "not reached"), usage.ru_maxrss, exit.status);
+  for (const vmm::AttachedDrive& drive : vm.storage().drives()) {
+    if (!drive.spec.probe_delay_us || drive.host_drive == nullptr) continue;
+    absl::FPrintF(stderr, "microvm: %s: simulated host drive probed %d time(s)\n", drive.name,
+                  drive.host_drive->stats().probes);
+  }
 }
 
 }  // namespace
@@ -277,28 +352,9 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
   config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
 
-  sys_util::ScopedFd serial_file;
-  std::string serial_path;  // --serial=file:PATH
-  const std::string serial = absl::GetFlag(FLAGS_serial);
-  if (serial == "stdout") {
-    config.serial_output_fd = STDOUT_FILENO;
-  } else if (serial == "none") {
-    config.serial_output_fd = -1;
-  } else if (absl::StartsWith(serial, "file:")) {
-    // The file is created or truncated only once the start has succeeded (OpenSerialFile below):
-    // a start that fails leaves an earlier run's console output alone. Until then the VM holds a
-    // stand-in on the same descriptor number; nothing is written before the guest runs.
-    serial_path = serial.substr(5);
-    if (absl::Status writable = CheckSerialFile(serial_path); !writable.ok()) {
-      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial,
-                                  serial_path, writable.message()));
-    }
-    serial_file.Reset(open("/dev/null", O_WRONLY | O_CLOEXEC));
-    if (!serial_file.valid()) return Fail(sys_util::ErrnoStatus(errno, "/dev/null"));
-    config.serial_output_fd = serial_file.get();
-  } else {
-    return Fail(absl::StrFormat("--serial=%s: expected stdout, none or file:PATH", serial));
-  }
+  auto serial = SerialOutput::FromFlag();
+  if (!serial.ok()) return Fail(serial.status());
+  config.serial_output_fd = serial->fd();
   config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
 
   // SIGINT/SIGTERM/SIGHUP are taken through a signalfd by the main thread only, blocked before any
@@ -332,34 +388,16 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   std::unique_ptr<api::ControlServer> api_server;
   if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
     api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());
-    auto server = vmm::StartControlApi(api_options, *api_control);
-    if (!server.ok()) {
-      // Errors that name no flag are the API's own (the plugin): say so.
-      absl::Status named = NameTheApiFlag(api_options, server.status());
-      return Fail(absl::StartsWith(named.message(), "--")
-                      ? named
-                      : absl::Status(named.code(), absl::StrCat("control API: ", named.message())));
-    }
+    auto server = vmm::StartLauncherApi("microvm", api_options, *api_control);
+    if (!server.ok()) return Fail(server.status());
     api_server = *std::move(server);
-    if (!api_server->unix_socket_path().empty()) {
-      absl::FPrintF(stderr, "microvm: control API on unix:%s\n", api_server->unix_socket_path());
-    }
-    if (api_server->tcp_port() != 0) {
-      absl::FPrintF(stderr, "microvm: control API on %s (port %d)\n", api_options.tcp_address,
-                    api_server->tcp_port());
-    }
   }
 
   // The start has succeeded: now the console file may be created or truncated, in place of the
   // stand-in the VM holds.
-  if (!serial_path.empty()) {
-    sys_util::ScopedFd file(open(serial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!file.valid() || dup3(file.get(), serial_file.get(), O_CLOEXEC) < 0) {
-      const int error = errno;
-      if (api_server != nullptr) api_server->Stop();
-      return Fail(absl::StrFormat("--serial=%s: cannot open %s for writing: %s", serial,
-                                  serial_path, strerror(error)));
-    }
+  if (absl::Status opened = serial->OpenFile(); !opened.ok()) {
+    if (api_server != nullptr) api_server->Stop();
+    return Fail(opened);
   }
   // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
   // before the guest runs a single instruction.
@@ -372,33 +410,11 @@ int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
   if (api_server != nullptr) api_server->Stop();
   if (exit.kind == vmm::VmExit::Kind::kFatal) {
     absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
-  } else if (exit.kind != vmm::VmExit::Kind::kGuestExit) {  // the test guest's own status is its say
+  } else if (exit.kind !=
+             vmm::VmExit::Kind::kGuestExit) {  // the test guest's own status is its say
     absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
   }
-  if (absl::GetFlag(FLAGS_boot_report)) {
-    const vmm::BootReport report = (*vm)->boot_report();
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    auto since_launch = [](const std::optional<absl::Duration>& time, const char* otherwise) {
-      return time ? absl::StrFormat("%.2f ms", absl::ToDoubleMilliseconds(*time))
-                  : std::string(otherwise);
-    };
-    // Linux writes no POST code 0x03: for it the serial output and the marker are the milestones.
-    absl::FPrintF(stderr, "microvm: boot report: first serial output %s, ",
-                  since_launch(report.first_serial_output, "none"));
-    if (!config.boot_marker.empty()) {
-      absl::FPrintF(stderr, "boot marker \"%s\" %s, ", config.boot_marker,
-                    since_launch(report.boot_marker_seen, "not seen"));
-    }
-    absl::FPrintF(stderr, "first ring-3 instruction (test guest) %s, peak RSS %d KiB, exit status %d\n",
-                  since_launch(report.first_ring3_instruction, "not reached"), usage.ru_maxrss,
-                  exit.status);
-    for (const vmm::AttachedDrive& drive : (*vm)->storage().drives()) {
-      if (!drive.spec.probe_delay_us || drive.host_drive == nullptr) continue;
-      absl::FPrintF(stderr, "microvm: %s: simulated host drive probed %d time(s)\n", drive.name,
-                    drive.host_drive->stats().probes);
-    }
-  }
+  if (absl::GetFlag(FLAGS_boot_report)) PrintBootReport(**vm, config, exit);
   return exit.status;
 }
 

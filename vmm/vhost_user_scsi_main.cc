@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,18 +24,19 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "api/api_server.h"
+#include "api/control_server.h"
 #include "api/listen_address.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/server.h"
 #include "vmm/api_flags.h"
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
+#include "vmm/control_api.h"
 #include "vmm/launcher_sandbox.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
 
@@ -64,10 +66,12 @@ std::vector<vmm::HelpFlag> DriveHelp() {
 const vmm::ProgramHelp& Help() {
   static const auto* help = new vmm::ProgramHelp{
       .program = "vhost-user-scsi",
-      .summary = "serves virtio-scsi to a vhost-user front end such as QEMU's "
-                 "vhost-user-scsi-pci (docs/vhost-user-scsi.md).",
-      .usage = "vhost-user-scsi --socket=PATH --disk=IMAGE [--cdrom[=ISO]]... "
-               "[--scsi-queues=N --iothreads=M]\n                       [--api-socket=PATH]",
+      .summary =
+          "serves virtio-scsi to a vhost-user front end such as QEMU's "
+          "vhost-user-scsi-pci (docs/vhost-user-scsi.md).",
+      .usage =
+          "vhost-user-scsi --socket=PATH --disk=IMAGE [--cdrom[=ISO]]... "
+          "[--scsi-queues=N --iothreads=M]\n                       [--api-socket=PATH]",
       .groups =
           {
               {"Vhost-user", {{"socket", "PATH"}}},
@@ -87,9 +91,11 @@ const vmm::ProgramHelp& Help() {
                 {"jail-cgroup-parent", "PATH"}}},
           },
       .epilogue =
-          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), once "
+          "Flags take --name=value or --name value (switches: --name, --name=false, --noname), "
+          "once "
           "each; dashes and underscores are the same. Exit "
-          "status: 0 when the front end disconnects or on SIGINT/SIGTERM/SIGHUP; 1 for an error, printed "
+          "status: 0 when the front end disconnects or on SIGINT/SIGTERM/SIGHUP; 1 for an error, "
+          "printed "
           "as \"vhost-user-scsi: --flag=value: what is wrong\" (docs/errors.md lists them).",
   };
   return *help;
@@ -132,10 +138,50 @@ absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
   if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     return sys_util::ErrnoStatus(errno, absl::StrCat("binding ", path));
   }
-  if (listen(listener.get(), 1) != 0) return sys_util::ErrnoStatus(errno, absl::StrCat("listening on ", path));
+  if (listen(listener.get(), 1) != 0)
+    return sys_util::ErrnoStatus(errno, absl::StrCat("listening on ", path));
   RETURN_IF_ERROR(staged.Publish());
   return listener;
 }
+
+// A signal stops the server; the watcher itself ends when the server stops for another reason
+// (Join tells it to, then waits for it).
+class SignalWatcher {
+ public:
+  static absl::StatusOr<std::unique_ptr<SignalWatcher>> Start(
+      int signal_fd, devices::virtio::vhost_user::VhostUserServer& server) {
+    ASSIGN_OR_RETURN(sys_util::ScopedFd stop, sys_util::MakeEventFd());
+    auto watcher = std::unique_ptr<SignalWatcher>(new SignalWatcher(std::move(stop)));
+    SignalWatcher* self = watcher.get();
+    ASSIGN_OR_RETURN(watcher->thread_,
+                     sys_util::StartThread({.name = "signal-watcher"}, [self, signal_fd, &server] {
+                       pollfd fds[2] = {{signal_fd, POLLIN, 0}, {self->stop_.get(), POLLIN, 0}};
+                       while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+                       }
+                       if (fds[0].revents != 0) {
+                         signalfd_siginfo info{};
+                         if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
+                           absl::FPrintF(stderr, "vhost-user-scsi: %s, stopping\n",
+                                         strsignal(info.ssi_signo));
+                         }
+                       }
+                       server.Stop();
+                     }));
+    return watcher;
+  }
+
+  void Join() {
+    if (!thread_.joinable()) return;
+    sys_util::SignalEventFd(stop_.get());
+    thread_.join();
+  }
+  ~SignalWatcher() { Join(); }
+
+ private:
+  explicit SignalWatcher(sys_util::ScopedFd stop) : stop_(std::move(stop)) {}
+  sys_util::ScopedFd stop_;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -157,8 +203,7 @@ int main(int argc, char** argv) {
   api::ApiServerOptions& api_options = api_flags->options;
   std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
   const std::string socket_path = absl::GetFlag(FLAGS_socket);
-  if (absl::Status ready = api::PrepareUnixSocketPath(socket_path, "--socket");
-      !ready.ok()) {
+  if (absl::Status ready = api::PrepareUnixSocketPath(socket_path, "--socket"); !ready.ok()) {
     return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, ready));
   }
 
@@ -192,66 +237,30 @@ int main(int argc, char** argv) {
       **storage,
       absl::StrFormat("vhost-user-scsi on %s: %s", socket_path, absl::StrJoin(names, ", ")),
       launch_time, sandbox->supervised.host_pid, [&server] { server.Stop(); }, media_dir.get());
-  std::unique_ptr<api::ApiServer> api_server;
-  if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
-    auto started = api::ApiServer::Start(api_options, control);
-    if (!started.ok()) {
-      unlink(socket_path.c_str());  // the vhost-user socket made above: nothing will serve it
-      absl::Status named = vmm::NameTheFlag("--api-socket", api_options.unix_socket_path,
-                                            api_options.unix_socket_path, started.status());
-      if (named.message() == started.status().message()) {
-        named = vmm::NameTheFlag("--api-tcp", api_options.tcp_address, api_options.tcp_address,
-                                 started.status());
-      }
-      // Errors that name no flag are the API's own: say so.
-      return Fail(absl::StartsWith(named.message(), "--")
-                      ? named
-                      : absl::Status(named.code(), absl::StrCat("control API: ", named.message())));
-    }
-    api_server = *std::move(started);
-    if (!api_server->unix_socket_path().empty()) {
-      absl::FPrintF(stderr, "vhost-user-scsi: control API on unix:%s\n",
-                    api_server->unix_socket_path());
-    }
-    if (api_server->tcp_port() != 0) {
-      absl::FPrintF(stderr, "vhost-user-scsi: control API on %s (port %d)\n",
-                    api_options.tcp_address, api_server->tcp_port());
-    }
+  // The same plugin and the same error wording as microvm's (vmm/control_api.h).
+  auto started = vmm::StartLauncherApi("vhost-user-scsi", api_options, control);
+  if (!started.ok()) {
+    unlink(socket_path.c_str());  // the vhost-user socket made above: nothing will serve it
+    return Fail(started.status());
   }
+  std::unique_ptr<api::ControlServer> api_server = *std::move(started);
 
-  // A signal stops the server; the watcher itself ends when the server stops for another reason.
-  auto watcher_stop_fd = sys_util::MakeEventFd();
-  if (!watcher_stop_fd.ok()) return Fail(watcher_stop_fd.status());
-  const sys_util::ScopedFd watcher_stop = *std::move(watcher_stop_fd);
-  absl::StatusOr<std::thread> watcher = sys_util::StartThread({.name = "signal-watcher"}, [&] {
-    pollfd fds[2] = {{signal_fd->get(), POLLIN, 0}, {watcher_stop.get(), POLLIN, 0}};
-    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
-    }
-    if (fds[0].revents != 0) {
-      signalfd_siginfo info{};
-      if (read(signal_fd->get(), &info, sizeof(info)) == sizeof(info)) {
-        absl::FPrintF(stderr, "vhost-user-scsi: %s, stopping\n", strsignal(info.ssi_signo));
-      }
-    }
-    server.Stop();
-  });
+  auto watcher = SignalWatcher::Start(signal_fd->get(), server);
   if (!watcher.ok()) return Fail(watcher.status());
-  std::thread signal_watcher = *std::move(watcher);
 
   // Everything is open (disks, the sockets): into the jail before a front end connects.
   if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {
     server.Stop();
-    sys_util::SignalEventFd(watcher_stop.get());
-    signal_watcher.join();
+    (*watcher)->Join();
     if (api_server != nullptr) api_server->Stop();
     unlink(socket_path.c_str());
     return Fail(jailed);
   }
-  absl::FPrintF(stderr, "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
+  absl::FPrintF(stderr,
+                "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
                 socket_path, absl::StrJoin(names, ", "), config.scsi_queues, config.iothreads);
   const absl::Status served = server.Run();
-  sys_util::SignalEventFd(watcher_stop.get());
-  signal_watcher.join();
+  (*watcher)->Join();
   if (api_server != nullptr) api_server->Stop();
   unlink(socket_path.c_str());
   if (!served.ok()) return Fail(std::string(served.message()));

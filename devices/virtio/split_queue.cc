@@ -145,6 +145,44 @@ absl::Status AppendBuffer(const vmm::GuestMemory& memory, uint64_t addr, uint32_
   }
 }
 
+// An indirect descriptor's table (§2.7.5.3), checked as §2.7.5.3.1 requires: only with
+// VIRTIO_F_INDIRECT_DESC negotiated, never inside an indirect table, never together with NEXT, at
+// most a queue size of entries; and (§2.7.5.3) a length that is a non-zero multiple of 16.
+absl::StatusOr<const uint8_t*> IndirectTable(const vmm::GuestMemory& memory,
+                                             const QueueConfig& config, const Descriptor& desc,
+                                             uint16_t head, bool in_indirect, uint32_t index) {
+  if (!config.indirect) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: indirect descriptor without VIRTIO_F_INDIRECT_DESC negotiated",
+                        Where(head, in_indirect, index)));
+  }
+  if (in_indirect) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: indirect descriptor inside an indirect table", Where(head, true, index)));
+  }
+  if (desc.flags & kDescFNext) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: indirect descriptor has VIRTQ_DESC_F_NEXT set", Where(head, false, index)));
+  }
+  if (desc.len == 0 || desc.len % kDescriptorSize != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: indirect table length %u is not a non-zero multiple of 16",
+                        Where(head, false, index), desc.len));
+  }
+  if (desc.len / kDescriptorSize > config.size) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: indirect table of %u entries is longer than the queue size %u",
+                        Where(head, false, index), desc.len / kDescriptorSize, config.size));
+  }
+  const uint8_t* table = HostRange(memory, desc.addr, desc.len);
+  if (table == nullptr) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("%s: indirect table [0x%x, +0x%x) is not inside one guest memory region",
+                        Where(head, false, index), desc.addr, desc.len));
+  }
+  return table;
+}
+
 }  // namespace
 
 absl::StatusOr<SplitQueue> SplitQueue::Create(const vmm::GuestMemory& memory,
@@ -236,38 +274,9 @@ absl::StatusOr<std::optional<DescriptorChain>> SplitQueue::Pop() {
     }
     const Descriptor desc = LoadDescriptor(table + kDescriptorSize * index);
     if (desc.flags & kDescFIndirect) {
-      // §2.7.5.3.1: only with VIRTIO_F_INDIRECT_DESC; never inside an indirect table; never
-      // together with NEXT; at most a queue size of entries. §2.7.5.3: len is a multiple of 16.
-      if (!config_.indirect) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("%s: indirect descriptor without VIRTIO_F_INDIRECT_DESC negotiated",
-                            Where(head, in_indirect, index)));
-      }
-      if (in_indirect) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: indirect descriptor inside an indirect table", Where(head, true, index)));
-      }
-      if (desc.flags & kDescFNext) {
-        return absl::FailedPreconditionError(absl::StrFormat(
-            "%s: indirect descriptor has VIRTQ_DESC_F_NEXT set", Where(head, false, index)));
-      }
-      if (desc.len == 0 || desc.len % kDescriptorSize != 0) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("%s: indirect table length %u is not a non-zero multiple of 16",
-                            Where(head, false, index), desc.len));
-      }
-      if (desc.len / kDescriptorSize > size) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("%s: indirect table of %u entries is longer than the queue size %u",
-                            Where(head, false, index), desc.len / kDescriptorSize, size));
-      }
-      const uint8_t* indirect_table = HostRange(*memory_, desc.addr, desc.len);
-      if (indirect_table == nullptr) {
-        return absl::OutOfRangeError(absl::StrFormat(
-            "%s: indirect table [0x%x, +0x%x) is not inside one guest memory region",
-            Where(head, false, index), desc.addr, desc.len));
-      }
-      table = indirect_table;
+      auto indirect_table = IndirectTable(*memory_, config_, desc, head, in_indirect, index);
+      if (!indirect_table.ok()) return indirect_table.status();
+      table = *indirect_table;
       table_entries = desc.len / kDescriptorSize;
       in_indirect = true;
       index = 0;

@@ -15,6 +15,33 @@ namespace {
 // boot.rst, cmdline_size: "For protocol 2.05 and earlier, the maximum size is 255."
 constexpr uint64_t kPre206CmdlineMax = 255;
 
+// The setup header of boot_params: a bzImage's own (the command line checked against its
+// cmdline_size), or for an ELF kernel, which has none, the fields Linux checks.
+absl::Status FillSetupHeader(const LoadedKernel& kernel, bool bzimage, const std::string& cmdline,
+                             SetupHeader& hdr) {
+  if (bzimage) {
+    std::memcpy(&hdr, kernel.bzimage_setup_header->data(), kernel.bzimage_setup_header->size());
+    // boot.rst, cmdline_size (2.06+): "The maximum size of the command line without the
+    // terminating zero."
+    const uint64_t kernel_max = hdr.version >= kProtocol2_06 ? hdr.cmdline_size : kPre206CmdlineMax;
+    if (cmdline.size() > kernel_max) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "kernel command line is %u bytes; the kernel accepts at most %u (cmdline_size in its "
+          "setup header)",
+          cmdline.size(), kernel_max));
+    }
+  } else {
+    // No header in an ELF file: write the fields Linux checks, as Firecracker does.
+    hdr.boot_flag = kBootFlagMagic;
+    hdr.header = kHdrSMagic;
+    hdr.version = kElfBootProtocolVersion;
+    hdr.kernel_alignment = kElfKernelAlignment;
+    hdr.cmdline_size =
+        static_cast<uint32_t>(std::min<uint64_t>(cmdline.size(), kCmdlineMaxBytes - 1));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConfig& config) {
@@ -36,44 +63,23 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
   // Validate everything before writing anything.
   BootParams params;
   std::memset(&params, 0, sizeof(params));
-  if (bzimage) {
-    std::memcpy(&params.hdr, kernel.bzimage_setup_header->data(),
-                kernel.bzimage_setup_header->size());
-    // boot.rst, cmdline_size (2.06+): "The maximum size of the command line without the
-    // terminating zero."
-    const uint64_t kernel_max = params.hdr.version >= kProtocol2_06 ? params.hdr.cmdline_size
-                                                                    : kPre206CmdlineMax;
-    if (config.cmdline.size() > kernel_max) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "kernel command line is %u bytes; the kernel accepts at most %u (cmdline_size in its "
-          "setup header)",
-          config.cmdline.size(), kernel_max));
-    }
-  } else {
-    // No header in an ELF file: write the fields Linux checks, as Firecracker does.
-    params.hdr.boot_flag = kBootFlagMagic;
-    params.hdr.header = kHdrSMagic;
-    params.hdr.version = kElfBootProtocolVersion;
-    params.hdr.kernel_alignment = kElfKernelAlignment;
-    params.hdr.cmdline_size = static_cast<uint32_t>(
-        std::min<uint64_t>(config.cmdline.size(), kCmdlineMaxBytes - 1));
-  }
+  RETURN_IF_ERROR(FillSetupHeader(kernel, bzimage, config.cmdline, params.hdr));
   RETURN_IF_ERROR(CheckCommandLine(config.cmdline, kCmdlineMaxBytes));
 
   if (config.initrd.has_value()) {
     if (config.initrd->size == 0 ||
         !memory.IsValidRange(config.initrd->address, config.initrd->size)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "initrd at 0x%x (%u bytes) is not inside guest RAM", config.initrd->address.value(),
-          config.initrd->size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("initrd at 0x%x (%u bytes) is not inside guest RAM",
+                          config.initrd->address.value(), config.initrd->size));
     }
   }
 
   const std::vector<x86::E820Entry> e820 = x86::BuildE820Map(memory);
   if (e820.size() > kZeroPageE820MaxEntries) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the memory map has %u entries; boot_params holds at most %u", e820.size(),
-        kZeroPageE820MaxEntries));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the memory map has %u entries; boot_params holds at most %u", e820.size(),
+                        kZeroPageE820MaxEntries));
   }
 
   if (!config.fdt.empty()) {
@@ -82,7 +88,8 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
           "device tree blob is %u bytes; at most %u fit at 0x%x after the setup_data header",
           config.fdt.size(), kFdtMaxBytes - sizeof(SetupDataHeader), kLinuxFdtBlobAddress));
     }
-    // setup_data exists from protocol 2.09 on; the 2.12 a bzImage needs for XLF_KERNEL_64 covers it.
+    // setup_data exists from protocol 2.09 on; the 2.12 a bzImage needs for XLF_KERNEL_64 covers
+    // it.
     if (params.hdr.version < kProtocol2_09) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the kernel's boot protocol 0x%04x predates setup_data (2.09); it cannot take an FDT",
@@ -116,9 +123,8 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
 
   RETURN_IF_ERROR(WriteCommandLine(memory, config.cmdline, kCmdlineMaxBytes));
   if (!config.fdt.empty()) {
-    const SetupDataHeader node = {.next = 0,
-                                  .type = kSetupDtb,
-                                  .len = static_cast<uint32_t>(config.fdt.size())};
+    const SetupDataHeader node = {
+        .next = 0, .type = kSetupDtb, .len = static_cast<uint32_t>(config.fdt.size())};
     RETURN_IF_ERROR(memory.WriteObject(GuestAddress(kLinuxFdtSetupDataAddress), node));
     RETURN_IF_ERROR(memory.Write(GuestAddress(kLinuxFdtBlobAddress), config.fdt));
     params.hdr.setup_data = kLinuxFdtSetupDataAddress;

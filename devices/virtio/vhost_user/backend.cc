@@ -31,28 +31,50 @@ std::vector<uint8_t> U64Bytes(uint64_t value) {
 
 const char* RequestName(Request request) {
   switch (request) {
-    case Request::kGetFeatures: return "GET_FEATURES";
-    case Request::kSetFeatures: return "SET_FEATURES";
-    case Request::kSetOwner: return "SET_OWNER";
-    case Request::kResetOwner: return "RESET_OWNER";
-    case Request::kSetMemTable: return "SET_MEM_TABLE";
-    case Request::kSetLogBase: return "SET_LOG_BASE";
-    case Request::kSetLogFd: return "SET_LOG_FD";
-    case Request::kSetVringNum: return "SET_VRING_NUM";
-    case Request::kSetVringAddr: return "SET_VRING_ADDR";
-    case Request::kSetVringBase: return "SET_VRING_BASE";
-    case Request::kGetVringBase: return "GET_VRING_BASE";
-    case Request::kSetVringKick: return "SET_VRING_KICK";
-    case Request::kSetVringCall: return "SET_VRING_CALL";
-    case Request::kSetVringErr: return "SET_VRING_ERR";
-    case Request::kGetProtocolFeatures: return "GET_PROTOCOL_FEATURES";
-    case Request::kSetProtocolFeatures: return "SET_PROTOCOL_FEATURES";
-    case Request::kGetQueueNum: return "GET_QUEUE_NUM";
-    case Request::kSetVringEnable: return "SET_VRING_ENABLE";
-    case Request::kGetConfig: return "GET_CONFIG";
-    case Request::kSetConfig: return "SET_CONFIG";
-    case Request::kResetDevice: return "RESET_DEVICE";
-    default: return "request";
+    case Request::kGetFeatures:
+      return "GET_FEATURES";
+    case Request::kSetFeatures:
+      return "SET_FEATURES";
+    case Request::kSetOwner:
+      return "SET_OWNER";
+    case Request::kResetOwner:
+      return "RESET_OWNER";
+    case Request::kSetMemTable:
+      return "SET_MEM_TABLE";
+    case Request::kSetLogBase:
+      return "SET_LOG_BASE";
+    case Request::kSetLogFd:
+      return "SET_LOG_FD";
+    case Request::kSetVringNum:
+      return "SET_VRING_NUM";
+    case Request::kSetVringAddr:
+      return "SET_VRING_ADDR";
+    case Request::kSetVringBase:
+      return "SET_VRING_BASE";
+    case Request::kGetVringBase:
+      return "GET_VRING_BASE";
+    case Request::kSetVringKick:
+      return "SET_VRING_KICK";
+    case Request::kSetVringCall:
+      return "SET_VRING_CALL";
+    case Request::kSetVringErr:
+      return "SET_VRING_ERR";
+    case Request::kGetProtocolFeatures:
+      return "GET_PROTOCOL_FEATURES";
+    case Request::kSetProtocolFeatures:
+      return "SET_PROTOCOL_FEATURES";
+    case Request::kGetQueueNum:
+      return "GET_QUEUE_NUM";
+    case Request::kSetVringEnable:
+      return "SET_VRING_ENABLE";
+    case Request::kGetConfig:
+      return "GET_CONFIG";
+    case Request::kSetConfig:
+      return "SET_CONFIG";
+    case Request::kResetDevice:
+      return "RESET_DEVICE";
+    default:
+      return "request";
   }
 }
 
@@ -266,35 +288,17 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       RETURN_IF_ERROR(NoDescriptors(message));
       ASSIGN_OR_RETURN(const uint64_t features, message.PayloadAs<uint64_t>());
       if ((features & ~offered_protocol_features()) != 0) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_PROTOCOL_FEATURES: 0x%x were not offered (0x%x)", features,
-            offered_protocol_features()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SET_PROTOCOL_FEATURES: 0x%x were not offered (0x%x)", features,
+                            offered_protocol_features()));
       }
       protocol_features_ = features;
       return absl::OkStatus();
     }
     case Request::kSetMemTable:
       return SetMemTable(message);
-    case Request::kSetVringNum: {
-      ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
-      auto& [state, ring] = request;
-      if (state.num == 0 || state.num > kMaxQueueSize || !std::has_single_bit(state.num)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_NUM: ring %u size %u is not a power of two up to %u", state.index,
-            state.num, kMaxQueueSize));
-      }
-      if (state.num > max_sizes_[state.index]) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_NUM: ring %u size %u is above the device's %u", state.index, state.num,
-            max_sizes_[state.index]));
-      }
-      if (active_rings_.contains(state.index)) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("SET_VRING_NUM: ring %u is running", state.index));
-      }
-      ring->size = static_cast<uint16_t>(state.num);
-      return absl::OkStatus();
-    }
+    case Request::kSetVringNum:
+      return SetVringNum(message);
     case Request::kSetVringAddr: {
       ASSIGN_OR_RETURN(auto request, RingRequest<VringAddress>(message));
       auto& [address, ring] = request;
@@ -311,9 +315,9 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
       ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
       auto& [state, ring] = request;
       if (state.num > 0xffff) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)", state.index,
-            state.num));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("SET_VRING_BASE: ring %u base 0x%x (split rings have 16-bit indices)",
+                            state.index, state.num));
       }
       if (active_rings_.contains(state.index)) {
         return absl::FailedPreconditionError(
@@ -349,13 +353,35 @@ absl::Status VhostUserBackend::HandleNoReply(Message& message) {
   }
 }
 
+// SET_VRING_NUM: a power of two up to the device's size for that ring, on a ring not running.
+absl::Status VhostUserBackend::SetVringNum(Message& message) {
+  ASSIGN_OR_RETURN(auto request, RingRequest<VringState>(message));
+  auto& [state, ring] = request;
+  if (state.num == 0 || state.num > kMaxQueueSize || !std::has_single_bit(state.num)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_VRING_NUM: ring %u size %u is not a power of two up to %u",
+                        state.index, state.num, kMaxQueueSize));
+  }
+  if (state.num > max_sizes_[state.index]) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_VRING_NUM: ring %u size %u is above the device's %u", state.index,
+                        state.num, max_sizes_[state.index]));
+  }
+  if (active_rings_.contains(state.index)) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("SET_VRING_NUM: ring %u is running", state.index));
+  }
+  ring->size = static_cast<uint16_t>(state.num);
+  return absl::OkStatus();
+}
+
 absl::Status VhostUserBackend::SetFeatures(uint64_t features) {
   // Transport bits change what the rings look like: one that was not offered cannot be served.
   const uint64_t unoffered = features & ~offered_features() & ~kHarmlessTransportFeatures;
   if ((unoffered & (kTransportFeatureMask | kFeatureProtocolFeatures)) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SET_FEATURES: transport features 0x%x were not offered (0x%x)", unoffered,
-        offered_features()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("SET_FEATURES: transport features 0x%x were not offered (0x%x)", unoffered,
+                        offered_features()));
   }
   // Device bits the front end implements itself come along (QEMU's vhost-user-scsi passes on
   // the guest's VIRTIO_SCSI_F_CHANGE, which QEMU offers whatever the back end says); the device
@@ -380,8 +406,8 @@ absl::Status VhostUserBackend::SetMemTable(Message& message) {
   MemoryTableHeader header;
   std::memcpy(&header, message.payload.data(), sizeof(header));
   if (header.num_regions == 0 || header.num_regions > kMaxMemoryRegions) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "SET_MEM_TABLE: %u regions (1 to %u)", header.num_regions, kMaxMemoryRegions));
+    return absl::InvalidArgumentError(absl::StrFormat("SET_MEM_TABLE: %u regions (1 to %u)",
+                                                      header.num_regions, kMaxMemoryRegions));
   }
   if (message.payload.size() != sizeof(header) + header.num_regions * sizeof(MemoryRegion)) {
     return absl::InvalidArgumentError(
@@ -461,9 +487,8 @@ absl::StatusOr<std::pair<T, VhostUserBackend::Ring*>> VhostUserBackend::RingRequ
 
 absl::StatusOr<VhostUserBackend::Ring*> VhostUserBackend::RingFor(uint32_t index) {
   if (index >= rings_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("vhost-user: ring %u does not exist (the device has %u)", index,
-                        rings_.size()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "vhost-user: ring %u does not exist (the device has %u)", index, rings_.size()));
   }
   return &rings_[index];
 }
@@ -478,8 +503,8 @@ absl::Status VhostUserBackend::SetRingFd(Message& message) {
   ASSIGN_OR_RETURN(Ring* const ring, RingFor(index));
   const bool no_fd = (value & kVringNoFd) != 0;
   if (message.fds.size() != (no_fd ? 0u : 1u)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: ring %u came with %u file descriptors", name, index, message.fds.size()));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: ring %u came with %u file descriptors",
+                                                      name, index, message.fds.size()));
   }
   sys_util::ScopedFd fd = no_fd ? sys_util::ScopedFd() : std::move(message.fds[0]);
   if (fd.valid()) {
@@ -536,9 +561,9 @@ absl::StatusOr<vmm::GuestAddress> VhostUserBackend::Translate(uint64_t userspace
     if (offset > mapping.size || bytes > mapping.size - offset) continue;
     return vmm::GuestAddress(mapping.guest_phys_addr + offset);
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "vhost-user: [0x%x, +0x%x) is not inside one region of the memory table", userspace_addr,
-      bytes));
+  return absl::InvalidArgumentError(
+      absl::StrFormat("vhost-user: [0x%x, +0x%x) is not inside one region of the memory table",
+                      userspace_addr, bytes));
 }
 
 std::set<uint32_t> VhostUserBackend::WantedRings() const {
@@ -597,9 +622,9 @@ absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
   for (uint32_t index : rings) {
     const Ring& ring = rings_[index];
     if (ring.size > max_sizes_[index]) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "vhost-user: ring %u has %u entries, the device allows %u", index, ring.size,
-          max_sizes_[index]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("vhost-user: ring %u has %u entries, the device allows %u", index,
+                          ring.size, max_sizes_[index]));
     }
     const uint64_t size = ring.size;
     auto descriptors = Translate(ring.address->descriptor, 16 * size);
@@ -613,8 +638,7 @@ absl::Status VhostUserBackend::StartDevice(const std::set<uint32_t>& rings) {
     }
     // Checked here as well as by SplitQueue::Create, so that no ring starts (and consumes
     // buffers) when a later one would fail (virtio 1.2 §2.7: alignments 16, 2 and 4).
-    if (descriptors->value() % 16 != 0 || available->value() % 2 != 0 ||
-        used->value() % 4 != 0) {
+    if (descriptors->value() % 16 != 0 || available->value() % 2 != 0 || used->value() % 4 != 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("vhost-user: ring %u: misaligned ring areas", index));
     }

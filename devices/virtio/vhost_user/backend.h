@@ -11,12 +11,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/message.h"
 #include "devices/virtio/vhost_user/protocol.h"
 #include "devices/virtio/virtio_device.h"
-#include "vmm/sys_util/rate_limited_log.h"
 #include "vmm/machine/guest_memory.h"
+#include "vmm/sys_util/rate_limited_log.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio::vhost_user {
 
@@ -78,8 +78,8 @@ class VhostUserBackend {
   struct Ring {
     uint16_t size = 0;
     std::optional<VringAddress> address;
-    uint16_t base = 0;          // next index to consume when (re)started
-    sys_util::ScopedFd kick;       // started while valid
+    uint16_t base = 0;        // next index to consume when (re)started
+    sys_util::ScopedFd kick;  // started while valid
     bool enabled = false;
     std::shared_ptr<Notifier> call;
     std::shared_ptr<Notifier> err;
@@ -95,6 +95,7 @@ class VhostUserBackend {
   absl::StatusOr<std::vector<uint8_t>> HandleWithReply(const Message& message);
   absl::Status HandleNoReply(Message& message);
 
+  absl::Status SetVringNum(Message& message);
   absl::Status SetFeatures(uint64_t features);
   absl::Status SetMemTable(Message& message);
   absl::StatusOr<Ring*> RingFor(uint32_t index);
@@ -123,7 +124,7 @@ class VhostUserBackend {
   const std::vector<uint16_t> max_sizes_;
   std::unique_ptr<Events> events_;
 
-  uint64_t features_ = 0;           // accepted by SET_FEATURES (without the protocol bit)
+  uint64_t features_ = 0;              // accepted by SET_FEATURES (without the protocol bit)
   bool protocol_features_on_ = false;  // VHOST_USER_F_PROTOCOL_FEATURES negotiated
   uint64_t protocol_features_ = 0;
   std::unique_ptr<vmm::GuestMemory> memory_;
