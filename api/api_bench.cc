@@ -1,13 +1,13 @@
-// api_bench: the control API's round-trip latency, and a background query load, for tools/bench-api.
-// A benchmark, not a test: it prints numbers and fails only when the API does.
+// api_bench: the control API's round-trip latency, and a background query load, for
+// tools/bench-api. A benchmark, not a test: it prints numbers and fails only when the API does.
 //
 //   api_bench --api unix:PATH latency [--drive cd1] [--iso PATH] [--calls 2000] [--pairs 500]
 //       GetStatus, ListDrives and GetStats round trips (--calls each, after 100 warm-up calls),
 //       then Insert(--iso) + Eject(force) pairs on --drive (an idle, empty CD-ROM).
 //   api_bench --api unix:PATH load [--drive cd0] [--seconds S] [--interval-us N] [--wait-s S]
 //       GetStatus + GetStats on --drive back to back (or one pair every --interval-us) until
-//       SIGINT/SIGTERM or --seconds; waits up to --wait-s for the socket to appear first. Prints the
-//       call count and rate at the end.
+//       SIGINT/SIGTERM or --seconds; waits up to --wait-s for the socket to appear first. Prints
+//       the call count and rate at the end.
 //
 // Output lines start with "api-bench:" and are key=value pairs.
 #include <signal.h>
@@ -58,7 +58,9 @@ Summary Summarize(std::vector<double> us) {
   double sum = 0;
   for (double v : us) sum += v;
   s.mean_us = sum / us.size();
-  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * (us.size() - 1) + 0.5))]; };
+  auto at = [&](double q) {
+    return us[std::min(us.size() - 1, static_cast<size_t>(q * (us.size() - 1) + 0.5))];
+  };
   s.min_us = us.front();
   s.p50_us = at(0.50);
   s.p90_us = at(0.90);
@@ -68,13 +70,16 @@ Summary Summarize(std::vector<double> us) {
 }
 
 void Print(const std::string& what, const Summary& s) {
-  absl::PrintF("api-bench: %-22s calls=%d mean_us=%.1f min_us=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f max_us=%.1f\n",
-               what, s.count, s.mean_us, s.min_us, s.p50_us, s.p90_us, s.p99_us, s.max_us);
+  absl::PrintF(
+      "api-bench: %-22s calls=%d mean_us=%.1f min_us=%.1f p50_us=%.1f p90_us=%.1f p99_us=%.1f "
+      "max_us=%.1f\n",
+      what, s.count, s.mean_us, s.min_us, s.p50_us, s.p90_us, s.p99_us, s.max_us);
   fflush(stdout);
 }
 
 // Times `calls` runs of `call` (which returns false on an RPC error: the benchmark stops).
-bool Time(const std::string& what, int calls, const std::function<grpc::Status()>& call, std::vector<double>* out) {
+bool Time(const std::string& what, int calls, const std::function<grpc::Status()>& call,
+          std::vector<double>* out) {
   out->clear();
   out->reserve(calls);
   for (int i = 0; i < calls; ++i) {
@@ -82,8 +87,8 @@ bool Time(const std::string& what, int calls, const std::function<grpc::Status()
     grpc::Status status = call();
     const auto end = std::chrono::steady_clock::now();
     if (!status.ok()) {
-      std::cerr << "api_bench: " << what << ": " << vmmctl::StatusCodeName(status.error_code()) << ": "
-                << status.error_message() << "\n";
+      std::cerr << "api_bench: " << what << ": " << vmmctl::StatusCodeName(status.error_code())
+                << ": " << status.error_message() << "\n";
       return false;
     }
     out->push_back(std::chrono::duration<double, std::micro>(end - start).count());
@@ -137,8 +142,9 @@ int Latency(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::s
     grpc::Status result = media.Insert(&insert_context, insert, &status);
     const auto inserted = std::chrono::steady_clock::now();
     if (!result.ok()) {
-      std::cerr << "api_bench: Insert(" << drive << ", " << iso << "): " << vmmctl::StatusCodeName(result.error_code())
-                << ": " << result.error_message() << "\n";
+      std::cerr << "api_bench: Insert(" << drive << ", " << iso
+                << "): " << vmmctl::StatusCodeName(result.error_code()) << ": "
+                << result.error_message() << "\n";
       return 1;
     }
     grpc::ClientContext eject_context;
@@ -149,7 +155,8 @@ int Latency(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::s
     result = media.Eject(&eject_context, eject, &status);
     const auto ejected = std::chrono::steady_clock::now();
     if (!result.ok()) {
-      std::cerr << "api_bench: Eject(" << drive << "): " << vmmctl::StatusCodeName(result.error_code()) << ": "
+      std::cerr << "api_bench: Eject(" << drive
+                << "): " << vmmctl::StatusCodeName(result.error_code()) << ": "
                 << result.error_message() << "\n";
       return 1;
     }
@@ -163,8 +170,8 @@ int Latency(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::s
   return 0;
 }
 
-int Load(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::string& drive, double seconds,
-         int64_t interval_us) {
+int Load(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::string& drive,
+         double seconds, int64_t interval_us) {
   const absl::Time start = absl::Now();
   const absl::Time end = seconds > 0 ? start + absl::Seconds(seconds) : absl::InfiniteFuture();
   uint64_t calls = 0, errors = 0;
@@ -199,16 +206,19 @@ int Load(pb::MediaService::Stub& media, pb::VmService::Stub& vm, const std::stri
   getrusage(RUSAGE_SELF, &usage);
   const double cpu = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
                      (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-  absl::PrintF("api-bench: load calls=%d errors=%d seconds=%.2f calls_per_s=%.0f client_cpu_s=%.2f\n", calls, errors,
-               elapsed, elapsed > 0 ? calls / elapsed : 0.0, cpu);
+  absl::PrintF(
+      "api-bench: load calls=%d errors=%d seconds=%.2f calls_per_s=%.0f client_cpu_s=%.2f\n", calls,
+      errors, elapsed, elapsed > 0 ? calls / elapsed : 0.0, cpu);
   fflush(stdout);
   return 0;
 }
 
 int Usage() {
-  std::cerr << "usage: api_bench --api unix:PATH latency [--drive cd1] [--iso PATH] [--calls N] [--pairs N]\n"
+  std::cerr << "usage: api_bench --api unix:PATH latency [--drive cd1] [--iso PATH] [--calls N] "
+               "[--pairs N]\n"
                "                  [--status-drive cd0]\n"
-               "       api_bench --api unix:PATH load [--drive cd0] [--seconds S] [--interval-us N] [--wait-s S]\n";
+               "       api_bench --api unix:PATH load [--drive cd0] [--seconds S] [--interval-us "
+               "N] [--wait-s S]\n";
   return 2;
 }
 
@@ -264,7 +274,8 @@ int main(int argc, char** argv) {
   // The load is started before the VMM: wait for its socket.
   const absl::Time wait_until = absl::Now() + absl::Seconds(wait_s);
   struct stat st;
-  while (address->is_unix && stat(address->path.c_str(), &st) != 0 && absl::Now() < wait_until && !stop_requested) {
+  while (address->is_unix && stat(address->path.c_str(), &st) != 0 && absl::Now() < wait_until &&
+         !stop_requested) {
     absl::SleepFor(absl::Milliseconds(2));
   }
   auto channel = vmmctl::Connect(*address, absl::Seconds(10));

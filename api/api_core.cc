@@ -24,7 +24,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-
 grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                           const std::string& token) {
   if (token.empty()) return grpc::Status::OK;
@@ -33,7 +32,6 @@ grpc::Status Authenticate(const std::multimap<grpc::string_ref, grpc::string_ref
   for (auto it = begin; it != end; ++it) values.emplace_back(it->second.data(), it->second.size());
   return ToGrpc(CheckAuthorization(values, token));
 }
-
 
 std::string Quote(const std::string& text, size_t max) {
   std::string shown = "'";
@@ -49,8 +47,6 @@ std::string Quote(const std::string& text, size_t max) {
   shown += "'";
   return shown;
 }
-
-
 
 pb::MediaEvent::Type ToProto(block::MediaEventType type) {
   switch (type) {
@@ -70,7 +66,6 @@ pb::MediaEvent::Type ToProto(block::MediaEventType type) {
   return pb::MediaEvent::TYPE_UNSPECIFIED;
 }
 
-
 pb::VmInfo::State ToProto(VmRunState state) {
   switch (state) {
     case VmRunState::kRunning:
@@ -83,7 +78,6 @@ pb::VmInfo::State ToProto(VmRunState state) {
   return pb::VmInfo::STATE_UNSPECIFIED;
 }
 
-
 void ToProto(const block::IoLimits& limits, pb::IoLimits* out) {
   out->set_iops(limits.iops);
   out->set_bytes_per_second(limits.bytes_per_second);
@@ -91,14 +85,12 @@ void ToProto(const block::IoLimits& limits, pb::IoLimits* out) {
   out->set_bytes_burst(limits.bytes_burst);
 }
 
-
 block::IoLimits FromProto(const pb::IoLimits& limits) {
   return {.iops = limits.iops(),
           .bytes_per_second = limits.bytes_per_second(),
           .iops_burst = limits.iops_burst(),
           .bytes_burst = limits.bytes_burst()};
 }
-
 
 void FillDriveLimits(const DriveEntry& drive, pb::DriveStatus* out) {
   if (drive.drive == nullptr) return;
@@ -108,7 +100,6 @@ void FillDriveLimits(const DriveEntry& drive, pb::DriveStatus* out) {
     out->set_io_group(group->name());
   }
 }
-
 
 void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
                      pb::DriveStatus* out) {
@@ -140,7 +131,6 @@ void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
   out->set_read_only(true);
   FillDriveLimits(drive, out);
 }
-
 
 void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out) {
   out->set_drive(drive.name);
@@ -193,9 +183,8 @@ absl::Status CheckImageFile(absl::string_view verb, const std::string& path) {
   return absl::OkStatus();
 }
 
-
-absl::Status ImageError(absl::string_view verb, const std::string& path,
-                        const absl::Status& status, bool keep_precondition) {
+absl::Status ImageError(absl::string_view verb, const std::string& path, const absl::Status& status,
+                        bool keep_precondition) {
   absl::StatusCode code = status.code();
   if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kPermissionDenied &&
       !(keep_precondition && code == absl::StatusCode::kFailedPrecondition)) {
@@ -208,10 +197,8 @@ absl::Status ImageError(absl::string_view verb, const std::string& path,
     message = rest;
   }
   if (absl::StartsWith(message, path)) return absl::Status(code, absl::StrCat(verb, ": ", message));
-  return absl::Status(code,
-                      absl::StrFormat("%s: %s: %s", verb, Quote(path, kPathShown), message));
+  return absl::Status(code, absl::StrFormat("%s: %s: %s", verb, Quote(path, kPathShown), message));
 }
-
 
 absl::StatusOr<std::string> RequestedPath(VmControl& control, absl::string_view verb,
                                           const std::string& requested) {
@@ -231,7 +218,6 @@ absl::StatusOr<std::string> RequestedPath(VmControl& control, absl::string_view 
   }
   return path;
 }
-
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
@@ -259,9 +245,9 @@ absl::StatusOr<DrivePtr> ApiCore::FindDrive(const std::string& name) const {
     if (drive->name == name) return drive;
     names.push_back(drive->name);
   }
-  return absl::NotFoundError(absl::StrFormat(
-      "no drive %s (this VM has: %s)", Quote(name),
-      names.empty() ? std::string("no drives") : absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrFormat("no drive %s (this VM has: %s)", Quote(name),
+                      names.empty() ? std::string("no drives") : absl::StrJoin(names, ", ")));
 }
 
 DrivePtr ApiCore::AddDrive(DriveEntry entry) {
@@ -329,8 +315,8 @@ bool ApiCore::AddWatcher(WatchQueue* queue, grpc::Status* refusal) {
   }
   // A stream that fell behind is over, though its handler may stay blocked in Write() for as long
   // as its client neither reads nor goes away: it no longer takes a slot (H13 of
-  // docs/security.md: 32 stopped clients refused every new Watch for good). It is cancelled, which ends it
-  // at once if its client is merely slow.
+  // docs/security.md: 32 stopped clients refused every new Watch for good). It is cancelled, which
+  // ends it at once if its client is merely slow.
   int open = 0;
   for (WatchQueue* watcher : watchers_) {
     if (watcher->overflowed()) {

@@ -60,8 +60,7 @@ block::IoLimits FromProto(const pb::IoLimits& limits);
 void FillDriveLimits(const DriveEntry& drive, pb::DriveStatus* out);
 
 // A drive's status; for a CD-ROM from the media snapshot `state` (the current one if null).
-void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state,
-                     pb::DriveStatus* out);
+void FillDriveStatus(const DriveEntry& drive, const block::MediaState* state, pb::DriveStatus* out);
 
 void FillDriveStats(const DriveEntry& drive, pb::DriveStats* out);
 
@@ -159,8 +158,8 @@ class DriveListener : public block::MediaListener {
   DriveListener(std::shared_ptr<const DriveEntry> drive, WatchQueue* queue)
       : drive_(std::move(drive)), queue_(queue) {}
   void OnMediaEvent(const block::MediaEvent& event) override {
-    queue_->Push({drive_, event.type, event.by_guest, event.state, absl::GetCurrentTimeNanos(),
-                  nullptr});
+    queue_->Push(
+        {drive_, event.type, event.by_guest, event.state, absl::GetCurrentTimeNanos(), nullptr});
   }
 
  private:
@@ -251,8 +250,8 @@ absl::Status CheckImageFile(absl::string_view verb, const std::string& path);
 // anything else, unless `keep_precondition` keeps FAILED_PRECONDITION: a disk image locked by
 // another user) INVALID_ARGUMENT, led by the verb and the path: "insert: /srv/a.iso: no such file
 // or directory".
-absl::Status ImageError(absl::string_view verb, const std::string& path,
-                        const absl::Status& status, bool keep_precondition = false);
+absl::Status ImageError(absl::string_view verb, const std::string& path, const absl::Status& status,
+                        bool keep_precondition = false);
 
 // The path an insert or attach opens: a relative one is relative to the VMM's working directory
 // (or to --media-dir, which resolves it itself), made absolute here so that the drive's source

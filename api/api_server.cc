@@ -10,8 +10,8 @@
 #include <grpcpp/support/server_interceptor.h>
 #include <limits.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -125,7 +125,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
                      StagedUnixSocket::Create(options.unix_socket_path, "--api-socket"));
   }
   static std::once_flag reflection_once;
-  std::call_once(reflection_once, [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
+  std::call_once(reflection_once,
+                 [] { grpc::reflection::InitProtoReflectionServerBuilderPlugin(); });
 
   std::unique_ptr<ApiServer> server(new ApiServer());
   server->core_ = std::make_unique<ApiCore>(control, options);
@@ -175,9 +176,9 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
     if (server->server_ != nullptr) server->server_->Shutdown();
     server->stopped_ = true;
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot start the API server on %s (address in use, or no permission?)",
-        absl::StrJoin(where, " and ")));
+    return absl::UnavailableError(
+        absl::StrFormat("cannot start the API server on %s (address in use, or no permission?)",
+                        absl::StrJoin(where, " and ")));
   }
   if (staged_socket.has_value()) {
     struct stat st {};
@@ -191,7 +192,6 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   }
   return server;
 }
-
 
 size_t ApiServer::watcher_count() const { return core_ != nullptr ? core_->watcher_count() : 0; }
 

@@ -2,6 +2,7 @@
 // socket, with real gRPC stubs.
 #include "api/api_server.h"
 
+#include <fcntl.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/dynamic_message.h>
 #include <grpcpp/grpcpp.h>
@@ -9,14 +10,13 @@
 #include <grpcpp/impl/codegen/sync_stream.h>
 #include <limits.h>
 #include <poll.h>
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -70,12 +70,25 @@ class FakeVm : public VmControl {
 
   std::vector<DriveEntry> Drives() const override {
     return {
-        {.name = "cd0", .cdrom = true, .bus = "virtio-scsi", .address = "0:0:0", .drive = cd0,
+        {.name = "cd0",
+         .cdrom = true,
+         .bus = "virtio-scsi",
+         .address = "0:0:0",
+         .drive = cd0,
          .media = cd0_media},
-        {.name = "cd1", .cdrom = true, .bus = "ide", .address = "1:0", .drive = cd1,
+        {.name = "cd1",
+         .cdrom = true,
+         .bus = "ide",
+         .address = "1:0",
+         .drive = cd1,
          .media = cd1_media},
-        {.name = "disk0", .cdrom = false, .bus = "virtio-scsi", .address = "0:0:1",
-         .source = "/images/disk0.img", .read_only = false, .cache_mode = "writeback",
+        {.name = "disk0",
+         .cdrom = false,
+         .bus = "virtio-scsi",
+         .address = "0:0:1",
+         .source = "/images/disk0.img",
+         .read_only = false,
+         .cache_mode = "writeback",
          .drive = disk0},
     };
   }
@@ -111,8 +124,9 @@ class FakeVm : public VmControl {
     errno = 0;
     status_thread_nice = getpriority(PRIO_PROCESS, static_cast<int>(syscall(SYS_gettid)));
     VmStatus status;
-    status.state = stopping ? VmRunState::kStopping : paused ? VmRunState::kPaused
-                                                             : VmRunState::kRunning;
+    status.state = stopping ? VmRunState::kStopping
+                   : paused ? VmRunState::kPaused
+                            : VmRunState::kRunning;
     status.vcpus = 2;
     status.memory_bytes = 256 << 20;
     status.kernel = "/boot/guest.elf";
@@ -128,8 +142,8 @@ class FakeVm : public VmControl {
       const DiskAttachment& disk) override {
     return block::raw::RawFileBackend::Open(disk.path, {});
   }
-  absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk,
-                                        std::shared_ptr<block::raw::RawFileBackend> image) override {
+  absl::StatusOr<DriveEntry> AttachDisk(
+      const DiskAttachment& disk, std::shared_ptr<block::raw::RawFileBackend> image) override {
     absl::MutexLock lock(&mutex);
     attachments.push_back(disk);
     const std::string name = disk.id.empty() ? "disk1" : disk.id;
@@ -139,9 +153,14 @@ class FakeVm : public VmControl {
     if (disk.lun == 1) return absl::AlreadyExistsError("LUN 1 is taken");
     ASSIGN_OR_RETURN(std::shared_ptr<block::Drive> drive,
                      block::Drive::CreateFixed({.name = name}, std::move(image)));
-    DriveEntry entry{.name = name, .cdrom = false, .bus = "virtio-scsi",
-                     .address = absl::StrCat("0:0:", disk.lun.value_or(2)), .source = disk.path,
-                     .read_only = disk.read_only, .cache_mode = "writeback", .drive = drive};
+    DriveEntry entry{.name = name,
+                     .cdrom = false,
+                     .bus = "virtio-scsi",
+                     .address = absl::StrCat("0:0:", disk.lun.value_or(2)),
+                     .source = disk.path,
+                     .read_only = disk.read_only,
+                     .cache_mode = "writeback",
+                     .drive = drive};
     attached[name] = drive;
     return entry;
   }
@@ -688,8 +707,8 @@ TEST_F(ApiServerTest, EjectOfALockedDriveAsksTheGuest) {
   EXPECT_FALSE(status.medium_present());
 
   const std::pair<pb::MediaEvent::Type, bool> expected[] = {
-      {pb::MediaEvent::LOCK_CHANGED, true},   {pb::MediaEvent::EJECT_REQUESTED, false},
-      {pb::MediaEvent::LOCK_CHANGED, true},   {pb::MediaEvent::TRAY_OPENED, true},
+      {pb::MediaEvent::LOCK_CHANGED, true},    {pb::MediaEvent::EJECT_REQUESTED, false},
+      {pb::MediaEvent::LOCK_CHANGED, true},    {pb::MediaEvent::TRAY_OPENED, true},
       {pb::MediaEvent::MEDIUM_REMOVED, false},
   };
   for (const auto& [type, by_guest] : expected) {
@@ -711,9 +730,9 @@ TEST_F(ApiServerTest, WatchDeliversEventsInOrderAndEndsOnCancel) {
   EXPECT_EQ(server_->watcher_count(), 1u);
   pb::DriveStatus status;
   const int64_t start = absl::GetCurrentTimeNanos();
-  ASSERT_TRUE(Eject("cd0", false, &status).ok());      // TRAY_OPENED, MEDIUM_REMOVED
-  ASSERT_TRUE(Insert("cd1", iso_, &status).ok());      // TRAY_OPENED, MEDIUM_INSERTED, TRAY_CLOSED
-  vm_.cd1_media->SetLocked(true, /*by_guest=*/true);   // LOCK_CHANGED (guest)
+  ASSERT_TRUE(Eject("cd0", false, &status).ok());     // TRAY_OPENED, MEDIUM_REMOVED
+  ASSERT_TRUE(Insert("cd1", iso_, &status).ok());     // TRAY_OPENED, MEDIUM_INSERTED, TRAY_CLOSED
+  vm_.cd1_media->SetLocked(true, /*by_guest=*/true);  // LOCK_CHANGED (guest)
   EXPECT_FALSE(vm_.cd1_media->GuestLoadEject(true).ok());  // EJECT_REQUESTED (guest)
 
   struct Expected {
@@ -722,9 +741,12 @@ TEST_F(ApiServerTest, WatchDeliversEventsInOrderAndEndsOnCancel) {
     bool by_guest;
   };
   const Expected expected[] = {
-      {pb::MediaEvent::TRAY_OPENED, "cd0", false},    {pb::MediaEvent::MEDIUM_REMOVED, "cd0", false},
-      {pb::MediaEvent::TRAY_OPENED, "cd1", false},    {pb::MediaEvent::MEDIUM_INSERTED, "cd1", false},
-      {pb::MediaEvent::TRAY_CLOSED, "cd1", false},    {pb::MediaEvent::LOCK_CHANGED, "cd1", true},
+      {pb::MediaEvent::TRAY_OPENED, "cd0", false},
+      {pb::MediaEvent::MEDIUM_REMOVED, "cd0", false},
+      {pb::MediaEvent::TRAY_OPENED, "cd1", false},
+      {pb::MediaEvent::MEDIUM_INSERTED, "cd1", false},
+      {pb::MediaEvent::TRAY_CLOSED, "cd1", false},
+      {pb::MediaEvent::LOCK_CHANGED, "cd1", true},
       {pb::MediaEvent::EJECT_REQUESTED, "cd1", true},
   };
   std::vector<pb::MediaEvent> events;
@@ -778,8 +800,8 @@ TEST_F(ApiServerTest, WatchOneDrive) {
   }
   watch->reader->Finish();
 
-  for (const auto& [drive, code] : std::vector<std::pair<std::string, StatusCode>>{
-           {"cd9", StatusCode::NOT_FOUND}}) {
+  for (const auto& [drive, code] :
+       std::vector<std::pair<std::string, StatusCode>>{{"cd9", StatusCode::NOT_FOUND}}) {
     grpc::ClientContext context;
     Deadline(context);
     pb::WatchRequest request;
@@ -944,8 +966,7 @@ TEST_F(ApiServerTest, AttachAndDetachErrorsAreClear) {
     pb::DriveStatus status;
     const grpc::Status result = AttachDisk(*vm_service_, request, &status);
     EXPECT_EQ(result.error_code(), c.code) << c.message << ": " << result.error_message();
-    EXPECT_NE(result.error_message().find(c.message), std::string::npos)
-        << result.error_message();
+    EXPECT_NE(result.error_message().find(c.message), std::string::npos) << result.error_message();
   }
   pb::DriveStatus status;
   EXPECT_EQ(DetachDisk(*vm_service_, "disk9", &status).error_code(), StatusCode::NOT_FOUND);
@@ -1060,7 +1081,8 @@ TEST_F(ApiServerTest, TheServersThreadsAreCapped) {
   }
   streams.clear();
   pb::VmInfo info;
-  EXPECT_TRUE(WaitFor([&] { return Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok(); }));
+  EXPECT_TRUE(
+      WaitFor([&] { return Vm(&pb::VmService::Stub::GetInfo, pb::GetInfoRequest(), &info).ok(); }));
 }
 
 // ---- VmService ----
@@ -1190,9 +1212,8 @@ TEST_F(ApiServerTest, SetDriveLimits) {
 TEST_F(ApiServerTest, GetStats) {
   StartServer();
   // One 4 KiB read and one 8 KiB write through disk0's block-layer queue.
-  auto queue = vm_.disk0->CreateQueue([](uint64_t, block::Completion completion) {
-    EXPECT_TRUE(completion.ok());
-  });
+  auto queue = vm_.disk0->CreateQueue(
+      [](uint64_t, block::Completion completion) { EXPECT_TRUE(completion.ok()); });
   ASSERT_TRUE(queue.ok());
   std::vector<uint8_t> read_buffer(4096), write_buffer(8192, 7);
   iovec read_iov{read_buffer.data(), read_buffer.size()};
@@ -1260,7 +1281,8 @@ TEST_F(ApiServerTest, ManyConcurrentClients) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto channel = grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
+      auto channel =
+          grpc::CreateChannel("unix:" + socket_path_, grpc::InsecureChannelCredentials());
       auto media = pb::MediaService::NewStub(channel);
       auto vm = pb::VmService::NewStub(channel);
       // A consistent snapshot of cd1: present exactly when the generation is odd (it starts
@@ -1355,7 +1377,8 @@ TEST_F(ApiServerTest, ManyConcurrentClients) {
   int seen_inserted = 0, seen_removed = 0;
   uint64_t last_generation = 0;
   pb::MediaEvent event;
-  while ((seen_inserted < inserted.load() || seen_removed < removals) && watch->reader->Read(&event)) {
+  while ((seen_inserted < inserted.load() || seen_removed < removals) &&
+         watch->reader->Read(&event)) {
     EXPECT_GE(event.status().generation(), last_generation);
     last_generation = event.status().generation();
     if (event.type() == pb::MediaEvent::MEDIUM_INSERTED) ++seen_inserted;
@@ -1379,8 +1402,8 @@ TEST_F(ApiServerTest, ConfinedMediaRevealNothingOutside) {
   }
   StartServer();
   pb::DriveStatus status;
-  for (const std::string& path : {std::string("/etc/shadow"), std::string("/no/such/file"),
-                                 std::string("/dev/watchdog")}) {
+  for (const std::string& path :
+       {std::string("/etc/shadow"), std::string("/no/such/file"), std::string("/dev/watchdog")}) {
     grpc::Status inserted = Insert("cd1", path, &status);
     EXPECT_EQ(inserted.error_code(), StatusCode::PERMISSION_DENIED)
         << path << ": " << inserted.error_message();
@@ -1485,19 +1508,18 @@ TEST_F(ApiServerTest, TcpWithoutATokenIsRefusedUnlessInsecure) {
   EXPECT_NE(refused.status().message().find("--api-tcp-insecure"), std::string::npos)
       << refused.status();
   // Nothing was left listening, and the unix socket of a refused start is not created either.
-  auto both = ApiServer::Start({.unix_socket_path = socket_path_, .tcp_address = "127.0.0.1:0"},
-                               vm_);
+  auto both =
+      ApiServer::Start({.unix_socket_path = socket_path_, .tcp_address = "127.0.0.1:0"}, vm_);
   EXPECT_FALSE(both.ok());
   struct stat st {};
   EXPECT_NE(lstat(socket_path_.c_str(), &st), 0);
   EXPECT_TRUE(ApiServer::Start({.tcp_address = "127.0.0.1:0", .tcp_insecure = true}, vm_).ok());
-  EXPECT_TRUE(
-      ApiServer::Start({.tcp_address = "127.0.0.1:0", .auth_token = kToken}, vm_).ok());
+  EXPECT_TRUE(ApiServer::Start({.tcp_address = "127.0.0.1:0", .auth_token = kToken}, vm_).ok());
 }
 
 TEST_F(ApiServerTest, ATokenThatCannotTravelIsRefused) {
-  for (const std::string& token : {std::string("two words"), std::string("tab\there"),
-                                   std::string(5000, 'x')}) {
+  for (const std::string& token :
+       {std::string("two words"), std::string("tab\there"), std::string(5000, 'x')}) {
     auto server = ApiServer::Start({.unix_socket_path = socket_path_, .auth_token = token}, vm_);
     EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << token;
   }
@@ -1505,15 +1527,13 @@ TEST_F(ApiServerTest, ATokenThatCannotTravelIsRefused) {
 
 // The token is checked on every listener: TCP and the unix socket.
 TEST_F(ApiServerTest, CallsNeedTheToken) {
-  auto server = ApiServer::Start({.unix_socket_path = socket_path_,
-                                  .tcp_address = "127.0.0.1:0",
-                                  .auth_token = kToken},
-                                 vm_);
+  auto server = ApiServer::Start(
+      {.unix_socket_path = socket_path_, .tcp_address = "127.0.0.1:0", .auth_token = kToken}, vm_);
   ASSERT_TRUE(server.ok()) << server.status();
   for (const std::string& target :
        {absl::StrCat("127.0.0.1:", (*server)->tcp_port()), "unix:" + socket_path_}) {
-    auto stub = pb::VmService::NewStub(
-        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    auto stub =
+        pb::VmService::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
     pb::VmInfo info;
     grpc::Status status = GetInfoAs(*stub, "", &info);
     EXPECT_EQ(status.error_code(), StatusCode::UNAUTHENTICATED) << target;
@@ -1548,8 +1568,7 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
         grpc::ClientContext context;
         Deadline(context);
         Authorize(context, authorization);
-        grpc::internal::RpcMethod method(name.c_str(),
-                                         grpc::internal::RpcMethod::BIDI_STREAMING);
+        grpc::internal::RpcMethod method(name.c_str(), grpc::internal::RpcMethod::BIDI_STREAMING);
         std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
             grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
                 channel_.get(), method, &context));
@@ -1672,7 +1691,8 @@ int CurrentUmask() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {
-    if (line.rfind("Umask:", 0) == 0) return static_cast<int>(std::strtol(line.c_str() + 6, nullptr, 8));
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<int>(std::strtol(line.c_str() + 6, nullptr, 8));
   }
   return -1;
 }
@@ -1732,8 +1752,15 @@ TEST_F(ApiServerTest, MalformedRequestIsInvalidArgument) {
   StartServer();
   const auto before = vm_.cd1_media->Current();
   // Field 2 (path), length 2, bytes that are not UTF-8: proto3 refuses to parse the string.
-  const std::string not_utf8 = std::string("\x0a\x03" "cd1" "\x12\x02" "\xff\xfe", 9);
-  const std::string truncated = "\x0a\x10" "cd1";  // a field longer than the message
+  const std::string not_utf8 = std::string(
+      "\x0a\x03"
+      "cd1"
+      "\x12\x02"
+      "\xff\xfe",
+      9);
+  const std::string truncated =
+      "\x0a\x10"
+      "cd1";  // a field longer than the message
   for (const auto& [method, bytes] : std::vector<std::pair<std::string, std::string>>{
            {"/vmm.v1.MediaService/Insert", not_utf8},
            {"/vmm.v1.MediaService/Insert", truncated},
@@ -1761,8 +1788,8 @@ TEST_F(ApiServerTest, MalformedRequestIsInvalidArgument) {
   grpc::Slice slice(std::string("\xff\xff"));
   grpc::ByteBuffer request(&slice, 1);
   std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), watch,
-                                                                     &context, request));
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), watch, &context,
+                                                                    request));
   grpc::ByteBuffer event;
   EXPECT_FALSE(reader->Read(&event));
   const grpc::Status finished = reader->Finish();
@@ -1803,7 +1830,8 @@ TEST_F(ApiServerTest, MediumErrorsNameThePathOnce) {
   pb::DriveStatus status;
   const grpc::Status missing = Insert("cd1", dir_ + "/missing.iso", &status);
   EXPECT_EQ(missing.error_code(), StatusCode::NOT_FOUND);
-  EXPECT_EQ(missing.error_message(), "insert: cannot use '" + dir_ + "/missing.iso': No such file or directory");
+  EXPECT_EQ(missing.error_message(),
+            "insert: cannot use '" + dir_ + "/missing.iso': No such file or directory");
   {
     absl::MutexLock lock(&vm_.mutex);
     vm_.denied.insert(iso_);

@@ -43,8 +43,8 @@ absl::Status CheckApiToken(absl::string_view token, absl::string_view source) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": the token is empty"));
   }
   if (token.size() > kMaxTokenBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the token is %d bytes long; at most %d", source, token.size(), kMaxTokenBytes));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: the token is %d bytes long; at most %d",
+                                                      source, token.size(), kMaxTokenBytes));
   }
   for (const char c : token) {
     const unsigned char byte = static_cast<unsigned char>(c);
@@ -89,9 +89,9 @@ absl::StatusOr<std::string> ReadApiTokenFile(const std::string& path, absl::stri
     }
   }
   if (st.st_size > kMaxTokenFileBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: %d bytes is no token file (a token has at most %d bytes)", what, st.st_size,
-        kMaxTokenBytes));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d bytes is no token file (a token has at most %d bytes)", what,
+                        st.st_size, kMaxTokenBytes));
   }
   std::string contents(static_cast<size_t>(kMaxTokenFileBytes) + 1, '\0');
   size_t filled = 0;
@@ -111,8 +111,9 @@ absl::StatusOr<std::string> ReadApiTokenFile(const std::string& path, absl::stri
   std::fill(contents.begin(), contents.end(), '\0');
   if (token.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": the token file is empty (put a secret in it, e.g. "
-                           "`head -c 32 /dev/urandom | base64 > FILE`)"));
+        absl::StrCat(what,
+                     ": the token file is empty (put a secret in it, e.g. "
+                     "`head -c 32 /dev/urandom | base64 > FILE`)"));
   }
   RETURN_IF_ERROR(CheckApiToken(token, what));
   return token;

@@ -136,8 +136,8 @@ TEST(CheckAuthorizationTest, OneBearerTokenThatMatches) {
   const absl::Status basic = check({"Basic czNjcmV0"});
   EXPECT_EQ(basic.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(Mentions(basic, "not a bearer token")) << basic;
-  for (absl::string_view wrong : {"Bearer s3cre", "Bearer s3cret ", "Bearer S3CRET", "Bearer ",
-                                  "Bearer s3cretX", "Bearer"}) {
+  for (absl::string_view wrong :
+       {"Bearer s3cre", "Bearer s3cret ", "Bearer S3CRET", "Bearer ", "Bearer s3cretX", "Bearer"}) {
     const absl::Status status = check({wrong});
     EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated) << wrong;
     // What the caller sent is never echoed.

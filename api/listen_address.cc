@@ -48,7 +48,8 @@ constexpr char kStagedName[] = "s";
 }  // namespace
 
 absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& label) {
-  if (path.empty()) return absl::InvalidArgumentError(absl::StrFormat("the %s path is empty", label));
+  if (path.empty())
+    return absl::InvalidArgumentError(absl::StrFormat("the %s path is empty", label));
   sockaddr_un address{};
   if (path.size() >= sizeof(address.sun_path)) {
     return absl::InvalidArgumentError(
@@ -67,8 +68,8 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
     const std::string directory = Directory(path);
     struct stat dir {};
     if (stat(directory.c_str(), &dir) != 0 || !S_ISDIR(dir.st_mode)) {
-      return absl::NotFoundError(absl::StrFormat(
-          "%s %s: the directory %s does not exist", label, path, directory));
+      return absl::NotFoundError(
+          absl::StrFormat("%s %s: the directory %s does not exist", label, path, directory));
     }
     return absl::OkStatus();
   }
@@ -94,8 +95,8 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
   if (result == 0 || error == EAGAIN) {
     // EAGAIN: a listener whose backlog is full, alive all the same.
     return absl::AlreadyExistsError(absl::StrFormat(
-        "%s %s: another process is listening on it (another VMM?); refusing to take it over",
-        label, path));
+        "%s %s: another process is listening on it (another VMM?); refusing to take it over", label,
+        path));
   }
   if (error != ECONNREFUSED) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -110,7 +111,7 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
 }
 
 absl::StatusOr<StagedUnixSocket> StagedUnixSocket::Create(const std::string& path,
-                                                           const std::string& label) {
+                                                          const std::string& label) {
   RETURN_IF_ERROR(PrepareUnixSocketPath(path, label));
   StagedUnixSocket staged;
   staged.path_ = path;
@@ -132,8 +133,8 @@ absl::StatusOr<StagedUnixSocket> StagedUnixSocket::Create(const std::string& pat
   // name the directory through a descriptor.
   staged.directory_fd_ = open(name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (staged.directory_fd_ < 0) {
-    return absl::ErrnoToStatus(errno, absl::StrFormat("%s %s: opening its private directory %s",
-                                                      label, path, name));
+    return absl::ErrnoToStatus(
+        errno, absl::StrFormat("%s %s: opening its private directory %s", label, path, name));
   }
   staged.bind_path_ = absl::StrFormat("/proc/self/fd/%d/%s", staged.directory_fd_, kStagedName);
   return staged;
@@ -187,7 +188,8 @@ absl::Status StagedUnixSocket::Publish(struct stat* published) {
                                absl::StrFormat("%s %s: cannot make it mode 0600", label_, path_));
   }
   if (lstat(staged_path_.c_str(), &st) != 0 || (st.st_mode & 07777) != 0600) {
-    return absl::InternalError(absl::StrFormat("%s %s: the socket is not mode 0600", label_, path_));
+    return absl::InternalError(
+        absl::StrFormat("%s %s: the socket is not mode 0600", label_, path_));
   }
   // Atomic, and never over something that appeared at the path since it was checked (another
   // process's socket, a file an attacker put there).
@@ -205,8 +207,8 @@ absl::Status StagedUnixSocket::Publish(struct stat* published) {
           "it",
           label_, path_));
     }
-    return absl::ErrnoToStatus(error, absl::StrFormat("%s %s: moving the socket into place",
-                                                      label_, path_));
+    return absl::ErrnoToStatus(
+        error, absl::StrFormat("%s %s: moving the socket into place", label_, path_));
   }
   rmdir(directory_.c_str());
   directory_.clear();
@@ -232,16 +234,16 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
   } else {
     const size_t colon = text.rfind(':');
     if (colon == std::string::npos || text.find(':') != colon) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--api-tcp=%s: expected HOST:PORT (IPv6 as [ADDRESS]:PORT)", text));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--api-tcp=%s: expected HOST:PORT (IPv6 as [ADDRESS]:PORT)", text));
     }
     host = text.substr(0, colon);
     port_text = text.substr(colon + 1);
   }
   uint32_t port = 0;
   if (port_text.empty() || !absl::SimpleAtoi(port_text, &port) || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrFormat("--api-tcp=%s: bad port '%s' (0 to 65535)", text,
-                                                      port_text));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--api-tcp=%s: bad port '%s' (0 to 65535)", text, port_text));
   }
   bool loopback = false;
   std::string grpc_address;
@@ -254,12 +256,11 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
     loopback = (ntohl(v4.s_addr) >> 24) == 127;
     grpc_address = absl::StrFormat("%s:%d", host, port);
   } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
-    loopback = IN6_IS_ADDR_LOOPBACK(&v6) ||
-               (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    loopback = IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
     grpc_address = absl::StrFormat("[%s]:%d", host, port);
   } else {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--api-tcp=%s: '%s' is not an IP address (or localhost)", text, host));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--api-tcp=%s: '%s' is not an IP address (or localhost)", text, host));
   }
   if (!loopback && !listen_any) {
     return absl::InvalidArgumentError(absl::StrFormat(

@@ -1,11 +1,10 @@
 #include "api/listen_address.h"
 
+#include <dirent.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <dirent.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +34,8 @@ class ListenAddressTest : public ::testing::Test {
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << strerror(errno);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
+        << strerror(errno);
     if (listening) {
       EXPECT_EQ(listen(fd, 4), 0);
     }

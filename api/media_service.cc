@@ -91,16 +91,16 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     if (!checked.ok()) return ToGrpc(checked.status());
     const std::string& path = *checked;
     if (!request->format().empty() && request->format() != "raw") {
-      return InvalidArgument(absl::StrFormat(
-          "insert: format %s is not supported (only \"raw\": an ISO or raw image)",
-          Quote(request->format())));
+      return InvalidArgument(
+          absl::StrFormat("insert: format %s is not supported (only \"raw\": an ISO or raw image)",
+                          Quote(request->format())));
     }
     // Checked again, atomically, by RemovableMedia::Insert; here first so that the answer does not
     // depend on the file.
     const auto before = drive.media->Current();
     if (before->present) {
-      return FailedPrecondition(absl::StrFormat(
-          "%s already holds a medium (%s); eject it first", drive.name, before->source));
+      return FailedPrecondition(absl::StrFormat("%s already holds a medium (%s); eject it first",
+                                                drive.name, before->source));
     }
     if (!core_.control().MediaPathsConfined()) {
       if (absl::Status usable = CheckImageFile("insert", path); !usable.ok()) return ToGrpc(usable);
@@ -111,7 +111,8 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     // The medium's source names the file for every reader: a path relative to the media
     // directory gets the directory in front.
     const std::string root = core_.control().MediaRoot();
-    const std::string source = path[0] == '/' || root.empty() ? path : absl::StrCat(root, "/", path);
+    const std::string source =
+        path[0] == '/' || root.empty() ? path : absl::StrCat(root, "/", path);
     absl::Status inserted = drive.media->Insert(*std::move(medium), source);
     if (!inserted.ok()) return ToGrpc(Prefixed(drive.name, inserted));
     FillDriveStatus(drive, nullptr, response);
@@ -160,7 +161,8 @@ class MediaServiceImpl final : public pb::MediaService::StreamedService {
     }
     // Once RemoveListener() returns the listener is never called again (block/media.h).
     absl::Cleanup unsubscribe = [&] {
-      for (size_t i = 0; i < drives.size(); ++i) drives[i]->media->RemoveListener(listeners[i].get());
+      for (size_t i = 0; i < drives.size(); ++i)
+        drives[i]->media->RemoveListener(listeners[i].get());
       core_.RemoveWatcher(&queue);
     };
     // The initial metadata tells the client it is subscribed: every change from here on reaches it

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,14 +25,14 @@ namespace api {
 // `media` (block::RemovableMedia), which the API reads and changes directly: the devices hear of
 // every change through the block layer's media events, so the API needs no device knowledge.
 struct DriveEntry {
-  std::string name;            // "cd0", "disk0", ...
-  bool cdrom = false;          // else a disk
-  std::string bus;             // "virtio-scsi" or "ide"
-  std::string address;         // "0:0:LUN" (channel:target:lun) or "CHANNEL:UNIT" (IDE)
-  std::string source;          // disks: the image's host path (CD-ROMs: from the media state)
-  bool read_only = false;      // disks (CD-ROMs are always read-only)
-  std::string cache_mode;      // disks: "writeback", "none", ...
-  std::shared_ptr<block::Drive> drive;          // size, statistics
+  std::string name;        // "cd0", "disk0", ...
+  bool cdrom = false;      // else a disk
+  std::string bus;         // "virtio-scsi" or "ide"
+  std::string address;     // "0:0:LUN" (channel:target:lun) or "CHANNEL:UNIT" (IDE)
+  std::string source;      // disks: the image's host path (CD-ROMs: from the media state)
+  bool read_only = false;  // disks (CD-ROMs are always read-only)
+  std::string cache_mode;  // disks: "writeback", "none", ...
+  std::shared_ptr<block::Drive> drive;           // size, statistics
   std::shared_ptr<block::RemovableMedia> media;  // null for disks
   // A passed-through host drive's probe count (block::HostCdrom::Stats::probes); null otherwise.
   std::function<uint64_t()> host_probes;
@@ -97,8 +97,8 @@ class VmControl {
       const DiskAttachment& disk) {
     return absl::UnimplementedError("this VMM cannot attach disks");
   }
-  virtual absl::StatusOr<DriveEntry> AttachDisk(
-      const DiskAttachment& disk, std::shared_ptr<block::raw::RawFileBackend> image) {
+  virtual absl::StatusOr<DriveEntry> AttachDisk(const DiskAttachment& disk,
+                                                std::shared_ptr<block::raw::RawFileBackend> image) {
     return absl::UnimplementedError("this VMM cannot attach disks");
   }
   virtual absl::Status DetachDisk(const std::string& name) {

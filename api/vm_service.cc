@@ -129,8 +129,8 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
   grpc::Status HandleSetDriveLimits(const pb::SetDriveLimitsRequest* request,
                                     pb::DriveLimits* response) {
     if (request->drive().empty() == request->group().empty()) {
-      return ToGrpc(absl::InvalidArgumentError(
-          "set limits: name a drive or an --io-group (one of the two)"));
+      return ToGrpc(
+          absl::InvalidArgumentError("set limits: name a drive or an --io-group (one of the two)"));
     }
     const block::IoLimits limits = FromProto(request->limits());
     if (absl::Status valid = block::ValidateIoLimits(limits); !valid.ok()) {
@@ -154,9 +154,9 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
     if (group == groups.end()) {
       std::vector<std::string> names;
       for (const auto& [name, unused] : groups) names.push_back(name);
-      return ToGrpc(absl::NotFoundError(absl::StrFormat(
-          "no --io-group %s (this VM has: %s)", Quote(request->group()),
-          names.empty() ? std::string("none") : absl::StrJoin(names, ", "))));
+      return ToGrpc(absl::NotFoundError(
+          absl::StrFormat("no --io-group %s (this VM has: %s)", Quote(request->group()),
+                          names.empty() ? std::string("none") : absl::StrJoin(names, ", "))));
     }
     group->second->SetLimits(limits);
     ToProto(group->second->limits(), response->mutable_limits());
@@ -183,8 +183,8 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
     }
     if (request->has_lun()) {
       if (request->lun() > kMaxLun) {
-        return ToGrpc(absl::InvalidArgumentError(absl::StrFormat(
-            "attach: LUN %d is past the last one, %d", request->lun(), kMaxLun)));
+        return ToGrpc(absl::InvalidArgumentError(
+            absl::StrFormat("attach: LUN %d is past the last one, %d", request->lun(), kMaxLun)));
       }
       disk.lun = static_cast<uint16_t>(request->lun());
     }

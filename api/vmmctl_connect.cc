@@ -26,28 +26,46 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
 }  // namespace
 
 std::string StatusCodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK",        "CANCELLED",           "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-      "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int value = static_cast<int>(code);
-  if (value >= 0 && value < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[value];
+  if (value >= 0 && value < static_cast<int>(sizeof(kNames) / sizeof(kNames[0])))
+    return kNames[value];
   return absl::StrCat("CODE_", value);
 }
 
 absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api) {
   ApiAddress address;
-  if (api.empty()) return absl::InvalidArgumentError("--api=: needs an address (unix:PATH or HOST:PORT)");
+  if (api.empty())
+    return absl::InvalidArgumentError("--api=: needs an address (unix:PATH or HOST:PORT)");
   absl::string_view rest = api;
   if (absl::ConsumePrefix(&rest, "unix:")) {
     absl::ConsumePrefix(&rest, "//");  // unix:///abs/path -> /abs/path
-    if (rest.empty()) return absl::InvalidArgumentError(absl::StrCat("--api=", api, ": needs a socket path"));
+    if (rest.empty())
+      return absl::InvalidArgumentError(absl::StrCat("--api=", api, ": needs a socket path"));
     address.is_unix = true;
     address.path = std::string(rest);
-  } else if (absl::StartsWith(rest, "dns:") || absl::StartsWith(rest, "ipv4:") || absl::StartsWith(rest, "ipv6:")) {
+  } else if (absl::StartsWith(rest, "dns:") || absl::StartsWith(rest, "ipv4:") ||
+             absl::StartsWith(rest, "ipv6:")) {
     address.target = std::string(rest);
     return address;
-  } else if (absl::StartsWith(rest, ".") || absl::StrContains(rest, '/') || !absl::StrContains(rest, ':')) {
+  } else if (absl::StartsWith(rest, ".") || absl::StrContains(rest, '/') ||
+             !absl::StrContains(rest, ':')) {
     // A path: absolute, relative ("vm.sock", "run/vm.sock"), anything a HOST:PORT cannot be (it has
     // a colon and no slash).
     address.is_unix = true;
@@ -55,7 +73,8 @@ absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api) {
   } else {
     const size_t colon = rest.rfind(':');
     int port = 0;
-    if (colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 || port > 65535) {
+    if (colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port <= 0 ||
+        port > 65535) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--api=", api,
           ": expected a unix socket (unix:PATH, or a path such as vm.sock) or HOST:PORT (TCP, port "
@@ -65,14 +84,16 @@ absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api) {
     return address;
   }
   if (address.path.size() >= sizeof(sockaddr_un{}.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrFormat("--api=%s: a unix socket path has at most %d bytes",
-                                                      api, sizeof(sockaddr_un{}.sun_path) - 1));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--api=%s: a unix socket path has at most %d bytes", api,
+                        sizeof(sockaddr_un{}.sun_path) - 1));
   }
   address.target = "unix:" + address.path;
   return address;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address, absl::Duration timeout) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address,
+                                                       absl::Duration timeout) {
   const std::string shown = address.is_unix ? "unix:" + address.path : address.target;
   if (address.is_unix) {
     struct stat st;
@@ -96,9 +117,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address
       const int error = errno;
       close(fd);
       if (rc != 0) {
-        return absl::UnavailableError(absl::StrCat(
-            "cannot connect to ", shown, ": ", strerror(error),
-            error == ECONNREFUSED ? " (a stale socket: is the VMM running?)" : ""));
+        return absl::UnavailableError(
+            absl::StrCat("cannot connect to ", shown, ": ", strerror(error),
+                         error == ECONNREFUSED ? " (a stale socket: is the VMM running?)" : ""));
       }
     }
   }
@@ -106,7 +127,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address
   // Fail fast instead of backing off for seconds when the server is not there.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  auto channel = grpc::CreateCustomChannel(address.target, grpc::InsecureChannelCredentials(), args);
+  auto channel =
+      grpc::CreateCustomChannel(address.target, grpc::InsecureChannelCredentials(), args);
   if (!channel->WaitForConnected(DeadlineAfter(timeout))) {
     return absl::UnavailableError(
         absl::StrCat("cannot connect to ", shown, " within ", absl::FormatDuration(timeout)));

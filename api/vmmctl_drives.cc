@@ -1,4 +1,5 @@
-// vmmctl's statistics, I/O limits and disk commands (vm stats, drive limit, disk add|remove|resize).
+// vmmctl's statistics, I/O limits and disk commands (vm stats, drive limit, disk
+// add|remove|resize).
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -35,7 +36,9 @@ absl::Status LimitsFromOptions(const std::map<std::string, std::string>& options
   };
   uint64_t number = 0;
   if (const std::string* iops = find("iops")) {
-    if (!absl::SimpleAtoi(*iops, &number)) return absl::InvalidArgumentError("--iops=" + *iops + ": expected operations a second (0: no limit)");
+    if (!absl::SimpleAtoi(*iops, &number))
+      return absl::InvalidArgumentError("--iops=" + *iops +
+                                        ": expected operations a second (0: no limit)");
     limits->set_iops(number);
   }
   if (const std::string* bps = find("bps")) {
@@ -43,21 +46,31 @@ absl::Status LimitsFromOptions(const std::map<std::string, std::string>& options
     uint64_t multiplier = 1;
     if (!digits.empty()) {
       const char suffix = absl::ascii_toupper(digits.back());
-      multiplier = suffix == 'K' ? 1ull << 10 : suffix == 'M' ? 1ull << 20 : suffix == 'G' ? 1ull << 30 : 1;
+      multiplier = suffix == 'K'   ? 1ull << 10
+                   : suffix == 'M' ? 1ull << 20
+                   : suffix == 'G' ? 1ull << 30
+                                   : 1;
       if (multiplier != 1) digits.pop_back();
     }
-    if (!absl::SimpleAtoi(digits, &number)) return absl::InvalidArgumentError("--bps=" + *bps + ": expected bytes a second, with K, M or G (0: no limit)");
+    if (!absl::SimpleAtoi(digits, &number))
+      return absl::InvalidArgumentError("--bps=" + *bps +
+                                        ": expected bytes a second, with K, M or G (0: no limit)");
     limits->set_bytes_per_second(number * multiplier);
   }
   if (const std::string* burst = find("burst")) {
     double seconds = 0;
     if (!absl::SimpleAtod(*burst, &seconds) || !(seconds > 0) || seconds > 3600) {
-      return absl::InvalidArgumentError("--burst=" + *burst + ": expected seconds of the rates (at most 3600)");
+      return absl::InvalidArgumentError("--burst=" + *burst +
+                                        ": expected seconds of the rates (at most 3600)");
     }
-    if (limits->iops() == 0 && limits->bytes_per_second() == 0) return absl::InvalidArgumentError("--burst needs --iops or --bps");
-    if (limits->iops() != 0) limits->set_iops_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->iops() * seconds)));
+    if (limits->iops() == 0 && limits->bytes_per_second() == 0)
+      return absl::InvalidArgumentError("--burst needs --iops or --bps");
+    if (limits->iops() != 0)
+      limits->set_iops_burst(
+          std::max<uint64_t>(1, static_cast<uint64_t>(limits->iops() * seconds)));
     if (limits->bytes_per_second() != 0) {
-      limits->set_bytes_burst(std::max<uint64_t>(1, static_cast<uint64_t>(limits->bytes_per_second() * seconds)));
+      limits->set_bytes_burst(
+          std::max<uint64_t>(1, static_cast<uint64_t>(limits->bytes_per_second() * seconds)));
     }
   }
   return absl::OkStatus();
@@ -67,15 +80,19 @@ std::string LimitsText(const vmm::v1::IoLimits& limits) {
   if (limits.iops() == 0 && limits.bytes_per_second() == 0) return "unlimited";
   std::vector<std::string> parts;
   if (limits.iops() != 0) parts.push_back(absl::StrCat(limits.iops(), " IOPS"));
-  if (limits.bytes_per_second() != 0) parts.push_back(absl::StrCat(HumanSize(limits.bytes_per_second()), "/s"));
-  if (limits.iops_burst() != 0) parts.push_back(absl::StrCat("burst ", limits.iops_burst(), " ops"));
-  if (limits.bytes_burst() != 0) parts.push_back(absl::StrCat("burst ", HumanSize(limits.bytes_burst())));
+  if (limits.bytes_per_second() != 0)
+    parts.push_back(absl::StrCat(HumanSize(limits.bytes_per_second()), "/s"));
+  if (limits.iops_burst() != 0)
+    parts.push_back(absl::StrCat("burst ", limits.iops_burst(), " ops"));
+  if (limits.bytes_burst() != 0)
+    parts.push_back(absl::StrCat("burst ", HumanSize(limits.bytes_burst())));
   return absl::StrJoin(parts, ", ");
 }
 
 int Runner::DiskAdd(const std::string& path) {
   vmm::v1::AttachDiskRequest request;
-  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
+  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits());
+      !parsed.ok()) {
     return UsageError(std::string(parsed.message()));
   }
   if (Has("lun")) {
@@ -115,14 +132,29 @@ int Runner::DiskResize(const std::string& drive, const std::string& size) {
     uint64_t multiplier = 1;
     std::string digits = size;
     switch (digits.back()) {
-      case 'K': case 'k': multiplier = uint64_t{1} << 10; digits.pop_back(); break;
-      case 'M': case 'm': multiplier = uint64_t{1} << 20; digits.pop_back(); break;
-      case 'G': case 'g': multiplier = uint64_t{1} << 30; digits.pop_back(); break;
-      default: break;
+      case 'K':
+      case 'k':
+        multiplier = uint64_t{1} << 10;
+        digits.pop_back();
+        break;
+      case 'M':
+      case 'm':
+        multiplier = uint64_t{1} << 20;
+        digits.pop_back();
+        break;
+      case 'G':
+      case 'g':
+        multiplier = uint64_t{1} << 30;
+        digits.pop_back();
+        break;
+      default:
+        break;
     }
     uint64_t number = 0;
     if (!absl::SimpleAtoi(digits, &number) || number == 0 || number > UINT64_MAX / multiplier) {
-      return UsageError("disk resize: " + size + ": expected a size in bytes, with K, M or G (none: the image's size on the host)");
+      return UsageError(
+          "disk resize: " + size +
+          ": expected a size in bytes, with K, M or G (none: the image's size on the host)");
     }
     request.set_size_bytes(number * multiplier);
   }
@@ -134,7 +166,8 @@ int Runner::DiskResize(const std::string& drive, const std::string& size) {
 
 int Runner::DriveLimit(const std::string& name) {
   vmm::v1::SetDriveLimitsRequest request;
-  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits()); !parsed.ok()) {
+  if (absl::Status parsed = LimitsFromOptions(cl_.options, request.mutable_limits());
+      !parsed.ok()) {
     return UsageError(std::string(parsed.message()));
   }
   (Has("group") ? request.mutable_group() : request.mutable_drive())->assign(name);
@@ -143,7 +176,8 @@ int Runner::DriveLimit(const std::string& name) {
   vmm::v1::DriveLimits response;
   grpc::Status status = vm_->SetDriveLimits(&context, request, &response);
   if (!status.ok()) return RpcError(status);
-  return Print(response, absl::StrCat(Has("group") ? "group " : "", name, ": ", LimitsText(response.limits()), "\n"));
+  return Print(response, absl::StrCat(Has("group") ? "group " : "", name, ": ",
+                                      LimitsText(response.limits()), "\n"));
 }
 
 }  // namespace vmmctl::internal

@@ -46,15 +46,17 @@ absl::Mutex watch_mutex;
 grpc::ClientContext* active_watch ABSL_GUARDED_BY(watch_mutex) = nullptr;
 bool watch_cancelled ABSL_GUARDED_BY(watch_mutex) = false;
 
-
 // ---- Commands ----
-
 
 const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
       {{"media", "list"}, 0, 0, {}, "media list"},
       {{"media", "status"}, 1, 1, {}, "media status DRIVE"},
-      {{"media", "insert"}, 2, 2, {"force", "format", "read-only"}, "media insert DRIVE PATH [--force] [--format raw]"},
+      {{"media", "insert"},
+       2,
+       2,
+       {"force", "format", "read-only"},
+       "media insert DRIVE PATH [--force] [--format raw]"},
       {{"media", "eject"}, 1, 1, {"force", "wait"}, "media eject DRIVE [--force | --wait]"},
       {{"media", "tray"}, 2, 2, {"force"}, "media tray DRIVE open|close [--force]"},
       {{"media", "watch"}, 0, 1, {"count"}, "media watch [DRIVE] [--count N]"},
@@ -63,9 +65,15 @@ const std::vector<CommandSpec>& Commands() {
       {{"vm", "resume"}, 0, 0, {}, "vm resume"},
       {{"vm", "shutdown"}, 0, 0, {"force", "grace-ms"}, "vm shutdown [--force] [--grace-ms N]"},
       {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
-      {{"drive", "limit"}, 1, 1, {"iops", "bps", "burst", "group"},
+      {{"drive", "limit"},
+       1,
+       1,
+       {"iops", "bps", "burst", "group"},
        "drive limit DRIVE|GROUP [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--group]"},
-      {{"disk", "add"}, 1, 1, {"id", "cache", "fua", "read-only", "lun", "iops", "bps", "burst", "io-group"},
+      {{"disk", "add"},
+       1,
+       1,
+       {"id", "cache", "fua", "read-only", "lun", "iops", "bps", "burst", "io-group"},
        "disk add PATH [--id NAME] [--cache MODE] [--fua native|emulate] [--read-only] [--lun N]\n"
        "           [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--io-group NAME]"},
       {{"disk", "remove"}, 1, 1, {}, "disk remove DRIVE"},
@@ -76,20 +84,18 @@ const std::vector<CommandSpec>& Commands() {
 
 // Options that take a value; every other known option is a switch.
 const std::set<std::string>& ValueOptions() {
-  static const auto* names = new std::set<std::string>{"api",      "api-token-file", "timeout", "connect-timeout",
-                                                       "grace-ms", "count",          "format",
-                                                       "iops",     "bps",            "burst",
-                                                       "id",       "cache",          "fua",
-                                                       "lun",      "io-group"};
+  static const auto* names = new std::set<std::string>{
+      "api", "api-token-file", "timeout", "connect-timeout", "grace-ms", "count", "format",  "iops",
+      "bps", "burst",          "id",      "cache",           "fua",      "lun",   "io-group"};
   return *names;
 }
 const std::set<std::string>& SwitchOptions() {
-  static const auto* names = new std::set<std::string>{"json", "force", "read-only", "help", "wait", "version", "group"};
+  static const auto* names =
+      new std::set<std::string>{"json", "force", "read-only", "help", "wait", "version", "group"};
   return *names;
 }
 
 // The server refused an eject of a locked drive and asked the guest to let go (block/media.h).
-
 
 }  // namespace
 
@@ -101,8 +107,10 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
   if (!args.empty()) absl::StrAppend(&what_, " ", args[0]);
   // Check what can be checked before connecting.
   uint64_t number = 0;
-  if (Has("grace-ms") && (!absl::SimpleAtoi(cl_.options.at("grace-ms"), &number) || number > 0xffffffffu)) {
-    return UsageError("--grace-ms=" + cl_.options.at("grace-ms") + ": expected a number of milliseconds");
+  if (Has("grace-ms") &&
+      (!absl::SimpleAtoi(cl_.options.at("grace-ms"), &number) || number > 0xffffffffu)) {
+    return UsageError("--grace-ms=" + cl_.options.at("grace-ms") +
+                      ": expected a number of milliseconds");
   }
   if (Has("count") && (!absl::SimpleAtoi(cl_.options.at("count"), &number) || number == 0)) {
     return UsageError("--count=" + cl_.options.at("count") + ": expected a positive number");
@@ -115,11 +123,13 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
     if (i == 0 && args[0].empty()) return UsageError(what_ + ": empty drive name");
   }
 
-  if (cl_.api.empty()) return UsageError("no API address: give --api unix:PATH or HOST:PORT (or set VMMCTL_API)");
+  if (cl_.api.empty())
+    return UsageError("no API address: give --api unix:PATH or HOST:PORT (or set VMMCTL_API)");
   auto address = ParseApiAddress(cl_.api);
   if (!address.ok()) return UsageError(std::string(address.status().message()));
   if (!cl_.token_file.empty()) {
-    auto token = api::ReadApiTokenFile(cl_.token_file, "--api-token-file", api::TokenFileCheck::kReadable);
+    auto token =
+        api::ReadApiTokenFile(cl_.token_file, "--api-token-file", api::TokenFileCheck::kReadable);
     if (!token.ok()) {
       // "--api-token-file FILE: ..." as the other flags read: "--api-token-file=FILE: ...".
       std::string message(token.status().message());
@@ -235,7 +245,8 @@ int Runner::MediaInsert(const std::string& drive, const std::string& path) {
 }
 
 int Runner::MediaEject(const std::string& drive) {
-  if (Has("force") && Has("wait")) return UsageError(what_ + ": --force and --wait exclude each other");
+  if (Has("force") && Has("wait"))
+    return UsageError(what_ + ": --force and --wait exclude each other");
   auto eject = [&](DriveStatus* response) {
     grpc::ClientContext context;
     Context(context);
@@ -273,7 +284,8 @@ int Runner::MediaEject(const std::string& drive) {
     if (!status.ok()) return RpcError(status);
     return Print(response, DriveLine(response) + "\n");
   }
-  err_ << "vmmctl: " << drive << ": the guest has locked the drive and was asked to eject; waiting up to "
+  err_ << "vmmctl: " << drive
+       << ": the guest has locked the drive and was asked to eject; waiting up to "
        << absl::FormatDuration(cl_.timeout) << " for it to open the tray\n";
   err_.flush();
   bool opened = false;
@@ -292,7 +304,8 @@ int Runner::MediaEject(const std::string& drive) {
     }
     return RpcError(grpc::Status(
         grpc::StatusCode::DEADLINE_EXCEEDED,
-        absl::StrCat(drive, ": the guest did not open the tray within ", absl::FormatDuration(cl_.timeout),
+        absl::StrCat(drive, ": the guest did not open the tray within ",
+                     absl::FormatDuration(cl_.timeout),
                      " (--timeout waits longer; --force ejects without its consent)")));
   }
   status = eject(&response);
@@ -378,7 +391,8 @@ int Runner::VmPauseResume(bool pause) {
   grpc::Status status = pause ? vm_->Pause(&context, vmm::v1::PauseRequest(), &response)
                               : vm_->Resume(&context, vmm::v1::ResumeRequest(), &response);
   if (!status.ok()) return RpcError(status);
-  return Print(response, absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
+  return Print(response,
+               absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
 }
 
 int Runner::VmShutdown() {
@@ -405,9 +419,9 @@ int Runner::VmShutdown() {
     }
     return RpcError(status);
   }
-  return Print(response, absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
+  return Print(response,
+               absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
 }
-
 
 }  // namespace internal
 
@@ -472,11 +486,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.version = true;
     } else if (name == "timeout") {
       if (!ParseSeconds(*value, &cl.timeout)) {
-        return absl::InvalidArgumentError("--timeout=" + *value + ": expected seconds > 0 (at most 1000000)");
+        return absl::InvalidArgumentError("--timeout=" + *value +
+                                          ": expected seconds > 0 (at most 1000000)");
       }
     } else if (name == "connect-timeout") {
       if (!ParseSeconds(*value, &cl.connect_timeout)) {
-        return absl::InvalidArgumentError("--connect-timeout=" + *value + ": expected seconds > 0 (at most 1000000)");
+        return absl::InvalidArgumentError("--connect-timeout=" + *value +
+                                          ": expected seconds > 0 (at most 1000000)");
       }
     } else {
       cl.options[name] = *value;
@@ -487,31 +503,37 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 
 std::string UsageText() {
   std::string text =
-      "usage: vmmctl --api unix:PATH|HOST:PORT [--api-token-file FILE] [--json] [--timeout SECONDS]\n"
+      "usage: vmmctl --api unix:PATH|HOST:PORT [--api-token-file FILE] [--json] [--timeout "
+      "SECONDS]\n"
       "              COMMAND [ARGS]\n"
       "\n"
       "Talks to a microvm's control API (started with --api-socket PATH or --api-tcp HOST:PORT).\n"
       "\n"
       "commands:\n";
   for (const CommandSpec& spec : Commands()) absl::StrAppend(&text, "  ", spec.synopsis, "\n");
-  absl::StrAppend(&text,
-                  "\n"
-                  "options:\n"
-                  "  --api ADDR             unix:PATH, a path (vm.sock, /run/vm.sock), or HOST:PORT\n"
-                  "                         (default: $VMMCTL_API)\n"
-                  "  --api-token-file FILE  send the token in FILE with every call, for a VMM started with\n"
-                  "                         --api-token-file (default: $MICROVM_API_TOKEN_FILE)\n"
-                  "  --json                 print the reply as protobuf JSON (media watch: one object per line)\n"
-                  "  --timeout S            deadline of every call, seconds (default 10)\n"
-                  "  --connect-timeout S    how long to wait for the connection (default 5)\n"
-                  "  --force                eject/open the tray although the guest locked it; insert: eject first\n"
-                  "  --wait                 media eject: if the guest locked the drive, wait (up to --timeout) for\n"
-                  "                         it to agree to the eject request, then eject\n"
-                  "  --grace-ms N           vm shutdown: how long the guest gets before it is stopped\n"
-                  "  --count N              media watch: exit after N events\n"
-                  "\n"
-                  "exit status: 0 ok, 1 the server refused or failed (the gRPC code and message go to stderr),\n"
-                  "2 usage, 3 cannot connect.\n");
+  absl::StrAppend(
+      &text,
+      "\n"
+      "options:\n"
+      "  --api ADDR             unix:PATH, a path (vm.sock, /run/vm.sock), or HOST:PORT\n"
+      "                         (default: $VMMCTL_API)\n"
+      "  --api-token-file FILE  send the token in FILE with every call, for a VMM started with\n"
+      "                         --api-token-file (default: $MICROVM_API_TOKEN_FILE)\n"
+      "  --json                 print the reply as protobuf JSON (media watch: one object per "
+      "line)\n"
+      "  --timeout S            deadline of every call, seconds (default 10)\n"
+      "  --connect-timeout S    how long to wait for the connection (default 5)\n"
+      "  --force                eject/open the tray although the guest locked it; insert: eject "
+      "first\n"
+      "  --wait                 media eject: if the guest locked the drive, wait (up to --timeout) "
+      "for\n"
+      "                         it to agree to the eject request, then eject\n"
+      "  --grace-ms N           vm shutdown: how long the guest gets before it is stopped\n"
+      "  --count N              media watch: exit after N events\n"
+      "\n"
+      "exit status: 0 ok, 1 the server refused or failed (the gRPC code and message go to "
+      "stderr),\n"
+      "2 usage, 3 cannot connect.\n");
   return text;
 }
 
@@ -530,7 +552,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     return kExitOk;
   }
   if (cl->words.size() < 2) {
-    err << "vmmctl: " << (cl->words.empty() ? "no command" : "incomplete command: " + cl->words[0]) << "\n"
+    err << "vmmctl: " << (cl->words.empty() ? "no command" : "incomplete command: " + cl->words[0])
+        << "\n"
         << UsageText();
     return kExitUsage;
   }
@@ -539,7 +562,8 @@ int Run(const std::vector<std::string>& args, std::ostream& out, std::ostream& e
     if (candidate.words[0] == cl->words[0] && candidate.words[1] == cl->words[1]) spec = &candidate;
   }
   if (spec == nullptr) {
-    err << "vmmctl: unknown command \"" << cl->words[0] << " " << cl->words[1] << "\"\n" << UsageText();
+    err << "vmmctl: unknown command \"" << cl->words[0] << " " << cl->words[1] << "\"\n"
+        << UsageText();
     return kExitUsage;
   }
   std::vector<std::string> positional(cl->words.begin() + 2, cl->words.end());

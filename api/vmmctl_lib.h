@@ -24,9 +24,9 @@ namespace vmmctl {
 // Exit statuses (distinct, so scripts can tell a refusal from a dead VMM).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitRpcFailed = 1,     // the server answered with an error (or the stream broke)
-  kExitUsage = 2,         // bad command line
-  kExitCannotConnect = 3, // no server at --api (missing socket, refused, timed out)
+  kExitRpcFailed = 1,      // the server answered with an error (or the stream broke)
+  kExitUsage = 2,          // bad command line
+  kExitCannotConnect = 3,  // no server at --api (missing socket, refused, timed out)
 };
 
 // "INVALID_ARGUMENT" for grpc::StatusCode::INVALID_ARGUMENT, and so on ("CODE_<n>" if unknown).
@@ -42,22 +42,25 @@ struct ApiAddress {
 };
 absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api);
 
-// Connects within `timeout`. A unix socket is checked first with a plain connect(2) so that a missing
-// socket, a path that is not a socket, a stale socket (ECONNREFUSED) or a permission problem is
-// reported at once with errno's words instead of after the timeout. UNAVAILABLE on failure.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address, absl::Duration timeout);
+// Connects within `timeout`. A unix socket is checked first with a plain connect(2) so that a
+// missing socket, a path that is not a socket, a stale socket (ECONNREFUSED) or a permission
+// problem is reported at once with errno's words instead of after the timeout. UNAVAILABLE on
+// failure.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address,
+                                                       absl::Duration timeout);
 
 // A parsed command line.
 struct CommandLine {
-  std::string api;                   // --api (else $VMMCTL_API)
-  std::string token_file;            // --api-token-file (else $MICROVM_API_TOKEN_FILE)
-  bool json = false;                 // --json
-  absl::Duration timeout = absl::Seconds(10);         // --timeout SECONDS: deadline of every unary call
+  std::string api;                             // --api (else $VMMCTL_API)
+  std::string token_file;                      // --api-token-file (else $MICROVM_API_TOKEN_FILE)
+  bool json = false;                           // --json
+  absl::Duration timeout = absl::Seconds(10);  // --timeout SECONDS: deadline of every unary call
   absl::Duration connect_timeout = absl::Seconds(5);  // --connect-timeout SECONDS
   bool help = false;
-  bool version = false;  // --version: print sys_util::VersionText and exit 0
-  std::vector<std::string> words;    // "media", "eject", "cd0"
-  std::map<std::string, std::string> options;  // command options: "force" -> "", "grace-ms" -> "500"
+  bool version = false;            // --version: print sys_util::VersionText and exit 0
+  std::vector<std::string> words;  // "media", "eject", "cd0"
+  std::map<std::string, std::string>
+      options;  // command options: "force" -> "", "grace-ms" -> "500"
 };
 
 // Parses argv[1..]. Options may come anywhere ("--opt VALUE" or "--opt=VALUE"); "--" ends them.
@@ -93,8 +96,8 @@ std::string DriveTable(const google::protobuf::RepeatedPtrField<vmm::v1::DriveSt
 std::string EventLine(const vmm::v1::MediaEvent& event);
 std::string VmInfoText(const vmm::v1::VmInfo& info);
 std::string StatsTable(const vmm::v1::GetStatsResponse& stats);
-// Protobuf JSON (lowerCamelCase field names, zero values printed; 64-bit integers as strings, as the
-// proto3 JSON mapping says). `pretty`: indented over several lines; else one line.
+// Protobuf JSON (lowerCamelCase field names, zero values printed; 64-bit integers as strings, as
+// the proto3 JSON mapping says). `pretty`: indented over several lines; else one line.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 
 }  // namespace vmmctl

@@ -8,8 +8,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -130,12 +130,15 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     *response = *d;
     return grpc::Status::OK;
   }
-  grpc::Status Insert(grpc::ServerContext*, const vmm::v1::InsertRequest* request, DriveStatus* response) override {
+  grpc::Status Insert(grpc::ServerContext*, const vmm::v1::InsertRequest* request,
+                      DriveStatus* response) override {
     absl::MutexLock lock(&mutex_);
     DriveStatus* d = Find(request->drive());
     if (d == nullptr) return NotFound(request->drive());
-    if (!d->removable()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "disk0 is not removable");
-    if (d->medium_present()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cd0 has a medium");
+    if (!d->removable())
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "disk0 is not removable");
+    if (d->medium_present())
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "cd0 has a medium");
     last_insert_path_ = request->path();
     d->set_medium_present(true);
     d->set_tray_open(false);
@@ -144,16 +147,19 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     *response = *d;
     return grpc::Status::OK;
   }
-  grpc::Status Eject(grpc::ServerContext*, const vmm::v1::EjectRequest* request, DriveStatus* response) override {
+  grpc::Status Eject(grpc::ServerContext*, const vmm::v1::EjectRequest* request,
+                     DriveStatus* response) override {
     absl::MutexLock lock(&mutex_);
     DriveStatus* d = Find(request->drive());
     if (d == nullptr) return NotFound(request->drive());
     if (!d->removable()) {  // the real server's words (api/api_server.cc)
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          request->drive() + " is a disk: it has no removable medium to insert, eject or watch");
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          request->drive() + " is a disk: it has no removable medium to insert, eject or watch");
     }
     if (d->locked() && !request->force()) {
-      // The real server asks the guest (block/media.h); a guest that agrees unlocks and opens the tray.
+      // The real server asks the guest (block/media.h); a guest that agrees unlocks and opens the
+      // tray.
       if (guest_agrees_) {
         d->set_locked(false);
         d->set_tray_open(true);
@@ -164,9 +170,10 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
         *opened.mutable_status() = *d;
         events_.push_back(opened);
       }
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "cd0: the guest has locked the drive; it was asked to eject the medium, and the tray "
-                          "opens if it agrees (use force to eject now)");
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "cd0: the guest has locked the drive; it was asked to eject the medium, and the tray "
+          "opens if it agrees (use force to eject now)");
     }
     if (d->medium_present()) d->set_generation(d->generation() + 1);
     d->set_medium_present(false);
@@ -176,7 +183,8 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     *response = *d;
     return grpc::Status::OK;
   }
-  grpc::Status SetTray(grpc::ServerContext*, const vmm::v1::SetTrayRequest* request, DriveStatus* response) override {
+  grpc::Status SetTray(grpc::ServerContext*, const vmm::v1::SetTrayRequest* request,
+                       DriveStatus* response) override {
     absl::MutexLock lock(&mutex_);
     DriveStatus* d = Find(request->drive());
     if (d == nullptr) return NotFound(request->drive());
@@ -196,9 +204,10 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
       std::optional<vmm::v1::MediaEvent> next;
       {
         absl::MutexLock lock(&mutex_);
-        mutex_.AwaitWithTimeout(absl::Condition(
-                                    +[](std::deque<vmm::v1::MediaEvent>* q) { return !q->empty(); }, &events_),
-                                absl::Milliseconds(20));
+        mutex_.AwaitWithTimeout(
+            absl::Condition(
+                +[](std::deque<vmm::v1::MediaEvent>* q) { return !q->empty(); }, &events_),
+            absl::Milliseconds(20));
         if (!events_.empty()) {
           next = events_.front();
           events_.pop_front();
@@ -211,7 +220,8 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     return grpc::Status::OK;
   }
 
-  grpc::Status GetInfo(grpc::ServerContext* context, const vmm::v1::GetInfoRequest*, vmm::v1::VmInfo* info) override {
+  grpc::Status GetInfo(grpc::ServerContext* context, const vmm::v1::GetInfoRequest*,
+                       vmm::v1::VmInfo* info) override {
     absl::MutexLock lock(&mutex_);
     authorizations_.push_back(Authorization(*context));
     info->set_state(vmm::v1::VmInfo::RUNNING);
@@ -225,11 +235,13 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
     for (const DriveStatus& d : drives_) *info->add_drives() = d;
     return grpc::Status::OK;
   }
-  grpc::Status Pause(grpc::ServerContext*, const vmm::v1::PauseRequest*, vmm::v1::VmInfo* info) override {
+  grpc::Status Pause(grpc::ServerContext*, const vmm::v1::PauseRequest*,
+                     vmm::v1::VmInfo* info) override {
     info->set_state(vmm::v1::VmInfo::PAUSED);
     return grpc::Status::OK;
   }
-  grpc::Status Resume(grpc::ServerContext*, const vmm::v1::ResumeRequest*, vmm::v1::VmInfo* info) override {
+  grpc::Status Resume(grpc::ServerContext*, const vmm::v1::ResumeRequest*,
+                      vmm::v1::VmInfo* info) override {
     info->set_state(vmm::v1::VmInfo::RUNNING);
     return grpc::Status::OK;
   }
@@ -338,7 +350,8 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
   static std::string Authorization(const grpc::ServerContext& context) {
     std::string all;
     const auto [begin, end] = context.client_metadata().equal_range("authorization");
-    for (auto it = begin; it != end; ++it) absl::StrAppend(&all, std::string(it->second.data(), it->second.size()));
+    for (auto it = begin; it != end; ++it)
+      absl::StrAppend(&all, std::string(it->second.data(), it->second.size()));
     return all;
   }
   static grpc::Status NotFound(const std::string& name) {
@@ -456,12 +469,14 @@ TEST(ParseTest, Addresses) {
   EXPECT_FALSE(ParseApiAddress("localhost:99999").ok());
   auto bad = ParseApiAddress("host:port");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--api=host:port: expected a unix socket"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("--api=host:port: expected a unix socket"));
   EXPECT_FALSE(ParseApiAddress("unix:/" + std::string(200, 'x')).ok());  // beyond sun_path
 }
 
 TEST(ParseTest, OptionsAnywhere) {
-  auto cl = ParseCommandLine({"media", "--json", "eject", "cd0", "--force", "--api=unix:/s", "--timeout", "2.5"});
+  auto cl = ParseCommandLine(
+      {"media", "--json", "eject", "cd0", "--force", "--api=unix:/s", "--timeout", "2.5"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_EQ(cl->api, "unix:/s");
   EXPECT_TRUE(cl->json);
@@ -518,7 +533,8 @@ TEST_F(VmmctlTest, UsageErrorsExitTwoWithoutConnecting) {
 }
 
 TEST_F(VmmctlTest, DriveLimitSetsADrivesOrAGroupsBudget) {
-  Result drive = Vmmctl({"drive", "limit", "disk0", "--iops", "1000", "--bps", "10M", "--burst", "0.5"});
+  Result drive =
+      Vmmctl({"drive", "limit", "disk0", "--iops", "1000", "--bps", "10M", "--burst", "0.5"});
   ASSERT_EQ(drive.status, 0) << drive.err;
   EXPECT_EQ(drive.out, "disk0: 1000 IOPS, 10.0 MiB/s, burst 500 ops, burst 5.0 MiB\n");
   vmm::v1::SetDriveLimitsRequest sent = fake_.last_limits();
@@ -535,9 +551,9 @@ TEST_F(VmmctlTest, DriveLimitSetsADrivesOrAGroupsBudget) {
 }
 
 TEST_F(VmmctlTest, DiskAddRemoveResize) {
-  Result add = Vmmctl({"disk", "add", "/srv/data.img", "--id", "data", "--cache", "none", "--fua",
-                       "emulate", "--lun", "7", "--iops", "300", "--io-group", "tenant",
-                       "--read-only"});
+  Result add =
+      Vmmctl({"disk", "add", "/srv/data.img", "--id", "data", "--cache", "none", "--fua", "emulate",
+              "--lun", "7", "--iops", "300", "--io-group", "tenant", "--read-only"});
   ASSERT_EQ(add.status, 0) << add.err;
   EXPECT_NE(add.out.find("data disk virtio-scsi 0:0:7"), std::string::npos) << add.out;
   const vmm::v1::AttachDiskRequest sent = fake_.last_attach();
@@ -596,14 +612,16 @@ TEST_F(VmmctlTest, SendsTheTokenFromItsFile) {
   EXPECT_EQ(Vmmctl({"--api-token-file=" + token_file, "vm", "info"}).status, 0);  // the flag wins
   unsetenv("MICROVM_API_TOKEN_FILE");
   Result watch;
-  std::thread watcher([&] { watch = Vmmctl({"media", "watch", "--count", "1", "--api-token-file", token_file}); });
+  std::thread watcher([&] {
+    watch = Vmmctl({"media", "watch", "--count", "1", "--api-token-file", token_file});
+  });
   for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
   fake_.Emit(vmm::v1::MediaEvent::TRAY_OPENED, false);
   watcher.join();
   EXPECT_EQ(watch.status, 0) << watch.err;
   EXPECT_EQ(fake_.authorizations(),
-            (std::vector<std::string>{"", "Bearer s3cret-token", "Bearer other-token", "Bearer s3cret-token",
-                                      "Bearer s3cret-token"}));
+            (std::vector<std::string>{"", "Bearer s3cret-token", "Bearer other-token",
+                                      "Bearer s3cret-token", "Bearer s3cret-token"}));
 
   // A token file that cannot be used is a usage error, before connecting.
   Result missing = Vmmctl({"--api-token-file", TempPath("no-such-token"), "vm", "info"});
@@ -629,8 +647,9 @@ TEST_F(VmmctlTest, ABareSocketNameIsAPath) {
   ASSERT_EQ(chdir(cwd), 0);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(missing.status, kExitCannotConnect);
-  EXPECT_THAT(missing.err, HasSubstr("cannot connect to unix:no-such.sock: No such file or directory "
-                                     "(taken as a unix socket path; TCP is HOST:PORT)"));
+  EXPECT_THAT(missing.err,
+              HasSubstr("cannot connect to unix:no-such.sock: No such file or directory "
+                        "(taken as a unix socket path; TCP is HOST:PORT)"));
 }
 
 TEST_F(VmmctlTest, CannotConnectExitsThree) {
@@ -700,24 +719,31 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   EXPECT_EQ(refused.status, kExitRpcFailed);
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
   // The server's "(use force to eject now)" in vmmctl's terms.
-  EXPECT_THAT(refused.err, HasSubstr("cd0: the guest has locked the drive; it was asked to eject the medium, and "
-                                     "the tray opens if it agrees (--wait waits for that, --force ejects now)\n"));
+  EXPECT_THAT(
+      refused.err,
+      HasSubstr("cd0: the guest has locked the drive; it was asked to eject the medium, and "
+                "the tray opens if it agrees (--wait waits for that, --force ejects now)\n"));
   EXPECT_THAT(refused.err, Not(HasSubstr("use force")));
-  // A guest that never answers: --wait ends at --timeout with DEADLINE_EXCEEDED, the drive unchanged.
+  // A guest that never answers: --wait ends at --timeout with DEADLINE_EXCEEDED, the drive
+  // unchanged.
   Result waited = Vmmctl({"--timeout", "1", "media", "eject", "cd0", "--wait"});
   EXPECT_EQ(waited.status, kExitRpcFailed);
   EXPECT_THAT(waited.err, HasSubstr("was asked to eject; waiting up to 1s"));
-  EXPECT_THAT(waited.err, HasSubstr("DEADLINE_EXCEEDED: cd0: the guest did not open the tray within 1s"));
-  EXPECT_THAT(Vmmctl({"media", "eject", "cd0", "--wait", "--force"}).err, HasSubstr("exclude each other"));
+  EXPECT_THAT(waited.err,
+              HasSubstr("DEADLINE_EXCEEDED: cd0: the guest did not open the tray within 1s"));
+  EXPECT_THAT(Vmmctl({"media", "eject", "cd0", "--wait", "--force"}).err,
+              HasSubstr("exclude each other"));
   // A disk has no medium: the hint says so, not that --force would help (issue 17).
   Result disk_eject = Vmmctl({"media", "eject", "disk0"});
   EXPECT_EQ(disk_eject.status, kExitRpcFailed);
   EXPECT_THAT(disk_eject.err, HasSubstr("disk0 is a disk"));
-  EXPECT_THAT(disk_eject.err, HasSubstr("(only CD/DVD drives have media: vmmctl media list shows which)"));
+  EXPECT_THAT(disk_eject.err,
+              HasSubstr("(only CD/DVD drives have media: vmmctl media list shows which)"));
   EXPECT_THAT(disk_eject.err, Not(HasSubstr("--force")));
   Result forced = Vmmctl({"media", "eject", "cd0", "--force"});
   ASSERT_EQ(forced.status, 0) << forced.err;
-  EXPECT_THAT(forced.out, HasSubstr("cd0 cdrom virtio-scsi 0:1: no medium, tray open, locked, generation 2"));
+  EXPECT_THAT(forced.out,
+              HasSubstr("cd0 cdrom virtio-scsi 0:1: no medium, tray open, locked, generation 2"));
 
   // A relative path is sent absolute (the VMM has its own working directory).
   Result inserted = Vmmctl({"media", "insert", "cd0", "new.iso"});
@@ -735,7 +761,8 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
   ASSERT_EQ(replaced.status, 0) << replaced.err;
   EXPECT_EQ(fake_.last_insert_path(), "/other.iso");
   DriveStatus parsed;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replaced.out, &parsed).ok()) << replaced.out;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(replaced.out, &parsed).ok())
+      << replaced.out;
   EXPECT_EQ(parsed.generation(), 5u);  // eject, insert, eject, insert
 
   Result disk = Vmmctl({"media", "insert", "disk0", "/x.iso"});
@@ -830,7 +857,8 @@ TEST_F(VmmctlTest, WatchPrintsOneLinePerEvent) {
   std::thread json_watcher([&] {
     std::ostream out(&json_out);
     std::ostringstream err;
-    j.status = vmmctl::Run({"--api", "unix:" + socket_, "--json", "media", "watch", "cd0"}, out, err);
+    j.status =
+        vmmctl::Run({"--api", "unix:" + socket_, "--json", "media", "watch", "cd0"}, out, err);
     j.err = err.str();
   });
   for (int i = 0; i < 500 && fake_.watchers() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
@@ -860,9 +888,9 @@ TEST_F(VmmctlTest, WatchEndsWithAnErrorWhenTheServerGoesAway) {
   EXPECT_TRUE(r.status == 0 || r.status == kExitRpcFailed) << r.status << " " << r.err;
 }
 
-// Issue 17: the real vmmctl, its stdout a pipe nobody reads. Once the pipe is full vmmctl is blocked
-// writing an event, where no cancellation reaches it; SIGTERM must still end it, with the status
-// of an interrupted watch.
+// Issue 17: the real vmmctl, its stdout a pipe nobody reads. Once the pipe is full vmmctl is
+// blocked writing an event, where no cancellation reaches it; SIGTERM must still end it, with the
+// status of an interrupted watch.
 TEST_F(VmmctlTest, WatchEndsOnSigtermWhileItsOutputIsBlocked) {
   const std::string vmmctl =
       absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/api/vmmctl");
@@ -893,7 +921,8 @@ TEST_F(VmmctlTest, WatchEndsOnSigtermWhileItsOutputIsBlocked) {
   const int full = capacity - 512;
   int queued = 0;
   for (int i = 0; i < 3000 && queued < full; ++i) {
-    fake_.Emit(i % 2 == 0 ? vmm::v1::MediaEvent::TRAY_OPENED : vmm::v1::MediaEvent::TRAY_CLOSED, false);
+    fake_.Emit(i % 2 == 0 ? vmm::v1::MediaEvent::TRAY_OPENED : vmm::v1::MediaEvent::TRAY_CLOSED,
+               false);
     if (i % 50 == 49) {
       absl::SleepFor(absl::Milliseconds(20));
       ASSERT_EQ(ioctl(out[0], FIONREAD, &queued), 0);

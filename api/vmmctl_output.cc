@@ -35,8 +35,9 @@ std::string Bus(const DriveStatus& d) {
 
 std::string MediumSummary(const DriveStatus& d) {
   if (!d.medium_present()) return "no medium";
-  std::string s = absl::StrCat(d.removable() ? "medium " : "", d.source().empty() ? "(unnamed)" : d.source(), " (",
-                               HumanSize(d.size_bytes()));
+  std::string s =
+      absl::StrCat(d.removable() ? "medium " : "", d.source().empty() ? "(unnamed)" : d.source(),
+                   " (", HumanSize(d.size_bytes()));
   if (d.read_only()) absl::StrAppend(&s, ", read-only");
   if (!d.cache_mode().empty()) absl::StrAppend(&s, ", cache ", d.cache_mode());
   absl::StrAppend(&s, ")");
@@ -82,10 +83,11 @@ std::string HumanSize(uint64_t bytes) {
 }
 
 std::string DriveLine(const DriveStatus& d) {
-  std::string line = absl::StrCat(d.name(), " ", KindName(d.kind()), " ", Bus(d), ": ", MediumSummary(d));
+  std::string line =
+      absl::StrCat(d.name(), " ", KindName(d.kind()), " ", Bus(d), ": ", MediumSummary(d));
   if (d.removable()) {
-    absl::StrAppend(&line, ", tray ", d.tray_open() ? "open" : "closed", ", ", d.locked() ? "locked" : "unlocked",
-                    ", generation ", d.generation());
+    absl::StrAppend(&line, ", tray ", d.tray_open() ? "open" : "closed", ", ",
+                    d.locked() ? "locked" : "unlocked", ", generation ", d.generation());
   }
   return line;
 }
@@ -99,7 +101,8 @@ std::string DriveDetails(const DriveStatus& d) {
   };
   if (d.medium_present()) {
     rows.push_back({"medium:", d.source().empty() ? "present" : d.source()});
-    rows.push_back({"size:", absl::StrCat(d.size_bytes(), " bytes (", HumanSize(d.size_bytes()), ")")});
+    rows.push_back(
+        {"size:", absl::StrCat(d.size_bytes(), " bytes (", HumanSize(d.size_bytes()), ")")});
     rows.push_back({"read-only:", d.read_only() ? "yes" : "no"});
   } else {
     rows.push_back({"medium:", "none"});
@@ -134,9 +137,9 @@ std::string EventLine(const vmm::v1::MediaEvent& event) {
     when = absl::FormatTime("%Y-%m-%dT%H:%M:%E3S%Ez", absl::FromUnixNanos(event.time_unix_nanos()),
                             absl::LocalTimeZone());
   }
-  std::string line = absl::StrCat(when, " ", event.drive().empty() ? event.status().name() : event.drive(), " ",
-                                  vmm::v1::MediaEvent::Type_Name(event.type()),
-                                  event.by_guest() ? " by guest" : " by host");
+  std::string line = absl::StrCat(
+      when, " ", event.drive().empty() ? event.status().name() : event.drive(), " ",
+      vmm::v1::MediaEvent::Type_Name(event.type()), event.by_guest() ? " by guest" : " by host");
   if (event.has_status()) absl::StrAppend(&line, ": ", DriveLine(event.status()));
   return line;
 }
@@ -164,20 +167,21 @@ std::string VmInfoText(const vmm::v1::VmInfo& info) {
 }
 
 std::string StatsTable(const vmm::v1::GetStatsResponse& stats) {
-  std::vector<std::vector<std::string>> rows = {{"DRIVE", "READS", "READ", "WRITES", "WRITTEN", "FLUSHES", "DISCARDS",
-                                                 "ERRORS", "FUA(NATIVE/EMUL)", "LAT-MEAN", "P50", "P99", "MAX",
-                                                 "THROTTLED"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"DRIVE", "READS", "READ", "WRITES", "WRITTEN", "FLUSHES", "DISCARDS", "ERRORS",
+       "FUA(NATIVE/EMUL)", "LAT-MEAN", "P50", "P99", "MAX", "THROTTLED"}};
   for (const auto& d : stats.drives()) {
-    rows.push_back({d.drive(), absl::StrCat(d.read_requests()), HumanSize(d.read_bytes()),
-                    absl::StrCat(d.write_requests()), HumanSize(d.write_bytes()), absl::StrCat(d.flush_requests()),
-                    absl::StrCat(d.discard_requests()), absl::StrCat(d.errors()),
-                    absl::StrCat(d.fua_native(), "/", d.fua_emulated()),
-                    absl::StrFormat("%.1fus", d.latency_mean_us()), absl::StrCat(d.latency_p50_us(), "us"),
-                    absl::StrCat(d.latency_p99_us(), "us"), absl::StrCat(d.latency_max_us(), "us"),
-                    // Requests that waited for their I/O budget, and how long in all.
-                    d.throttled_requests() == 0
-                        ? std::string("-")
-                        : absl::StrFormat("%d (%.1fs)", d.throttled_requests(), d.throttled_us() / 1e6)});
+    rows.push_back(
+        {d.drive(), absl::StrCat(d.read_requests()), HumanSize(d.read_bytes()),
+         absl::StrCat(d.write_requests()), HumanSize(d.write_bytes()),
+         absl::StrCat(d.flush_requests()), absl::StrCat(d.discard_requests()),
+         absl::StrCat(d.errors()), absl::StrCat(d.fua_native(), "/", d.fua_emulated()),
+         absl::StrFormat("%.1fus", d.latency_mean_us()), absl::StrCat(d.latency_p50_us(), "us"),
+         absl::StrCat(d.latency_p99_us(), "us"), absl::StrCat(d.latency_max_us(), "us"),
+         // Requests that waited for their I/O budget, and how long in all.
+         d.throttled_requests() == 0
+             ? std::string("-")
+             : absl::StrFormat("%d (%.1fs)", d.throttled_requests(), d.throttled_us() / 1e6)});
   }
   if (stats.drives().empty()) return "no drives\n";
   return Table(rows);

@@ -39,7 +39,8 @@ inline bool AskedTheGuestToEject(const grpc::Status& status) {
 
 class Runner {
  public:
-  Runner(const CommandLine& cl, std::ostream& out, std::ostream& err) : cl_(cl), out_(out), err_(err) {}
+  Runner(const CommandLine& cl, std::ostream& out, std::ostream& err)
+      : cl_(cl), out_(out), err_(err) {}
 
   int Execute(const CommandSpec& spec, const std::vector<std::string>& args);
 
@@ -90,7 +91,8 @@ class Runner {
   }
   // The token, when one was given, goes with every call (docs/api.md, "Authentication").
   void Authorize(grpc::ClientContext& context) {
-    if (!token_.empty()) context.AddMetadata(api::kAuthorizationMetadataKey, api::BearerAuthorization(token_));
+    if (!token_.empty())
+      context.AddMetadata(api::kAuthorizationMetadataKey, api::BearerAuthorization(token_));
   }
   // Prints `message` as JSON, or `human` (already formatted) otherwise.
   int Print(const google::protobuf::Message& message, const std::string& human) {
@@ -126,9 +128,9 @@ class Runner {
   const CommandLine& cl_;
   std::ostream& out_;
   std::ostream& err_;
-  std::string what_;  // the command, for error messages
+  std::string what_;            // the command, for error messages
   bool force_allowed_ = false;  // the command takes --force
-  std::string token_;  // from --api-token-file; empty: none
+  std::string token_;           // from --api-token-file; empty: none
   std::unique_ptr<vmm::v1::MediaService::Stub> media_;
   std::unique_ptr<vmm::v1::VmService::Stub> vm_;
 };

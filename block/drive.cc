@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace block {
@@ -59,8 +59,8 @@ DriveInfo MakeInfo(const DriveOptions& options, bool removable, const BackendInf
   return info;
 }
 
-// The BlockQueue a Drive hands to a device. One per iothread, used only there: the hot path takes no
-// lock and makes no system call beyond what the backend makes.
+// The BlockQueue a Drive hands to a device. One per iothread, used only there: the hot path takes
+// no lock and makes no system call beyond what the backend makes.
 //
 // Completion fds: the queue owns an epoll fd (its completion_fd()) holding its own eventfd and the
 // completion fd of every backend queue beneath it. An epoll fd is readable while any fd in its set
@@ -78,8 +78,8 @@ class DriveQueue final : public BlockQueue, private MediaListener {
   static absl::StatusOr<std::unique_ptr<BlockQueue>> Create(std::shared_ptr<Drive::Shared> shared,
                                                             CompletionHandler handler);
 
-  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler, sys_util::ScopedFd epoll_fd,
-             sys_util::ScopedFd event_fd, sys_util::ScopedFd timer_fd)
+  DriveQueue(std::shared_ptr<Drive::Shared> shared, CompletionHandler handler,
+             sys_util::ScopedFd epoll_fd, sys_util::ScopedFd event_fd, sys_util::ScopedFd timer_fd)
       : shared_(std::move(shared)),
         removable_(shared_->media != nullptr),
         handler_(std::move(handler)),
@@ -203,9 +203,9 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> DriveQueue::Create(
       return absl::ErrnoToStatus(errno, "epoll_ctl");
     }
   }
-  auto queue = std::make_unique<DriveQueue>(std::move(shared), std::move(handler),
-                                            std::move(epoll_fd), std::move(event_fd),
-                                            std::move(timer_fd));
+  auto queue =
+      std::make_unique<DriveQueue>(std::move(shared), std::move(handler), std::move(epoll_fd),
+                                   std::move(event_fd), std::move(timer_fd));
   Drive::Shared& s = *queue->shared_;
   if (s.backend != nullptr) {
     Backing* backing = queue->AddBacking(0, s.backend, s.backend_info);
@@ -241,8 +241,10 @@ DriveQueue::Backing* DriveQueue::AddBacking(uint64_t generation,
   b->generation = generation;
   b->backend = std::move(backend);
   b->info = info;
-  absl::StatusOr<std::unique_ptr<BlockQueue>> queue = b->backend->CreateQueue(
-      [this, b](uint64_t slot, Completion completion) { OnBackendCompletion(b, slot, completion); });
+  absl::StatusOr<std::unique_ptr<BlockQueue>> queue =
+      b->backend->CreateQueue([this, b](uint64_t slot, Completion completion) {
+        OnBackendCompletion(b, slot, completion);
+      });
   if (!queue.ok()) {
     b->status = queue.status();
   } else {
@@ -471,9 +473,7 @@ void DriveQueue::Submit() {
   }
 }
 
-void DriveQueue::Signal() const {
-  sys_util::SignalEventFd(event_fd_.get());
-}
+void DriveQueue::Signal() const { sys_util::SignalEventFd(event_fd_.get()); }
 
 void DriveQueue::ProcessCompletions() {
   if (processing_) return;  // called from inside its own handler: the outer call delivers
@@ -563,9 +563,8 @@ absl::StatusOr<std::unique_ptr<Drive>> Drive::CreateFixed(DriveOptions options,
   shared->size_bytes.store(shared->backend_info.size_bytes);
   const uint32_t block = shared->backend_info.logical_block_size;
   if (!std::has_single_bit(block)) {
-    return absl::InvalidArgumentError(absl::StrCat("drive \"", options.name,
-                                                   "\": logical block size ", block,
-                                                   " is not a power of two"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "drive \"", options.name, "\": logical block size ", block, " is not a power of two"));
   }
   shared->own = std::make_unique<Throttle>(options.name, IoLimits{});
   shared->options = std::move(options);

@@ -169,8 +169,8 @@ TEST_F(DriveTest, WriteReadRoundTrip) {
 }
 
 TEST_F(DriveTest, InfoForTheDevice) {
-  auto backend =
-      Memory({.size_bytes = 1 << 30, .logical_block_size = 4096, .native_fua = true, .discard = true});
+  auto backend = Memory(
+      {.size_bytes = 1 << 30, .logical_block_size = 4096, .native_fua = true, .discard = true});
   Fixed({.cache_mode = CacheMode::kNone, .name = "disk0"}, backend);
   DriveInfo info = drive_->info();
   EXPECT_EQ(info.size_bytes, 1u << 30);
@@ -194,7 +194,8 @@ TEST_F(DriveTest, InfoForTheDevice) {
   EXPECT_TRUE(info.read_only);
   EXPECT_EQ(info.size_bytes, 0u);
   EXPECT_EQ(drive_->media(), media.get());
-  ASSERT_TRUE(media->Insert(Memory({.size_bytes = 2048 * 10, .logical_block_size = 2048}), "a").ok());
+  ASSERT_TRUE(
+      media->Insert(Memory({.size_bytes = 2048 * 10, .logical_block_size = 2048}), "a").ok());
   EXPECT_EQ(drive_->info().size_bytes, 2048u * 10);
   EXPECT_EQ(drive_->info().logical_block_size, 2048u);
   EXPECT_EQ(drive_->InfoFor(MediaState{}).size_bytes, 0u);
@@ -428,12 +429,11 @@ TEST_F(DriveTest, EmulatedFuaBatch) {
   ASSERT_EQ(completions_.size(), 3u);
   EXPECT_EQ(completions_[1], std::make_pair(uint64_t{1}, 0));
   EXPECT_EQ(completions_[2], std::make_pair(uint64_t{3}, 0));
-  EXPECT_EQ(backend->operations(),
-            (std::vector<Op>{{kWrite, 0, 512, false},
-                             {kWrite, 512, 512, false},
-                             {kWrite, 1024, 512, false},
-                             {kFlush, 0, 0, false},
-                             {kFlush, 0, 0, false}}));
+  EXPECT_EQ(backend->operations(), (std::vector<Op>{{kWrite, 0, 512, false},
+                                                    {kWrite, 512, 512, false},
+                                                    {kWrite, 1024, 512, false},
+                                                    {kFlush, 0, 0, false},
+                                                    {kFlush, 0, 0, false}}));
 }
 
 TEST_F(DriveTest, WritethroughMakesEveryWriteDurable) {
@@ -590,7 +590,9 @@ TEST_F(DriveTest, QueueOutlivesTheDrive) {
 // --- Removable media ---
 
 std::shared_ptr<MemoryBackend> Disc(uint8_t fill, uint64_t blocks = 16) {
-  auto disc = Memory({.size_bytes = 2048 * blocks, .logical_block_size = 2048, .read_only = true,
+  auto disc = Memory({.size_bytes = 2048 * blocks,
+                      .logical_block_size = 2048,
+                      .read_only = true,
                       .discard = false});
   EXPECT_TRUE(disc->WriteData(0, std::vector<uint8_t>(2048 * blocks, fill)).ok());
   return disc;
@@ -856,7 +858,8 @@ TEST_F(DriveTest, DrivesInAGroupShareItsBudget) {
   (*other)->SetGroup(group);
   EXPECT_EQ(drive_->group(), group);
   std::vector<uint64_t> other_done;
-  auto other_queue = (*other)->CreateQueue([&](uint64_t cookie, Completion) { other_done.push_back(cookie); });
+  auto other_queue =
+      (*other)->CreateQueue([&](uint64_t cookie, Completion) { other_done.push_back(cookie); });
   ASSERT_TRUE(other_queue.ok());
   Buffer a(4096), b(4096), c(4096);
   queue_->Enqueue(ReadOf(0, a), 1);

@@ -15,9 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
-#include "vmm/sys_util/eventfd.h"
 
 namespace block {
 namespace {
@@ -44,8 +44,8 @@ int64_t MonotonicNanos() {
 // consults are the backend's (atomics).
 class FaultInjectingQueue : public BlockQueue {
  public:
-  static absl::StatusOr<std::unique_ptr<FaultInjectingQueue>> Create(
-      FaultInjectingBackend* backend, CompletionHandler handler) {
+  static absl::StatusOr<std::unique_ptr<FaultInjectingQueue>> Create(FaultInjectingBackend* backend,
+                                                                     CompletionHandler handler) {
     std::unique_ptr<FaultInjectingQueue> queue(
         new FaultInjectingQueue(backend, std::move(handler)));
     RETURN_IF_ERROR(queue->Init());
@@ -55,8 +55,7 @@ class FaultInjectingQueue : public BlockQueue {
   void Enqueue(const Request& request, uint64_t cookie) override {
     ++in_flight_;
     FaultInjectingBackend::Decision decision = backend_->Decide(request, rule_cache_);
-    const int64_t delay_ns =
-        std::max<int64_t>(0, absl::ToInt64Nanoseconds(decision.delay));
+    const int64_t delay_ns = std::max<int64_t>(0, absl::ToInt64Nanoseconds(decision.delay));
 
     uint64_t prefix = 0;
     if (decision.torn) {
@@ -303,7 +302,6 @@ FaultRule FaultRule::OnlyFor(RequestType request_type) const {
 
 FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<BlockBackend> inner)
     : inner_(std::move(inner)), rules_(std::make_shared<const RuleSet>()) {}
-
 
 absl::StatusOr<std::unique_ptr<BlockQueue>> FaultInjectingBackend::CreateQueue(
     CompletionHandler handler) {

@@ -41,9 +41,9 @@ struct FaultRule {
   double probability = 0;
   uint64_t seed = 0;  // kProbability: same seed and same request order, same faults
   Action action = Action::kFail;
-  int error = EIO;           // kFail, kTornWrite: the positive errno to complete with
-  absl::Duration delay;      // kDelay
-  uint64_t torn_bytes = 0;   // kTornWrite: the prefix that reaches the inner backend
+  int error = EIO;          // kFail, kTornWrite: the positive errno to complete with
+  absl::Duration delay;     // kDelay
+  uint64_t torn_bytes = 0;  // kTornWrite: the prefix that reaches the inner backend
 
   static FaultRule FailNth(uint64_t n, int error = EIO);
   static FaultRule FailEvery(uint64_t period, int error = EIO);
@@ -134,10 +134,10 @@ class FaultInjectingBackend : public BlockBackend {
 
   // What the rules decide for one request (the queues call it once per request).
   struct Decision {
-    int fail_error = 0;       // > 0: fail with this errno, without the inner I/O unless `torn`
-    bool torn = false;        // forward the first `torn_bytes` of the write, then fail
+    int fail_error = 0;  // > 0: fail with this errno, without the inner I/O unless `torn`
+    bool torn = false;   // forward the first `torn_bytes` of the write, then fail
     uint64_t torn_bytes = 0;
-    absl::Duration delay;     // hold the completion this long
+    absl::Duration delay;  // hold the completion this long
   };
   Decision Decide(const Request& request, RuleCache& cache);
 

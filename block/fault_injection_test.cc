@@ -42,10 +42,9 @@ class Harness {
   explicit Harness(uint64_t size = 1 << 20)
       : memory_(std::make_shared<MemoryBackend>(MemoryBackendOptions{.size_bytes = size})),
         faults_(std::make_shared<FaultInjectingBackend>(memory_)) {
-    auto queue = faults_->CreateQueue(
-        [this](uint64_t cookie, Completion completion) {
-          completions_.push_back({cookie, completion.error});
-        });
+    auto queue = faults_->CreateQueue([this](uint64_t cookie, Completion completion) {
+      completions_.push_back({cookie, completion.error});
+    });
     EXPECT_TRUE(queue.ok()) << queue.status();
     queue_ = *std::move(queue);
   }
@@ -286,8 +285,8 @@ TEST(FaultInjectionTest, DelayHoldsTheCompletionUntilTheTimerFires) {
 
 TEST(FaultInjectionTest, DelayedCompletionsKeepTheirOrderAndOthersAreNotHeld) {
   Harness h;
-  h.faults().AddRule(FaultRule::DelayEvery(1, absl::Milliseconds(100)).OnlyFor(
-      RequestType::kWrite));
+  h.faults().AddRule(
+      FaultRule::DelayEvery(1, absl::Milliseconds(100)).OnlyFor(RequestType::kWrite));
   const uint64_t w1 = h.Write(0, kBlock, 1);
   const uint64_t w2 = h.Write(kBlock, kBlock, 2);
   const uint64_t r = h.Read(0, kBlock);

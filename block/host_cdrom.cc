@@ -72,12 +72,11 @@ class MediumWatchingBackend : public BlockBackend {
 
   const BackendInfo& info() const override { return inner_->info(); }
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override {
-    return inner_->CreateQueue(
-        [handler = std::move(handler), on_loss = on_loss_](uint64_t cookie,
-                                                           Completion completion) mutable {
-          if (LooksLikeMediumLoss(completion.error)) on_loss();
-          handler(cookie, completion);
-        });
+    return inner_->CreateQueue([handler = std::move(handler), on_loss = on_loss_](
+                                   uint64_t cookie, Completion completion) mutable {
+      if (LooksLikeMediumLoss(completion.error)) on_loss();
+      handler(cookie, completion);
+    });
   }
 
  private:
@@ -113,11 +112,16 @@ class HostCdrom::MediumLossSignal {
 
 const char* HostDriveStatusName(HostDriveStatus status) {
   switch (status) {
-    case HostDriveStatus::kNoInfo: return "no info";
-    case HostDriveStatus::kNoDisc: return "no disc";
-    case HostDriveStatus::kTrayOpen: return "tray open";
-    case HostDriveStatus::kNotReady: return "drive not ready";
-    case HostDriveStatus::kDiscOk: return "disc ok";
+    case HostDriveStatus::kNoInfo:
+      return "no info";
+    case HostDriveStatus::kNoDisc:
+      return "no disc";
+    case HostDriveStatus::kTrayOpen:
+      return "tray open";
+    case HostDriveStatus::kNotReady:
+      return "drive not ready";
+    case HostDriveStatus::kDiscOk:
+      return "disc ok";
   }
   return "?";
 }
@@ -150,8 +154,8 @@ absl::StatusOr<std::unique_ptr<CdromDevice>> OpenHostCdromDevice(const std::stri
   // block device fails it (ENOTTY/EINVAL), which is the cheapest "is this a CD-ROM?" there is.
   if (::ioctl(fd.get(), CDROM_GET_CAPABILITY, 0) < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("host CD-ROM ", path, " is not a CD-ROM drive: CDROM_GET_CAPABILITY: ",
-                     std::strerror(errno)));
+        absl::StrCat("host CD-ROM ", path,
+                     " is not a CD-ROM drive: CDROM_GET_CAPABILITY: ", std::strerror(errno)));
   }
   return std::make_unique<LinuxCdromDevice>(path, KernelName(path), std::move(fd));
 }
@@ -161,9 +165,8 @@ absl::Status LinuxCdromDevice::Reopen() {
   auto* linux_device = static_cast<LinuxCdromDevice*>(fresh.get());
   if (linux_device->kernel_name_ != kernel_name_) {
     // The node now names another drive (the removed one's name was taken): not ours to follow.
-    return absl::FailedPreconditionError(absl::StrCat("host CD-ROM ", path_, " is now ",
-                                                      linux_device->kernel_name_, ", not ",
-                                                      kernel_name_));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "host CD-ROM ", path_, " is now ", linux_device->kernel_name_, ", not ", kernel_name_));
   }
   fd_ = std::move(linux_device->fd_);
   return absl::OkStatus();
@@ -177,11 +180,16 @@ absl::StatusOr<HostDriveStatus> LinuxCdromDevice::DriveStatus() {
   int status = ::ioctl(fd_.get(), CDROM_DRIVE_STATUS, CDSL_CURRENT);
   if (status < 0) return sys_util::ErrnoStatus(errno, absl::StrCat(path_, ": CDROM_DRIVE_STATUS"));
   switch (status) {
-    case CDS_NO_INFO: return HostDriveStatus::kNoInfo;
-    case CDS_NO_DISC: return HostDriveStatus::kNoDisc;
-    case CDS_TRAY_OPEN: return HostDriveStatus::kTrayOpen;
-    case CDS_DRIVE_NOT_READY: return HostDriveStatus::kNotReady;
-    case CDS_DISC_OK: return HostDriveStatus::kDiscOk;
+    case CDS_NO_INFO:
+      return HostDriveStatus::kNoInfo;
+    case CDS_NO_DISC:
+      return HostDriveStatus::kNoDisc;
+    case CDS_TRAY_OPEN:
+      return HostDriveStatus::kTrayOpen;
+    case CDS_DRIVE_NOT_READY:
+      return HostDriveStatus::kNotReady;
+    case CDS_DISC_OK:
+      return HostDriveStatus::kDiscOk;
     default:
       return absl::InternalError(
           absl::StrCat(path_, ": CDROM_DRIVE_STATUS returned unknown status ", status));
@@ -414,9 +422,9 @@ void HostCdrom::HandleUevent(const Uevent& event) {
       if (options_.on_eject_request) {
         options_.on_eject_request();
       } else {
-        status = absl::FailedPreconditionError(absl::StrCat(
-            "host CD-ROM ", device_->path(),
-            ": eject button pressed, but the guest prevents medium removal"));
+        status = absl::FailedPreconditionError(
+            absl::StrCat("host CD-ROM ", device_->path(),
+                         ": eject button pressed, but the guest prevents medium removal"));
       }
     } else {
       // The host (not the guest) holds the door locked, e.g. because opening the drive for data
@@ -437,8 +445,8 @@ void HostCdrom::HandleUevent(const Uevent& event) {
 }
 
 std::unique_ptr<HostCdrom::UeventWatch> HostCdrom::WatchUevents(UeventMonitor* monitor) {
-  UeventMonitor::WatchId id = monitor->Watch(device_->kernel_name(),
-                                             [this](const Uevent& event) { HandleUevent(event); });
+  UeventMonitor::WatchId id =
+      monitor->Watch(device_->kernel_name(), [this](const Uevent& event) { HandleUevent(event); });
   return std::make_unique<UeventWatch>(monitor, id);
 }
 
@@ -557,10 +565,14 @@ void HostCdrom::WorkerLoop() {
 absl::Status HostCdrom::RunHostCommand(HostCommand command) {
   absl::MutexLock device_lock(&device_mutex_);
   switch (command) {
-    case HostCommand::kLock: return device_->LockDoor(true);
-    case HostCommand::kUnlock: return device_->LockDoor(false);
-    case HostCommand::kEject: return device_->Eject();
-    case HostCommand::kCloseTray: return device_->CloseTray();
+    case HostCommand::kLock:
+      return device_->LockDoor(true);
+    case HostCommand::kUnlock:
+      return device_->LockDoor(false);
+    case HostCommand::kEject:
+      return device_->Eject();
+    case HostCommand::kCloseTray:
+      return device_->CloseTray();
   }
   return absl::InternalError("unknown host command");
 }

@@ -113,11 +113,11 @@ class HostCdrom : public MediaListener {
   };
 
   struct Stats {
-    uint64_t refreshes = 0;       // probe rounds (Refresh() and notification-driven)
-    uint64_t probes = 0;          // commands that asked the drive (status, capacity)
-    uint64_t medium_errors = 0;   // guest reads that failed as if the disc went away
+    uint64_t refreshes = 0;      // probe rounds (Refresh() and notification-driven)
+    uint64_t probes = 0;         // commands that asked the drive (status, capacity)
+    uint64_t medium_errors = 0;  // guest reads that failed as if the disc went away
     uint64_t changes_published = 0;
-    uint64_t host_commands = 0;   // lock/eject/close forwarded to the drive
+    uint64_t host_commands = 0;  // lock/eject/close forwarded to the drive
     uint64_t host_command_errors = 0;
   };
 
@@ -223,9 +223,9 @@ class HostCdrom : public MediaListener {
   // state and the latest tray move, so a guest toggling its lock in a loop costs at most two host
   // commands per worker round, never a queue that grows (H12 of docs/security.md).
   struct PendingCommands {
-    std::optional<bool> lock;           // kLock (true) / kUnlock (false)
-    std::optional<HostCommand> tray;    // kEject / kCloseTray
-    bool refresh = false;               // RequestRefresh()
+    std::optional<bool> lock;         // kLock (true) / kUnlock (false)
+    std::optional<HostCommand> tray;  // kEject / kCloseTray
+    bool refresh = false;             // RequestRefresh()
     bool empty() const { return !lock && !tray && !refresh; }
   };
   absl::Mutex queue_mutex_;

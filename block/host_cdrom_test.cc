@@ -27,7 +27,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr uint64_t kDiscA = 650ull * 1024 * 1024;  // a CD
+constexpr uint64_t kDiscA = 650ull * 1024 * 1024;   // a CD
 constexpr uint64_t kDiscB = 4700ull * 1000 * 1000;  // a DVD
 
 // A host drive in memory. Counts every probe, so tests can prove when the drive is asked. Its
@@ -57,7 +57,8 @@ class FakeCdromDevice : public CdromDevice {
   }
   absl::Status LockDoor(bool locked) override {
     absl::MutexLock lock(&mutex_);
-    mutex_.Await(absl::Condition(+[](bool* held) { return !*held; }, &commands_held_));
+    mutex_.Await(absl::Condition(
+        +[](bool* held) { return !*held; }, &commands_held_));
     commands_.push_back(locked ? "lock" : "unlock");
     return command_error_;
   }
@@ -218,7 +219,6 @@ class HostCdromTest : public ::testing::Test {
   std::vector<absl::Status> errors_ ABSL_GUARDED_BY(errors_mutex_);
   int eject_requests_ = 0;
 };
-
 
 TEST_F(HostCdromTest, RefreshPublishesADiscWithOneProbeRound) {
   device_->InsertDisc(kDiscA);
@@ -637,9 +637,9 @@ TEST_F(HostCdromTest, UeventsFromTheMonitorRefreshOnlyTheirDrive) {
   auto send = [&](const std::string& name, const std::string& variable) {
     const std::string devpath = "/devices/virtual/block/" + name;
     std::string message = "change@" + devpath;
-    for (const std::string& field : std::vector<std::string>{
-             "ACTION=change", "DEVPATH=" + devpath, "SUBSYSTEM=block", variable,
-             "DEVNAME=" + name}) {
+    for (const std::string& field :
+         std::vector<std::string>{"ACTION=change", "DEVPATH=" + devpath, "SUBSYSTEM=block",
+                                  variable, "DEVNAME=" + name}) {
       message.push_back('\0');
       message += field;
     }

@@ -39,9 +39,7 @@ RemovableMedia::RemovableMedia(std::shared_ptr<BlockBackend> initial, std::strin
   Store(current_, std::move(state));
 }
 
-std::shared_ptr<const MediaState> RemovableMedia::Current() const {
-  return Load(current_);
-}
+std::shared_ptr<const MediaState> RemovableMedia::Current() const { return Load(current_); }
 
 // The changes below follow what a person (or the drive's motor) does, one step per snapshot: the
 // tray opens, a medium goes in or out, the tray closes. Each step is its own event, so a device can
@@ -52,9 +50,9 @@ std::shared_ptr<const MediaState> RemovableMedia::Current() const {
 absl::Status RemovableMedia::Insert(std::shared_ptr<BlockBackend> backend, std::string source) {
   absl::MutexLock lock(&change_mutex_);
   if (!host_drive_.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this drive passes through the host drive ", host_drive_,
-        ": change the disc in that drive (eject and tray commands reach it)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("this drive passes through the host drive ", host_drive_,
+                     ": change the disc in that drive (eject and tray commands reach it)"));
   }
   return InsertLocked(std::move(backend), std::move(source));
 }
@@ -102,8 +100,8 @@ absl::Status RemovableMedia::Eject(bool force) {
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->tray_open && !now->present) return absl::OkStatus();  // nothing to do
   if (now->locked && !force) return AskGuestToEject(now);
-  // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks with
-  // PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
+  // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks
+  // with PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
   if (!now->tray_open) {
     auto opened = CopyOf(now);
     opened->tray_open = true;

@@ -14,12 +14,14 @@
 
 namespace block {
 
-// The state of a removable-media drive (a CD-ROM), as one immutable snapshot. The I/O path reads the
-// current snapshot with one atomic load and never asks the host: QEMU's emulated CD-ROM lost two
-// thirds of its throughput by probing the host drive on every request (qemu-devel, January 2019).
+// The state of a removable-media drive (a CD-ROM), as one immutable snapshot. The I/O path reads
+// the current snapshot with one atomic load and never asks the host: QEMU's emulated CD-ROM lost
+// two thirds of its throughput by probing the host drive on every request (qemu-devel, January
+// 2019).
 struct MediaState {
-  // A medium is in the drive. (Independent of the tray: a guest may open the tray of a loaded drive;
-  // an open tray makes the medium unreachable, and present && tray_open means "in the open tray".)
+  // A medium is in the drive. (Independent of the tray: a guest may open the tray of a loaded
+  // drive; an open tray makes the medium unreachable, and present && tray_open means "in the open
+  // tray".)
   bool present = false;
   bool tray_open = false;
   // The guest prevents removal (SCSI/MMC PREVENT ALLOW MEDIUM REMOVAL).
@@ -39,8 +41,8 @@ struct MediaState {
 };
 
 enum class MediaEventType {
-  kInserted,        // a medium was inserted (the API or a host notification)
-  kRemoved,         // the medium was removed
+  kInserted,  // a medium was inserted (the API or a host notification)
+  kRemoved,   // the medium was removed
   kTrayOpened,
   kTrayClosed,
   kLockChanged,     // the guest locked or unlocked the tray

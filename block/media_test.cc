@@ -28,8 +28,9 @@ class RecordingListener : public MediaListener {
   explicit RecordingListener(std::vector<std::pair<int, Seen>>* log = nullptr, int id = 0)
       : log_(log), id_(id) {}
   void OnMediaEvent(const MediaEvent& event) override {
-    const Seen seen{event.type,         event.by_guest,     event.state->present,
-                    event.state->tray_open, event.state->locked, event.state->generation};
+    const Seen seen{event.type,           event.by_guest,
+                    event.state->present, event.state->tray_open,
+                    event.state->locked,  event.state->generation};
     events.push_back(seen);
     if (log_ != nullptr) log_->push_back({id_, seen});
   }

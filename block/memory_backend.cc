@@ -14,8 +14,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/eventfd.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace block {
 namespace {

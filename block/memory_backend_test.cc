@@ -30,8 +30,9 @@ class MemoryBackendTest : public ::testing::Test {
   void Open(MemoryBackendOptions options) {
     queue_.reset();
     backend_ = std::make_shared<MemoryBackend>(options);
-    auto queue = backend_->CreateQueue(
-        [this](uint64_t cookie, Completion c) { completed_.push_back({cookie, c.error}); });
+    auto queue = backend_->CreateQueue([this](uint64_t cookie, Completion c) {
+      completed_.push_back({cookie, c.error});
+    });
     ASSERT_TRUE(queue.ok()) << queue.status();
     queue_ = *std::move(queue);
   }

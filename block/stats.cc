@@ -61,8 +61,7 @@ void Stats::RecordCompletion(RequestType type, uint64_t bytes, int error, uint64
   Add(latency_sum_us_, us);
   // A relaxed maximum: retry only while ours is still larger.
   uint64_t max = latency_max_us_.load(std::memory_order_relaxed);
-  while (us > max &&
-         !latency_max_us_.compare_exchange_weak(max, us, std::memory_order_relaxed)) {
+  while (us > max && !latency_max_us_.compare_exchange_weak(max, us, std::memory_order_relaxed)) {
   }
 }
 

@@ -79,8 +79,9 @@ void Throttle::SetLimits(const IoLimits& limits) {
   absl::MutexLock lock(&mutex_);
   const absl::Time now = clock_->Now();
   limits_ = limits;
-  operations_ = limits.iops == 0 ? TokenBucket()
-                                 : TokenBucket(limits.iops, Capacity(limits.iops, limits.iops_burst), now);
+  operations_ = limits.iops == 0
+                    ? TokenBucket()
+                    : TokenBucket(limits.iops, Capacity(limits.iops, limits.iops_burst), now);
   bytes_ = limits.bytes_per_second == 0
                ? TokenBucket()
                : TokenBucket(limits.bytes_per_second,
@@ -139,7 +140,8 @@ absl::Time AdmitThrough(const std::vector<Throttle*>& throttles, Throttle::Waite
   // Locked in the order given (a drive's own, then its group's), all at once: the tokens are
   // taken from every throttle or from none.
   std::vector<std::unique_ptr<absl::MutexLock>> locks;
-  for (Throttle* throttle : throttles) locks.push_back(std::make_unique<absl::MutexLock>(&throttle->mutex_));
+  for (Throttle* throttle : throttles)
+    locks.push_back(std::make_unique<absl::MutexLock>(&throttle->mutex_));
   const absl::Time now = throttles.front()->clock_->Now();
   for (size_t i = 0; i < throttles.size(); ++i) {
     const absl::Time at = throttles[i]->ReadyAtLocked(waiter, bytes, now);

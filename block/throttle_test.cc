@@ -111,7 +111,8 @@ TEST(ThrottleTest, QueuesSharingABudgetShareItFairly) {
   const int total = queues[0].admitted + queues[1].admitted + queues[2].admitted;
   EXPECT_NEAR(total, 10000 + 100, 3);
   // A third each, in turn; the burst the bucket starts with (100) went to whoever came first.
-  for (const SimulatedQueue& queue : queues) EXPECT_NEAR(queue.admitted, (total - 100) / 3, 100 + 2);
+  for (const SimulatedQueue& queue : queues)
+    EXPECT_NEAR(queue.admitted, (total - 100) / 3, 100 + 2);
   EXPECT_NEAR(queues[1].admitted, queues[2].admitted, 2);
 }
 
@@ -148,7 +149,8 @@ TEST(ThrottleTest, NewLimitsTakeEffectAtOnceAndWakeTheWaiters) {
   EXPECT_EQ(woken_at, kStart + absl::Milliseconds(5));
   EXPECT_EQ(AdmitThrough({&throttle}, waiter, 512), absl::InfinitePast());
   throttle.SetLimits({});
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(AdmitThrough({&throttle}, waiter, 512), absl::InfinitePast());
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_EQ(AdmitThrough({&throttle}, waiter, 512), absl::InfinitePast());
 }
 
 TEST(ThrottleTest, AQueueThatLeavesHandsItsTurnOn) {
@@ -158,7 +160,7 @@ TEST(ThrottleTest, AQueueThatLeavesHandsItsTurnOn) {
   Throttle::Waiter first([](absl::Time) {});
   Throttle::Waiter second([&](absl::Time) { ++second_woken; });
   ASSERT_EQ(AdmitThrough({&throttle}, first, 0), absl::InfinitePast());
-  EXPECT_NE(AdmitThrough({&throttle}, first, 0), absl::InfinitePast());  // first waits, in line
+  EXPECT_NE(AdmitThrough({&throttle}, first, 0), absl::InfinitePast());     // first waits, in line
   EXPECT_EQ(AdmitThrough({&throttle}, second, 0), absl::InfiniteFuture());  // behind it
   throttle.Leave(first);
   EXPECT_EQ(second_woken, 1);

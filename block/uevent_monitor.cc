@@ -54,9 +54,7 @@ std::string Uevent::DeviceName() const {
 
 bool Uevent::IsBlockChange() const { return action == "change" && Get("SUBSYSTEM") == "block"; }
 bool Uevent::IsMediaChange() const { return IsBlockChange() && Get("DISK_MEDIA_CHANGE") == "1"; }
-bool Uevent::IsEjectRequest() const {
-  return IsBlockChange() && Get("DISK_EJECT_REQUEST") == "1";
-}
+bool Uevent::IsEjectRequest() const { return IsBlockChange() && Get("DISK_EJECT_REQUEST") == "1"; }
 
 absl::StatusOr<Uevent> ParseUevent(absl::string_view message) {
   if (message.substr(0, kUdevMagic.size()) == kUdevMagic) {
@@ -103,8 +101,8 @@ UeventMonitor::UeventMonitor(sys_util::ScopedFd fd, bool require_kernel_sender)
 UeventMonitor::~UeventMonitor() = default;
 
 absl::StatusOr<std::unique_ptr<UeventMonitor>> UeventMonitor::Open() {
-  sys_util::ScopedFd fd(::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                      NETLINK_KOBJECT_UEVENT));
+  sys_util::ScopedFd fd(
+      ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_KOBJECT_UEVENT));
   if (fd.get() < 0) {
     return absl::UnavailableError(
         absl::StrCat("no host media notifications: socket(AF_NETLINK, NETLINK_KOBJECT_UEVENT): ",
@@ -120,9 +118,9 @@ absl::StatusOr<std::unique_ptr<UeventMonitor>> UeventMonitor::Open() {
   address.nl_pid = 0;  // let the kernel pick a unique port id
   address.nl_groups = kKernelGroup;
   if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "no host media notifications: bind(NETLINK_KOBJECT_UEVENT, group 1): ",
-        std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("no host media notifications: bind(NETLINK_KOBJECT_UEVENT, group 1): ",
+                     std::strerror(errno)));
   }
   return std::unique_ptr<UeventMonitor>(new UeventMonitor(std::move(fd), true));
 }
@@ -191,9 +189,8 @@ absl::Status UeventMonitor::ProcessEvents() {
                        (header.msg_namelen >= sizeof(sockaddr_nl) && sender.nl_pid == 0);
     bool truncated = (header.msg_flags & MSG_TRUNC) != 0;
     absl::StatusOr<Uevent> event =
-        kernel_sent && !truncated
-            ? ParseUevent(absl::string_view(buffer, static_cast<size_t>(n)))
-            : absl::StatusOr<Uevent>(absl::InvalidArgumentError("rejected"));
+        kernel_sent && !truncated ? ParseUevent(absl::string_view(buffer, static_cast<size_t>(n)))
+                                  : absl::StatusOr<Uevent>(absl::InvalidArgumentError("rejected"));
     {
       absl::MutexLock lock(&watches_mutex_);
       ++received_;

@@ -106,8 +106,8 @@ TEST(ParseUeventTest, DeviceNameFallsBackToTheDevpath) {
 }
 
 TEST(ParseUeventTest, NonBlockChangeIsNotAMediaChange) {
-  auto event = ParseUevent(Message({"change@/devices/x/net/eth0", "ACTION=change",
-                                    "SUBSYSTEM=net", "DISK_MEDIA_CHANGE=1"}));
+  auto event = ParseUevent(Message(
+      {"change@/devices/x/net/eth0", "ACTION=change", "SUBSYSTEM=net", "DISK_MEDIA_CHANGE=1"}));
   ASSERT_TRUE(event.ok());
   EXPECT_FALSE(event->IsMediaChange());
 }
@@ -164,8 +164,7 @@ TEST_F(MonitorTest, DispatchesByDeviceName) {
   pollfd p = {monitor_->fd(), POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 0), 0);
   Send(kMediaChange);
-  Send(Message({"add@/devices/virtual/block/loop0", "ACTION=add", "DEVNAME=loop0",
-                "SEQNUM=1"}));
+  Send(Message({"add@/devices/virtual/block/loop0", "ACTION=add", "DEVNAME=loop0", "SEQNUM=1"}));
   Send(BlockChange("sr1", "DISK_EJECT_REQUEST=1"));
   Send("garbage without header");
   EXPECT_EQ(::poll(&p, 1, 0), 1);
@@ -175,7 +174,7 @@ TEST_F(MonitorTest, DispatchesByDeviceName) {
   EXPECT_THAT(sr1, ElementsAre("1"));
   EXPECT_EQ(monitor_->messages_received(), 4u);
   EXPECT_EQ(monitor_->messages_rejected(), 1u);
-  EXPECT_EQ(::poll(&p, 1, 0), 0);  // drained
+  EXPECT_EQ(::poll(&p, 1, 0), 0);               // drained
   ASSERT_TRUE(monitor_->ProcessEvents().ok());  // nothing pending: returns at once
 }
 
@@ -242,7 +241,8 @@ TEST(UeventMonitorOpenTest, ReceivesARealKernelUevent) {
     }
   });
   FILE* trigger = std::fopen("/sys/devices/virtual/mem/null/uevent", "w");
-  ASSERT_NE(trigger, nullptr) << "cannot write /sys/devices/virtual/mem/null/uevent: " << strerror(errno);
+  ASSERT_NE(trigger, nullptr) << "cannot write /sys/devices/virtual/mem/null/uevent: "
+                              << strerror(errno);
   const std::string command = "change " + uuid;
   const bool written = std::fputs(command.c_str(), trigger) >= 0;
   const bool closed = std::fclose(trigger) == 0;  // sysfs reports a bad write at flush

@@ -1,8 +1,7 @@
 #include "devices/iothread.h"
 
-#include <sched.h>
-
 #include <pthread.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -11,9 +10,9 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "absl/strings/str_cat.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
@@ -66,9 +65,8 @@ absl::Status IoThread::Start() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(const std::string& name_prefix,
-                                                                      uint32_t count,
-                                                                      const IoThreadOptions& options) {
+absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(
+    const std::string& name_prefix, uint32_t count, const IoThreadOptions& options) {
   std::vector<std::shared_ptr<IoThread>> threads;
   for (uint32_t i = 0; i < count; ++i) {
     auto thread = std::make_shared<IoThread>(absl::StrCat(name_prefix, i), options);

@@ -50,8 +50,8 @@ class IoThread {
   // Ends the loop and joins the thread. Handlers still registered are dropped (not called).
   void Stop();
 
-  // Runs `fn` on the loop thread and waits for it (or runs it at once when called on the loop thread
-  // or before Start()). Use for setting up and tearing down per-thread state.
+  // Runs `fn` on the loop thread and waits for it (or runs it at once when called on the loop
+  // thread or before Start()). Use for setting up and tearing down per-thread state.
   void RunSync(absl::AnyInvocable<void()> fn);
   // Queues `fn` to run on the loop thread.
   void Post(absl::AnyInvocable<void()> fn);
@@ -121,9 +121,8 @@ class IoThread {
 // their own (Cloud Hypervisor's one spawning helper is the model). `count` threads named
 // NAME_PREFIX0, NAME_PREFIX1, ..., each started (its on_start run: the VMM confines it there).
 // The last owner of a thread stops and joins it.
-absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(const std::string& name_prefix,
-                                                                      uint32_t count,
-                                                                      const IoThreadOptions& options);
+absl::StatusOr<std::vector<std::shared_ptr<IoThread>>> StartIoThreads(
+    const std::string& name_prefix, uint32_t count, const IoThreadOptions& options);
 
 }  // namespace devices
 

@@ -65,8 +65,13 @@ TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
   std::atomic<int> calls{0};
   thread.RunSync([&] {
     ASSERT_TRUE(thread
-                    .AddFd(event.get(), [&] { Drain(event.get()); ++calls; },
-                           IoThread::Trigger::kEdge)
+                    .AddFd(
+                        event.get(),
+                        [&] {
+                          Drain(event.get());
+                          ++calls;
+                        },
+                        IoThread::Trigger::kEdge)
                     .ok());
   });
   const uint64_t huge = UINT64_MAX - 1;  // each read takes 1: readable "for ever"
@@ -80,7 +85,8 @@ TEST(IoThreadTest, EdgeTriggeredFdDoesNotSpinOnASemaphoreEventfd) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_EQ(write(event.get(), &one, sizeof(one)), 8);
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (calls.load() < before + i + 1 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+    while (calls.load() < before + i + 1 && absl::Now() < deadline)
+      absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_GE(calls.load(), before + 3);
   thread.RunSync([&] { thread.RemoveFd(event.get()); });
@@ -239,8 +245,8 @@ TEST(IoThreadTest, WakeUpStartsPollingBeforeHandlers) {
 
 TEST(IoThreadTest, PollWindowFollowsQemusRule) {
   const int64_t max = 32000;
-  EXPECT_EQ(NextPollWindow(0, 10000, max), 4000);       // room to grow: start at 4 µs
-  EXPECT_EQ(NextPollWindow(4000, 10000, max), 8000);    // and double
+  EXPECT_EQ(NextPollWindow(0, 10000, max), 4000);     // room to grow: start at 4 µs
+  EXPECT_EQ(NextPollWindow(4000, 10000, max), 8000);  // and double
   EXPECT_EQ(NextPollWindow(16000, 20000, max), 32000);
   EXPECT_EQ(NextPollWindow(32000, 30000, max), 32000);  // long enough already
   EXPECT_EQ(NextPollWindow(8000, 5000, max), 8000);

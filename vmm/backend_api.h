@@ -29,9 +29,7 @@ class BackendApiControl : public api::VmControl {
   std::vector<api::DriveEntry> Drives() const override;
   absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path) override;
   bool MediaPathsConfined() const override { return media_dir_ != nullptr; }
-  std::string MediaRoot() const override {
-    return media_dir_ != nullptr ? media_dir_->path() : "";
-  }
+  std::string MediaRoot() const override { return media_dir_ != nullptr ? media_dir_->path() : ""; }
   std::map<std::string, std::shared_ptr<block::Throttle>> IoGroups() const override {
     return storage_.io_groups();
   }

@@ -147,7 +147,8 @@ TEST(ParseFlagsTest, DashesUnderscoresSwitchesAndDrives) {
   EXPECT_EQ(parsed->drives[2].path, "/isos/a.iso");
   EXPECT_EQ(parsed->drives[2].bus, DriveSpec::Bus::kIde);
 
-  parsed = Parse({"--io-group=tenant,iops=100", "--disk=d.img,group=tenant", "--io-group", "other,bps=1M"});
+  parsed = Parse(
+      {"--io-group=tenant,iops=100", "--disk=d.img,group=tenant", "--io-group", "other,bps=1M"});
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ASSERT_EQ(parsed->io_groups.size(), 2u);
   EXPECT_EQ(parsed->io_groups[0].name, "tenant");
@@ -170,7 +171,8 @@ TEST(ParseFlagsTest, HelpWinsOverEverythingElse) {
     ASSERT_TRUE(parsed.ok()) << help << ": " << parsed.status();
     EXPECT_EQ(parsed->request, ParsedCommandLine::Request::kHelp);
   }
-  EXPECT_EQ(Parse({"--test-count=oops", "--helpfull"})->request, ParsedCommandLine::Request::kHelpFull);
+  EXPECT_EQ(Parse({"--test-count=oops", "--helpfull"})->request,
+            ParsedCommandLine::Request::kHelpFull);
   EXPECT_EQ(Parse({"--bogus", "--version"})->request, ParsedCommandLine::Request::kVersion);
   // After "--", "--help" is an argument (and refused as one).
   EXPECT_THAT(Message(Parse({"--", "--help"})), HasSubstr("unexpected argument \"--help\""));
@@ -193,7 +195,8 @@ TEST(ParseFlagsTest, ErrorsNameTheFlagAndTheValue) {
       {{"stray"},
        "unexpected argument \"stray\" (settings are --flag=value; launcher --help lists them)"},
       {{"--disk=d.img,turbo"},
-       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=, iops=, bps=, burst=, group=)"},
+       "--disk=d.img,turbo: unknown option \"turbo\" (--disk takes cache=, fua=, readonly, id=, "
+       "iops=, bps=, burst=, group=)"},
       {{"--ide-cdrom=a.iso,unit=2"}, "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
       // The range a flag's help states, not its type's.
       {{"--test-ranged=-1"}, "--test-ranged=-1: expected a whole number from 1 to 40"},
@@ -209,7 +212,8 @@ TEST(ParseFlagsTest, ErrorsNameTheFlagAndTheValue) {
       {{"-ide-disk", "d.img"},
        "-ide-disk: a drive flag takes two dashes here (--ide-disk=PATH; -ide-disk is QEMU's "
        "spelling)"},
-      {{"-smp", "2"}, "--smp: unknown flag (QEMU's -smp is --vcpus here; launcher --help lists them all)"},
+      {{"-smp", "2"},
+       "--smp: unknown flag (QEMU's -smp is --vcpus here; launcher --help lists them all)"},
   };
   for (const auto& c : cases) {
     auto parsed = Parse(c.args);
@@ -225,7 +229,10 @@ TEST(HelpTextTest, EveryFlagWithDashesHelpAndDefault) {
       .summary = "does things.",
       .usage = "launcher --test-name=NAME",
       .groups = {{"Things",
-                  {{"test-count", "N"}, {"test-name", "NAME"}, {"test-switch", ""}, {"test-ranged", "N"}}},
+                  {{"test-count", "N"},
+                   {"test-name", "NAME"},
+                   {"test-switch", ""},
+                   {"test-ranged", "N"}}},
                  {"Drives", {{"test-off-switch", ""}}}},
       .epilogue = "Exit status: 0.",
   };

@@ -42,7 +42,8 @@ class NoDrivesVm : public api::VmControl {
 
 // A file in the directory Bazel builds microvm and the plugin into (the runfiles' vmm/).
 std::string ExecutableBesidePlugin() {
-  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/vmm/microvm");
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"),
+                      "/vmm/microvm");
 }
 
 // Unix socket paths are short (108 bytes): Bazel's TEST_TMPDIR is too deep for one.
@@ -69,8 +70,8 @@ TEST(ControlApiTest, PluginServesAndStopRemovesTheSocket) {
   ASSERT_TRUE(IsSocket(options.unix_socket_path));
 
   // VmService.GetInfo with an empty request: the reply carries the fake's kernel name.
-  auto channel = grpc::CreateChannel("unix:" + options.unix_socket_path,
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix:" + options.unix_socket_path, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
@@ -109,8 +110,8 @@ TEST(ControlApiTest, MissingPluginIsAClearError) {
   auto server = StartControlApi(options, vm, lonely);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(server.status().message().find(absl::StrCat(std::getenv("TEST_TMPDIR"),
-                                                        "/bin/libmicrovm_api.so")),
+  EXPECT_NE(server.status().message().find(
+                absl::StrCat(std::getenv("TEST_TMPDIR"), "/bin/libmicrovm_api.so")),
             std::string::npos)
       << server.status();
   EXPECT_FALSE(IsSocket(options.unix_socket_path));
@@ -120,7 +121,9 @@ TEST(ControlApiTest, ALibraryWithoutTheEntryPointIsRefused) {
   // zlib is a shared object that loads fine but is no plugin: name it as the plugin.
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/wrong");
   ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
-  ASSERT_EQ(symlink("/lib/x86_64-linux-gnu/libz.so.1", absl::StrCat(dir, "/libmicrovm_api.so").c_str()), 0);
+  ASSERT_EQ(
+      symlink("/lib/x86_64-linux-gnu/libz.so.1", absl::StrCat(dir, "/libmicrovm_api.so").c_str()),
+      0);
   NoDrivesVm vm;
   api::ApiServerOptions options;
   options.unix_socket_path = absl::StrCat(dir, "/api.sock");

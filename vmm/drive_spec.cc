@@ -40,15 +40,16 @@ absl::StatusOr<bool> ParseLimitOption(absl::string_view typed, absl::string_view
   if (key == "bps") {
     uint64_t multiplier = 1;
     absl::string_view digits = value;
-    for (const auto& [suffix, factor] : {std::pair{'K', uint64_t{1} << 10}, {'M', uint64_t{1} << 20},
-                                         {'G', uint64_t{1} << 30}}) {
+    for (const auto& [suffix, factor] :
+         {std::pair{'K', uint64_t{1} << 10}, {'M', uint64_t{1} << 20}, {'G', uint64_t{1} << 30}}) {
       if (!digits.empty() && absl::ascii_toupper(digits.back()) == suffix) {
         digits.remove_suffix(1);
         multiplier = factor;
       }
     }
     uint64_t number = 0;
-    if (!absl::SimpleAtoi(digits, &number) || number == 0 || number > (uint64_t{1} << 40) / multiplier) {
+    if (!absl::SimpleAtoi(digits, &number) || number == 0 ||
+        number > (uint64_t{1} << 40) / multiplier) {
       return absl::InvalidArgumentError(absl::StrCat(
           typed, ": bps must be bytes a second, 1 to 1T (K, M, G: KiB, MiB, GiB), not \"", value,
           "\""));
@@ -90,8 +91,9 @@ absl::StatusOr<IoGroupSpec> ParseIoGroupSpec(absl::string_view text) {
   group.name = std::string(parts[0]);
   if (!IsValidDriveId(group.name)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        typed, ": needs a group name first (1 to 32 letters, digits, '.', '_' or '-', starting "
-               "with a letter): --io-group=NAME,iops=N,bps=N,burst=SECONDS"));
+        typed,
+        ": needs a group name first (1 to 32 letters, digits, '.', '_' or '-', starting "
+        "with a letter): --io-group=NAME,iops=N,bps=N,burst=SECONDS"));
   }
   double burst_seconds = 0;
   for (size_t i = 1; i < parts.size(); ++i) {
@@ -196,9 +198,10 @@ absl::StatusOr<DriveSpec> ParseDriveSpec(DriveSpec::Kind kind, absl::string_view
       }
     } else if (key_value.first == "id") {
       if (!IsValidDriveId(key_value.second)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            typed, ": id \"", key_value.second,
-            "\" is not a drive name (1 to 32 letters, digits, '.', '_' or '-', starting with a letter)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(typed, ": id \"", key_value.second,
+                         "\" is not a drive name (1 to 32 letters, digits, '.', '_' or '-', "
+                         "starting with a letter)"));
       }
       spec.id = std::string(key_value.second);
     } else if (option == "readonly" || option == "ro") {

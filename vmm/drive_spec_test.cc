@@ -7,7 +7,8 @@ namespace vmm {
 namespace {
 
 TEST(DriveSpecTest, ParsesDisksWithOptions) {
-  auto spec = ParseDriveSpec(DriveSpec::Kind::kDisk, "/var/disk.img,cache=none,fua=emulate,readonly");
+  auto spec =
+      ParseDriveSpec(DriveSpec::Kind::kDisk, "/var/disk.img,cache=none,fua=emulate,readonly");
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->path, "/var/disk.img");
   EXPECT_EQ(spec->cache_mode, block::CacheMode::kNone);
@@ -29,21 +30,26 @@ TEST(DriveSpecTest, EveryDriveMayBeNamed) {
   EXPECT_EQ(cd->id, "installer");
   EXPECT_TRUE(cd->path.empty());
   EXPECT_TRUE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img").value().id.empty());
-  for (const char* bad : {"", "1disk", "a b", "a/b", "a,b", "-x", "x:y", "abcdefghijklmnopqrstuvwxyz0123456"}) {
+  for (const char* bad :
+       {"", "1disk", "a b", "a/b", "a,b", "-x", "x:y", "abcdefghijklmnopqrstuvwxyz0123456"}) {
     EXPECT_FALSE(IsValidDriveId(bad)) << bad;
   }
   const auto refused = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,id=9lives");
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().message(),
-            "--disk=d.img,id=9lives: id \"9lives\" is not a drive name (1 to 32 letters, digits, '.', "
-            "'_' or '-', starting with a letter)");
+  EXPECT_EQ(
+      refused.status().message(),
+      "--disk=d.img,id=9lives: id \"9lives\" is not a drive name (1 to 32 letters, digits, '.', "
+      "'_' or '-', starting with a letter)");
 }
 
 TEST(DriveSpecTest, IoLimitsAndGroups) {
-  auto disk = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,burst=2,iops=500,bps=10M,group=tenant-a");
+  auto disk =
+      ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,burst=2,iops=500,bps=10M,group=tenant-a");
   ASSERT_TRUE(disk.ok()) << disk.status();
-  EXPECT_EQ(disk->limits, (block::IoLimits{.iops = 500, .bytes_per_second = 10 << 20,
-                                           .iops_burst = 1000, .bytes_burst = 20 << 20}));
+  EXPECT_EQ(
+      disk->limits,
+      (block::IoLimits{
+          .iops = 500, .bytes_per_second = 10 << 20, .iops_burst = 1000, .bytes_burst = 20 << 20}));
   EXPECT_EQ(disk->group, "tenant-a");
   auto cd = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,bps=4096", DriveSpec::Bus::kIde);
   ASSERT_TRUE(cd.ok()) << cd.status();
@@ -53,9 +59,14 @@ TEST(DriveSpecTest, IoLimitsAndGroups) {
     const char* text;
     const char* message;
   } refused[] = {
-      {"d.img,iops=0", "--disk=d.img,iops=0: iops must be 1 to 10000000 operations a second, not \"0\""},
-      {"d.img,bps=lots", "--disk=d.img,bps=lots: bps must be bytes a second, 1 to 1T (K, M, G: KiB, MiB, GiB), not \"lots\""},
-      {"d.img,burst=0", "--disk=d.img,burst=0: burst must be seconds of the rate (more than 0, at most 3600), not \"0\""},
+      {"d.img,iops=0",
+       "--disk=d.img,iops=0: iops must be 1 to 10000000 operations a second, not \"0\""},
+      {"d.img,bps=lots",
+       "--disk=d.img,bps=lots: bps must be bytes a second, 1 to 1T (K, M, G: KiB, MiB, GiB), not "
+       "\"lots\""},
+      {"d.img,burst=0",
+       "--disk=d.img,burst=0: burst must be seconds of the rate (more than 0, at most 3600), not "
+       "\"0\""},
       {"d.img,burst=1", "--disk=d.img,burst=1: burst needs iops= or bps="},
       {"d.img,group=", "--disk=d.img,group=: group \"\" is not a group name"},
   };
@@ -75,7 +86,8 @@ TEST(DriveSpecTest, IoGroups) {
             "--io-group=tenant: a group needs iops= or bps=");
   EXPECT_EQ(ParseIoGroupSpec("iops=5").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseIoGroupSpec("t,cache=none").status().message(),
-            "--io-group=t,cache=none: unknown option \"cache=none\" (--io-group takes iops=, bps=, burst=)");
+            "--io-group=t,cache=none: unknown option \"cache=none\" (--io-group takes iops=, bps=, "
+            "burst=)");
 }
 
 TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
@@ -87,18 +99,21 @@ TEST(DriveSpecTest, CdromsAreReadOnlyAndMayBeEmpty) {
 }
 
 TEST(DriveSpecTest, IdePlacement) {
-  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,channel=1,unit=0", DriveSpec::Bus::kIde);
+  auto spec =
+      ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,channel=1,unit=0", DriveSpec::Bus::kIde);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->bus, DriveSpec::Bus::kIde);
   EXPECT_EQ(spec->ide_channel, 1);
   EXPECT_EQ(spec->ide_unit, 0);
-  EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=2", DriveSpec::Bus::kIde).ok());
+  EXPECT_FALSE(
+      ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=2", DriveSpec::Bus::kIde).ok());
   // Placement means nothing on virtio-scsi.
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,channel=0").ok());
 }
 
 TEST(DriveSpecTest, HostDrivePassthrough) {
-  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:/dev/sr0,channel=1", DriveSpec::Bus::kIde);
+  auto spec =
+      ParseDriveSpec(DriveSpec::Kind::kCdrom, "host:/dev/sr0,channel=1", DriveSpec::Bus::kIde);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_TRUE(spec->host_drive);
   EXPECT_EQ(spec->path, "/dev/sr0");
@@ -114,7 +129,8 @@ TEST(DriveSpecTest, HostDrivePassthrough) {
 }
 
 TEST(DriveSpecTest, SimulatedHostDrive) {
-  auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=1000", DriveSpec::Bus::kIde);
+  auto spec =
+      ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=1000", DriveSpec::Bus::kIde);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->probe_delay_us, 1000);
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso,probe-delay-us=-1").ok());
@@ -140,15 +156,16 @@ TEST(DriveSpecTest, MessagesNameTheFlagAndTheText) {
     const char* message;
   } cases[] = {
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "",
-       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly, id=, iops=, bps=, burst=, group=])"},
+       "--disk: needs the image's path (--disk=PATH[,cache=, fua=, readonly, id=, iops=, bps=, "
+       "burst=, group=])"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, ",cache=none",
        "--ide-disk=,cache=none: needs the image's path"},
       {DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "d.img,cache=fast",
        "--disk=d.img,cache=fast: unknown cache mode \"fast\""},
       {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,unit=2",
        "--ide-cdrom=a.iso,unit=2: unit must be 0 or 1, not \"2\""},
-      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "host:",
-       "--ide-cdrom=host:: host: needs the drive's device node (host:/dev/sr0)"},
+      {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde,
+       "host:", "--ide-cdrom=host:: host: needs the drive's device node (host:/dev/sr0)"},
       {DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "a.iso,cache=none",
        "--ide-cdrom=a.iso,cache=none: unknown option \"cache=none\" (--ide-cdrom takes channel=, "
        "unit=, probe-delay-us=, id=, iops=, bps=, burst=, group=)"},
@@ -167,12 +184,15 @@ TEST(DriveSpecTest, ErrorsAboutTheFileLeadWithTheFlag) {
   auto spec = ParseDriveSpec(DriveSpec::Kind::kCdrom, "a.iso", DriveSpec::Bus::kIde);
   ASSERT_TRUE(spec.ok());
   spec->path = "/srv/dir/a.iso";  // made absolute, as the launchers do
-  EXPECT_EQ(DriveError(*spec, absl::NotFoundError("/srv/dir/a.iso: no such file or directory")).message(),
-            "--ide-cdrom=a.iso: no such file or directory");
-  EXPECT_EQ(DriveError(*spec, absl::PermissionDeniedError("open /srv/dir/a.iso: Permission denied")).message(),
+  EXPECT_EQ(
+      DriveError(*spec, absl::NotFoundError("/srv/dir/a.iso: no such file or directory")).message(),
+      "--ide-cdrom=a.iso: no such file or directory");
+  EXPECT_EQ(DriveError(*spec, absl::PermissionDeniedError("open /srv/dir/a.iso: Permission denied"))
+                .message(),
             "--ide-cdrom=a.iso: Permission denied");
-  EXPECT_EQ(DriveError(*spec, absl::FailedPreconditionError("/srv/dir/a.iso is a directory")).message(),
-            "--ide-cdrom=a.iso is a directory");
+  EXPECT_EQ(
+      DriveError(*spec, absl::FailedPreconditionError("/srv/dir/a.iso is a directory")).message(),
+      "--ide-cdrom=a.iso is a directory");
   EXPECT_EQ(DriveError(*spec, absl::InternalError("io_uring_setup: out of memory")).message(),
             "--ide-cdrom=a.iso: io_uring_setup: out of memory");
   EXPECT_EQ(DriveError(*spec, absl::NotFoundError("x")).code(), absl::StatusCode::kNotFound);
@@ -190,7 +210,8 @@ TEST(DriveSpecTest, NameTheFlagLeavesOtherErrorsAlone) {
   const absl::Status token = absl::InvalidArgumentError("--api-token-file /t: the token is empty");
   EXPECT_EQ(NameTheFlag("--api-token-file", "/t", "/t", token).message(),
             "--api-token-file=/t: the token is empty");
-  const absl::Status inside = absl::PermissionDeniedError("cannot open /dev/kvm: Permission denied");
+  const absl::Status inside =
+      absl::PermissionDeniedError("cannot open /dev/kvm: Permission denied");
   EXPECT_EQ(NameTheFlag("--kvm-device", "/dev/kvm", "/dev/kvm", inside).message(),
             "--kvm-device=/dev/kvm: cannot open /dev/kvm: Permission denied");
   EXPECT_TRUE(NameTheFlag("--kernel", "k", "/k", absl::OkStatus()).ok());

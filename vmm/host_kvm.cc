@@ -13,8 +13,8 @@ namespace vmm {
 
 bool CpuinfoHasFlag(std::string_view cpuinfo, std::string_view flag) {
   const absl::string_view wanted(flag.data(), flag.size());
-  for (absl::string_view line : absl::StrSplit(absl::string_view(cpuinfo.data(), cpuinfo.size()),
-                                               '\n')) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(cpuinfo.data(), cpuinfo.size()), '\n')) {
     // "flags\t\t: fpu vme ..." (x86's /proc/cpuinfo; every CPU repeats it, the first is enough).
     if (!absl::ConsumePrefix(&line, "flags")) continue;
     line = absl::StripLeadingAsciiWhitespace(line);

@@ -16,7 +16,7 @@
 namespace vmm {
 
 struct HostKvmKind {
-  bool pvm = false;            // /dev/kvm is kvm_pvm
+  bool pvm = false;             // /dev/kvm is kvm_pvm
   bool cpuid_faulting = false;  // the host CPU can trap CPUID in user mode
 };
 

@@ -59,8 +59,9 @@ absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> MediaDirectory::Open
     const std::string& path, const block::raw::RawFileOptions& options) const {
   if (!fd_.valid()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": the VMM runs in its jail, where only --media-dir is reachable, and none was "
-              "given (docs/security.md)"));
+        path,
+        ": the VMM runs in its jail, where only --media-dir is reachable, and none was "
+        "given (docs/security.md)"));
   }
   std::string relative = path;
   if (absl::StartsWith(path, "/")) {

@@ -24,7 +24,7 @@
 namespace vmm {
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const std::string& path,
-                                                                        unsigned queue_threads) {
+                                                                         unsigned queue_threads) {
   return AsCdMedium(block::raw::RawFileBackend::Open(path, CdMediumFileOptions(queue_threads)),
                     path);
 }
@@ -92,7 +92,8 @@ absl::StatusOr<std::vector<std::string>> NameDrives(const std::vector<DriveSpec>
   for (const DriveSpec& spec : drives) {
     const bool disk = spec.kind == DriveSpec::Kind::kDisk;
     const int position = disk ? disks++ : cdroms++;
-    std::string name = spec.id.empty() ? absl::StrFormat("%s%d", disk ? "disk" : "cd", position) : spec.id;
+    std::string name =
+        spec.id.empty() ? absl::StrFormat("%s%d", disk ? "disk" : "cd", position) : spec.id;
     if (auto [other, inserted] = named.emplace(name, &spec); !inserted) {
       const DriveSpec& first = *other->second;
       return DriveError(spec, absl::InvalidArgumentError(absl::StrFormat(
@@ -109,7 +110,8 @@ absl::Status PlaceIdeDrives(std::vector<AttachedDrive*>& ide) {
   bool taken[2][2] = {};
   for (AttachedDrive* drive : ide) {
     if (!drive->spec.ide_channel && !drive->spec.ide_unit) continue;
-    const int channel = drive->spec.ide_channel.value_or(drive->spec.kind == DriveSpec::Kind::kCdrom);
+    const int channel =
+        drive->spec.ide_channel.value_or(drive->spec.kind == DriveSpec::Kind::kCdrom);
     const int unit = drive->spec.ide_unit.value_or(0);
     if (taken[channel][unit]) {
       return absl::InvalidArgumentError(
@@ -303,8 +305,9 @@ absl::Status Storage::CreateDevicesLocked() {
       devices::ide::IdeDriveConfig ide_config;
       ide_config.channel = drive.ide_channel;
       ide_config.unit = drive.ide_unit;
-      ide_config.kind = drive.spec.kind == DriveSpec::Kind::kCdrom ? devices::ide::DeviceKind::kCdRom
-                                                                  : devices::ide::DeviceKind::kDisk;
+      ide_config.kind = drive.spec.kind == DriveSpec::Kind::kCdrom
+                            ? devices::ide::DeviceKind::kCdRom
+                            : devices::ide::DeviceKind::kDisk;
       ide_config.drive = drive.drive;
       ide_drives_.push_back(ide_config);
       continue;
@@ -332,8 +335,7 @@ absl::Status Storage::CreateDevicesLocked() {
   thread_options.poll_max_ns = config_.poll_max_ns;
   ASSIGN_OR_RETURN(options.iothreads,
                    devices::StartIoThreads("scsi-io", config_.iothreads, thread_options));
-  ASSIGN_OR_RETURN(scsi_device_,
-                   devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
+  ASSIGN_OR_RETURN(scsi_device_, devices::virtio::scsi::VirtioScsi::Create(options, {{0, target}}));
   scsi_hotplug_ = scsi_device_->hotplug();
   return absl::OkStatus();
 }
@@ -364,7 +366,8 @@ absl::StatusOr<AttachedDrive> Storage::AttachDisk(
     if (!IsValidDriveId(spec.id)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "id %s: a drive name is 1 to 32 letters, digits, '.', '_' or '-', starting with a "
-          "letter", spec.id));
+          "letter",
+          spec.id));
     }
     if (names.count(spec.id) != 0) {
       return absl::AlreadyExistsError(absl::StrFormat("the drive name %s is taken", spec.id));
@@ -394,8 +397,8 @@ absl::StatusOr<AttachedDrive> Storage::AttachDisk(
   if (!spec.group.empty()) {
     const auto found = io_groups_.find(spec.group);
     if (found == io_groups_.end()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "group %s: no --io-group of this VM has that name", spec.group));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("group %s: no --io-group of this VM has that name", spec.group));
     }
     group = found->second;
   }
@@ -427,7 +430,8 @@ absl::StatusOr<uint64_t> Storage::ResizeDisk(const std::string& name,
   if (found->spec.bus != DriveSpec::Bus::kScsi) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s is an IDE disk: ATA has no way to tell the guest of a new size (virtio-scsi disks "
-        "resize)", name));
+        "resize)",
+        name));
   }
   ASSIGN_OR_RETURN(const uint64_t size, found->drive->Resize(size_bytes));
   // Without a controller (a guest restart in progress) the next one reads the new size.
@@ -440,8 +444,7 @@ absl::StatusOr<AttachedDrive> Storage::DetachDisk(const std::string& name) {
   ASSIGN_OR_RETURN(auto found, FindByName(drives_, name));
   if (found->spec.bus != DriveSpec::Bus::kScsi) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "%s is on the IDE controller, which has no hot-plug; only virtio-scsi disks detach",
-        name));
+        "%s is on the IDE controller, which has no hot-plug; only virtio-scsi disks detach", name));
   }
   if (found->spec.kind != DriveSpec::Kind::kDisk) {
     return absl::FailedPreconditionError(absl::StrFormat(

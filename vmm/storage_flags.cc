@@ -33,8 +33,8 @@ absl::Status IoThreadFlagsInto(StorageConfig& config) {
   config.iothreads = absl::GetFlag(FLAGS_iothreads);
   config.poll_max_ns = absl::GetFlag(FLAGS_poll_max_ns);
   RETURN_IF_ERROR(CheckRange("--iothreads", config.iothreads, 1, 64));
-  RETURN_IF_ERROR(CheckRange("--poll-max-ns", config.poll_max_ns, 0, 1'000'000'000,
-                             "0 turns polling off"));
+  RETURN_IF_ERROR(
+      CheckRange("--poll-max-ns", config.poll_max_ns, 0, 1'000'000'000, "0 turns polling off"));
   return absl::OkStatus();
 }
 

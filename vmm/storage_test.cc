@@ -138,10 +138,11 @@ TEST_F(StorageTest, DriveErrorsNameTheirFlag) {
 // kind, named ones counted; one name twice is refused, naming both drives.
 TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
   StorageConfig config;
-  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,id=root,readonly"),
-                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, ""),
-                   Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, "disk.img,readonly"),
-                   Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,id=seed")};
+  config.drives = {
+      Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,id=root,readonly"),
+      Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, ""),
+      Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kIde, "disk.img,readonly"),
+      Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,id=seed")};
   auto storage = Storage::Create(config);
   ASSERT_TRUE(storage.ok()) << storage.status();
   std::vector<std::string> names;
@@ -154,9 +155,10 @@ TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
   auto clash = Storage::Create(config);
   ASSERT_FALSE(clash.ok());
   EXPECT_EQ(clash.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(clash.status().message(),
-            "--cdrom=disc.iso: the drive name disk0 is taken by --disk=disk.img (its position gives "
-            "it that name)");
+  EXPECT_EQ(
+      clash.status().message(),
+      "--cdrom=disc.iso: the drive name disk0 is taken by --disk=disk.img (its position gives "
+      "it that name)");
 }
 
 // I/O limits from the command line reach the drives; a group is one budget its drives share; a
@@ -164,7 +166,8 @@ TEST_F(StorageTest, DrivesAreNamedByIdOrPosition) {
 TEST_F(StorageTest, DrivesGetTheirLimitsAndGroups) {
   StorageConfig config;
   config.io_groups = {{.name = "tenant", .limits = {.iops = 1000}}};
-  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img,readonly,iops=100,group=tenant"),
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi,
+                         "disk.img,readonly,iops=100,group=tenant"),
                    Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kScsi, "disc.iso,group=tenant"),
                    Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso")};
   auto storage = Storage::Create(config);
@@ -301,8 +304,8 @@ TEST_F(StorageTest, HotPlugLeaksNothing) {
   for (int round = 0; round < 3; ++round) {
     {
       // The image locked by another user (here the boot disk's own open file).
-      auto locked = block::raw::RawFileBackend::Open(Path("disk.img"),
-                                                     (*storage)->DiskFileOptions(spec));
+      auto locked =
+          block::raw::RawFileBackend::Open(Path("disk.img"), (*storage)->DiskFileOptions(spec));
       EXPECT_EQ(locked.status().code(), absl::StatusCode::kFailedPrecondition);
       DriveSpec taken = spec;
       taken.id = "boot";
@@ -329,7 +332,8 @@ TEST_F(StorageTest, HotPlugLeaksNothing) {
 }
 
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
-  auto refused = Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=1000"));
+  auto refused =
+      Create(Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=1000"));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StartsWith(refused.status().message(),
@@ -338,7 +342,8 @@ TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {
       << refused.status();
 
   StorageConfig config;
-  config.drives = {Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=0")};
+  config.drives = {
+      Drive(DriveSpec::Kind::kCdrom, DriveSpec::Bus::kIde, "disc.iso,probe-delay-us=0")};
   std::string simulated_path;
   config.simulated_drive = [&](const std::string& path, std::chrono::microseconds) {
     simulated_path = path;
@@ -444,7 +449,8 @@ TEST_F(StorageApiTest, ARelativeMediaDirectoryTakesAbsolutePathsUnderIt) {
   EXPECT_EQ((*directory)->path(), Path("media"));
   Start(directory->get());
   vmm::v1::DriveStatus status;
-  EXPECT_EQ(Insert(Path("one-block.iso"), &status).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Insert(Path("one-block.iso"), &status).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
   ASSERT_TRUE(Insert(Path("media/disc.iso"), &status).ok());
   EXPECT_EQ(status.source(), Path("media/disc.iso"));
 }

@@ -8,8 +8,9 @@
 
 int main(int argc, char** argv) {
   vmm::LauncherExtensions extensions;
-  extensions.simulated_drive = [](const std::string& path, std::chrono::microseconds probe_delay)
-      -> std::unique_ptr<block::CdromDevice> {
+  extensions.simulated_drive =
+      [](const std::string& path,
+         std::chrono::microseconds probe_delay) -> std::unique_ptr<block::CdromDevice> {
     return std::make_unique<block::SimulatedCdromDevice>(path, probe_delay);
   };
   return vmm::RunMicrovm(argc, argv, extensions);

@@ -35,8 +35,8 @@ std::string DescribeInternalError(const kvm_run& run) {
 
 }  // namespace
 
-VcpuRunner::VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus,
-                       ExitLatch& exit_latch, std::function<absl::Status()> on_start)
+VcpuRunner::VcpuRunner(VcpuFd vcpu, const Bus& pio_bus, const Bus& mmio_bus, ExitLatch& exit_latch,
+                       std::function<absl::Status()> on_start)
     : vcpu_(std::move(vcpu)),
       pio_bus_(pio_bus),
       mmio_bus_(mmio_bus),
@@ -227,8 +227,9 @@ bool VcpuRunner::HandleExit() {
       return true;
     }
     case KVM_EXIT_SHUTDOWN:
-      Fatal("triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle "
-            "(on SVM hosts KVM has already reset the registers below; see the previous exit)");
+      Fatal(
+          "triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle "
+          "(on SVM hosts KVM has already reset the registers below; see the previous exit)");
       return false;
     case KVM_EXIT_SYSTEM_EVENT:
       switch (run->system_event.type) {

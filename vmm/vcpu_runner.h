@@ -11,8 +11,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "vmm/machine/bus.h"
 #include "vmm/kvm/kvm.h"
+#include "vmm/machine/bus.h"
 #include "vmm/vm_exit.h"
 
 namespace vmm {

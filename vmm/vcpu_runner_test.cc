@@ -11,10 +11,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/bus.h"
-#include "vmm/kvm/kvm.h"
-#include "vmm/vm_exit.h"
 #include "tests/support/skip.h"
+#include "vmm/kvm/kvm.h"
+#include "vmm/machine/bus.h"
+#include "vmm/vm_exit.h"
 
 namespace vmm {
 namespace {
@@ -44,7 +44,8 @@ class VcpuRunnerTest : public ::testing::Test {
     vm_.emplace(*std::move(vm));
     ASSERT_TRUE(vm_->SetTssAddress(0xfffbd000).ok());
     ASSERT_TRUE(vm_->CreateIrqchip().ok());
-    memory_ = mmap(nullptr, kMemorySize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    memory_ =
+        mmap(nullptr, kMemorySize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(memory_, MAP_FAILED);
     static constexpr uint8_t kCode[] = {0xe6, kPort, 0xeb, 0xfc};  // out 0x80, al; jmp -4
     memcpy(static_cast<uint8_t*>(memory_) + kCodeAddress, kCode, sizeof(kCode));

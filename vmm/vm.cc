@@ -10,27 +10,27 @@
 
 #include "absl/strings/str_format.h"
 #include "devices/ide/ide_controller.h"
-#include "devices/pci/bar_allocator.h"
-#include "vmm/kvm/kvm_ioevent_registrar.h"
-#include "devices/pci/pci_root_bus.h"
-#include "devices/virtio/virtio_pci.h"
-#include "vmm/acpi/machine_acpi.h"
-#include "vmm/fdt/machine_fdt.h"
-#include "vmm/kvm/kvm_msi.h"
-#include "vmm/machine/layout.h"
 #include "devices/legacy/acpi_pm.h"
 #include "devices/legacy/i8042.h"
 #include "devices/legacy/port_devices.h"
 #include "devices/legacy/serial.h"
+#include "devices/pci/bar_allocator.h"
+#include "devices/pci/pci_root_bus.h"
+#include "devices/virtio/virtio_pci.h"
+#include "vmm/acpi/machine_acpi.h"
+#include "vmm/fdt/machine_fdt.h"
+#include "vmm/kvm/kvm_ioevent_registrar.h"
+#include "vmm/kvm/kvm_msi.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/linux_boot.h"
 #include "vmm/loader/pvh_boot.h"
+#include "vmm/machine/layout.h"
+#include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/thread.h"
 #include "vmm/x86/boot_cpu.h"
 #include "vmm/x86/cpuid.h"
 #include "vmm/x86/mptable.h"
-#include "vmm/sys_util/status_macros.h"
-#include "vmm/sys_util/thread.h"
 
 namespace vmm {
 namespace {
@@ -118,9 +118,8 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(const VmConfig& config) {
 
 absl::Status Vm::Initialize() {
   if (config_.vcpus == 0 || config_.vcpus > x86::kMpTableMaxCpus) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%u vCPUs requested; this machine supports 1 to %u", config_.vcpus,
-                        x86::kMpTableMaxCpus));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%u vCPUs requested; this machine supports 1 to %u", config_.vcpus, x86::kMpTableMaxCpus));
   }
   ASSIGN_OR_RETURN(kvm_, Kvm::Open(config_.kvm_path));
   ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
@@ -171,8 +170,9 @@ absl::Status Vm::SetUpLegacyDevices() {
   machine_.devices.push_back(serial_node);
   machine_.stdout_device = absl::StrFormat("serial@%x", kCom1Port);
 
-  i8042_ = std::make_shared<devices::legacy::I8042>(
-      [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (i8042)"}); });
+  i8042_ = std::make_shared<devices::legacy::I8042>([this] {
+    exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (i8042)"});
+  });
   // The bus holds shared_ptrs to the ports; they alias the controller's lifetime.
   RETURN_IF_ERROR(pio_bus_.Register(kI8042DataPort, 1,
                                     std::shared_ptr<BusDevice>(i8042_, &i8042_->data_port())));
@@ -185,11 +185,12 @@ absl::Status Vm::SetUpLegacyDevices() {
       kDebugExitPort, 1, std::make_shared<devices::legacy::WriteOnlyPort>([this](uint8_t value) {
         exit_latch_.Trigger({VmExit::Kind::kGuestExit, value, "guest exit"});
       })));
-  machine_.devices.push_back(PortDevice("debug-exit", {"microvm,debug-exit"}, {{kDebugExitPort, 1}}));
+  machine_.devices.push_back(
+      PortDevice("debug-exit", {"microvm,debug-exit"}, {{kDebugExitPort, 1}}));
 
-  RETURN_IF_ERROR(pio_bus_.Register(
-      kPostCodePort, 1,
-      std::make_shared<devices::legacy::WriteOnlyPort>([this](uint8_t code) { OnPostCode(code); })));
+  RETURN_IF_ERROR(pio_bus_.Register(kPostCodePort, 1,
+                                    std::make_shared<devices::legacy::WriteOnlyPort>(
+                                        [this](uint8_t code) { OnPostCode(code); })));
   machine_.devices.push_back(PortDevice("post-code", {"microvm,post-code"}, {{kPostCodePort, 1}}));
 
   // The ACPI fixed hardware the FADT points to, its SCI on ISA IRQ 9 (docs/machine.md).
@@ -201,11 +202,15 @@ absl::Status Vm::SetUpLegacyDevices() {
                 kAcpiResetPort == kAcpiPmBase + AcpiPm::kResetOffset);
   acpi_pm_ = std::make_shared<AcpiPm>(
       std::make_shared<KvmIrqLine>(*vm_fd_, kAcpiSciIrq),
-      [this] { exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"}); },
-      [this] { exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"}); });
+      [this] {
+        exit_latch_.Trigger({VmExit::Kind::kPowerOff, 0, "guest power-off (ACPI)"});
+      },
+      [this] {
+        exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest reset (ACPI)"});
+      });
   RETURN_IF_ERROR(pio_bus_.Register(kAcpiPmBase, AcpiPm::kBlockSize, acpi_pm_));
-  machine_.devices.push_back(PortDevice("acpi-pm", {acpi::kAcpiPmCompatible},
-                                        {{kAcpiPmBase, AcpiPm::kBlockSize}}));
+  machine_.devices.push_back(
+      PortDevice("acpi-pm", {acpi::kAcpiPmCompatible}, {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
   return absl::OkStatus();
 }
@@ -232,17 +237,17 @@ absl::Status Vm::SetUpPci() {
     options.drives = storage_->ide_drives();
     options.iothread = storage_->ide_iothread();
     ASSIGN_OR_RETURN(
-        auto ide, devices::ide::IdeController::Create(
-                      std::move(options), pio_bus_,
-                      std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
-                      std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_));
+        auto ide,
+        devices::ide::IdeController::Create(
+            std::move(options), pio_bus_, std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
+            std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_));
     RETURN_IF_ERROR(ide->AssignBars(allocator));
     RETURN_IF_ERROR(pci_root_->AddDevice(ide).status());
   }
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
   if (scsi == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto transport, devices::virtio::VirtioPciTransport::Create(
-                                        std::move(scsi), *memory_, *msi_, ioevents_.get()));
+                                       std::move(scsi), *memory_, *msi_, ioevents_.get()));
   // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
   RETURN_IF_ERROR(transport->AssignBars(allocator));
   auto slot = pci_root_->AddDevice(transport);
@@ -328,8 +333,8 @@ absl::Status Vm::CreateVcpus() {
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrFormat("vCPU %u: %s", id, status.message()));
     }
-    vcpus_.push_back(std::make_unique<VcpuRunner>(std::move(vcpu), pio_bus_, mmio_bus_,
-                                                  exit_latch_, config_.vcpu_thread_start));
+    vcpus_.push_back(std::make_unique<VcpuRunner>(std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_,
+                                                  config_.vcpu_thread_start));
   }
   return absl::OkStatus();
 }
@@ -340,7 +345,8 @@ void Vm::RecordSerialByte(uint8_t byte) {
   const std::string& marker = config_.boot_marker;
   if (marker.empty() || report_.boot_marker_seen) return;
   serial_tail_.push_back(static_cast<char>(byte));
-  if (serial_tail_.size() > marker.size()) serial_tail_.erase(0, serial_tail_.size() - marker.size());
+  if (serial_tail_.size() > marker.size())
+    serial_tail_.erase(0, serial_tail_.size() - marker.size());
   if (serial_tail_ == marker) {
     report_.boot_marker_seen = absl::Now() - config_.launch_time;
     serial_tail_.clear();
@@ -386,7 +392,8 @@ VmExit Vm::Run(int signal_fd) {
     absl::MutexLock lock(&control_mutex_);
     // A stop asked for (the API, a grace period running) wins over the guest's reboot.
     if (stop_requested_) return exit;
-    absl::FPrintF(stderr, "microvm: %s, restarting the guest (--on-reboot=restart)\n", exit.message);
+    absl::FPrintF(stderr, "microvm: %s, restarting the guest (--on-reboot=restart)\n",
+                  exit.message);
     // API calls wait on control_mutex_ meanwhile; media calls reach the drives, which stay.
     TearDownMachine();
     if (absl::Status built = BuildMachine(); !built.ok()) {
@@ -413,8 +420,8 @@ VmExit Vm::RunGuest(int signal_fd) {
   }
   std::thread input_thread;
   if (config_.serial_input_fd >= 0) {
-    absl::StatusOr<std::thread> started =
-        sys_util::StartThread({.name = "serial-input"}, [this] { ForwardSerialInput(exit_latch_.fd()); });
+    absl::StatusOr<std::thread> started = sys_util::StartThread(
+        {.name = "serial-input"}, [this] { ForwardSerialInput(exit_latch_.fd()); });
     if (started.ok()) {
       input_thread = *std::move(started);
     } else {
@@ -496,24 +503,26 @@ void Vm::RequestStop(bool force, absl::Duration grace_period) {
   // with acpid or systemd-logind) shuts down and powers off; one that ignores it is stopped at the
   // end of the grace period.
   if (acpi_pm_) acpi_pm_->PressPowerButton();
-  absl::StatusOr<std::thread> timer = sys_util::StartThread({.name = "stop-timer"}, [this, grace_period,
-                                                                                   grace_ms] {
-    const absl::Time deadline = absl::Now() + grace_period;
-    while (!exit_latch_.triggered()) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) break;
-      pollfd fd = {exit_latch_.fd(), POLLIN, 0};
-      // In steps of at most a minute (poll takes an int of milliseconds).
-      poll(&fd, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60'000)));
-    }
-    exit_latch_.Trigger({VmExit::Kind::kStopped, 0,
-                         absl::StrFormat("stopped by the API after a grace period of %d ms",
-                                         grace_ms)});
-  });
+  absl::StatusOr<std::thread> timer =
+      sys_util::StartThread({.name = "stop-timer"}, [this, grace_period, grace_ms] {
+        const absl::Time deadline = absl::Now() + grace_period;
+        while (!exit_latch_.triggered()) {
+          const absl::Duration left = deadline - absl::Now();
+          if (left <= absl::ZeroDuration()) break;
+          pollfd fd = {exit_latch_.fd(), POLLIN, 0};
+          // In steps of at most a minute (poll takes an int of milliseconds).
+          poll(&fd, 1,
+               static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 60'000)));
+        }
+        exit_latch_.Trigger(
+            {VmExit::Kind::kStopped, 0,
+             absl::StrFormat("stopped by the API after a grace period of %d ms", grace_ms)});
+      });
   if (!timer.ok()) {
     // No timer to end the grace period: stop now rather than maybe never.
-    exit_latch_.Trigger({VmExit::Kind::kStopped, 0,
-                         absl::StrFormat("stopped by the API at once (%s)", timer.status().message())});
+    exit_latch_.Trigger(
+        {VmExit::Kind::kStopped, 0,
+         absl::StrFormat("stopped by the API at once (%s)", timer.status().message())});
     return;
   }
   stop_timer_ = *std::move(timer);

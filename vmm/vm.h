@@ -12,14 +12,14 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "vmm/acpi/machine_acpi.h"
-#include "vmm/machine/bus.h"
-#include "vmm/machine/guest_memory.h"
 #include "vmm/kvm/kvm.h"
 #include "vmm/loader/image_file.h"
+#include "vmm/machine/bus.h"
+#include "vmm/machine/guest_memory.h"
 #include "vmm/machine/machine_description.h"
+#include "vmm/storage.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/vcpu_runner.h"
-#include "vmm/storage.h"
 #include "vmm/vm_exit.h"
 #include "vmm/x86/boot_cpu.h"
 
@@ -90,11 +90,11 @@ class Vm {
   const acpi::AcpiTables& acpi_tables() const { return acpi_tables_; }
   Storage& storage() { return *storage_; }
 
-  // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM/SIGHUP, or -1) ends the VM too.
-  // With OnReboot::kRestart a guest reset does not stop it: the machine is built again (a new KVM
-  // VM, cleared memory, every device in its power-on state, the kernel and initrd reloaded from
-  // the files opened at the start) on the same drives, media and Vm object (the control API keeps
-  // working), and the guest boots again.
+  // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM/SIGHUP, or -1) ends the
+  // VM too. With OnReboot::kRestart a guest reset does not stop it: the machine is built again (a
+  // new KVM VM, cleared memory, every device in its power-on state, the kernel and initrd reloaded
+  // from the files opened at the start) on the same drives, media and Vm object (the control API
+  // keeps working), and the guest boots again.
   VmExit Run(int signal_fd);
   // Guest restarts so far (OnReboot::kRestart).
   int restarts() const;

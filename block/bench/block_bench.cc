@@ -12,8 +12,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -43,7 +43,7 @@ constexpr uint32_t kBlock = 4096;
 // Writes real data over the whole file once, so neither side pays for allocating or converting
 // unwritten extents during the run.
 bool Preallocate(const std::string& path, uint64_t bytes) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) >= bytes &&
       st.st_blocks * 512ull >= bytes) {
     return true;
@@ -112,7 +112,8 @@ std::optional<double> RunLayer(const std::string& path, block::FuaMode fua_mode,
   const int depth = workload.depth;
   // One aligned 4 KiB buffer and iovec per slot; the cookie is the slot.
   void* memory = nullptr;
-  if (posix_memalign(&memory, kBlock, static_cast<size_t>(depth) * kBlock) != 0) return std::nullopt;
+  if (posix_memalign(&memory, kBlock, static_cast<size_t>(depth) * kBlock) != 0)
+    return std::nullopt;
   std::unique_ptr<uint8_t, decltype(&free)> buffers(static_cast<uint8_t*>(memory), &free);
   std::memset(buffers.get(), 0x5a, static_cast<size_t>(depth) * kBlock);
   std::vector<iovec> iovecs(depth);
@@ -236,8 +237,8 @@ int main(int argc, char** argv) {
     rows.push_back(row);
   }
 
-  absl::PrintF("\n%-24s %12s %14s %9s %14s %16s\n", "workload (IOPS)", "fio host",
-               "layer native", "vs fio", "layer emulated", "native/emulated");
+  absl::PrintF("\n%-24s %12s %14s %9s %14s %16s\n", "workload (IOPS)", "fio host", "layer native",
+               "vs fio", "layer emulated", "native/emulated");
   for (const Row& row : rows) {
     std::string versus = "-";
     if (row.fio && row.native && *row.fio > 0) {

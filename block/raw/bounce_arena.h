@@ -38,7 +38,7 @@ class BounceArena {
 
   const size_t capacity_;
   const size_t unit_;
-  char* base_ = nullptr;  // mapped on first use
+  char* base_ = nullptr;      // mapped on first use
   std::vector<bool> in_use_;  // per unit
   size_t used_units_ = 0;
 };

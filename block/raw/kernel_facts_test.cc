@@ -21,10 +21,10 @@
 #include "block/backend.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/raw_file_backend.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
 #include "tests/support/skip.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block::raw {
 namespace {

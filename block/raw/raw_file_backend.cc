@@ -197,25 +197,26 @@ absl::StatusOr<uint64_t> RawFileBackend::Resize(std::optional<uint64_t> new_size
   } else {
     size = *new_size;
     if (size == 0 || size % block != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path_, ": a size of ", size, " bytes is not a positive multiple of the ", block,
-          "-byte logical block"));
+      return absl::InvalidArgumentError(absl::StrCat(path_, ": a size of ", size,
+                                                     " bytes is not a positive multiple of the ",
+                                                     block, "-byte logical block"));
     }
     if (info_.read_only) {
       return absl::FailedPreconditionError(absl::StrCat(path_, " is open read-only"));
     }
     if (!S_ISREG(st.st_mode)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          path_, " is a block device, whose size the host decides: resize it there, then resize "
-                 "the disk without a size to take the new one"));
+          path_,
+          " is a block device, whose size the host decides: resize it there, then resize "
+          "the disk without a size to take the new one"));
     }
     if (size < static_cast<uint64_t>(st.st_size)) {
       // Nothing written may be cut off: only a tail with no data (a hole) goes.
       const off_t data = lseek(fd_.get(), static_cast<off_t>(size), SEEK_DATA);
       if (data >= 0) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            path_, " holds data at byte ", data, ", past the new end at ", size,
-            ": shrinking would cut it off"));
+        return absl::FailedPreconditionError(absl::StrCat(path_, " holds data at byte ", data,
+                                                          ", past the new end at ", size,
+                                                          ": shrinking would cut it off"));
       }
       if (errno != ENXIO) return absl::ErrnoToStatus(errno, absl::StrCat("lseek ", path_));
     }
@@ -230,7 +231,8 @@ absl::StatusOr<uint64_t> RawFileBackend::Resize(std::optional<uint64_t> new_size
 
 absl::Status RawFileBackend::PrepareRings(unsigned count) {
   for (unsigned i = 0; i < count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring, CreateLockedDownRing(ring_entries_, fd_.get()));
+    ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring,
+                     CreateLockedDownRing(ring_entries_, fd_.get()));
     ReturnRing(std::move(ring));
   }
   return absl::OkStatus();
@@ -269,10 +271,11 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::Open(
 absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::OpenBeneath(
     int dir_fd, const std::string& relative_path, const std::string& shown_path,
     const RawFileOptions& options) {
-  open_how how {};
+  open_how how{};
   how.flags = static_cast<uint64_t>(ImageOpenFlags(options));
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
-  sys_util::ScopedFd fd(static_cast<int>(syscall(SYS_openat2, dir_fd, relative_path.c_str(), &how, sizeof(how))));
+  sys_util::ScopedFd fd(
+      static_cast<int>(syscall(SYS_openat2, dir_fd, relative_path.c_str(), &how, sizeof(how))));
   const int error = fd.valid() ? 0 : errno;
   // EXDEV: the path leads out of the directory (RESOLVE_BENEATH); ELOOP: through a magic link.
   if (error == EXDEV || error == ELOOP) {
@@ -376,11 +379,14 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(Completi
   }
   if (ring == nullptr) {
     // None prepared: a thread whose filter refuses io_uring_setup (an iothread) gets EPERM here.
-    absl::StatusOr<std::unique_ptr<UringOps>> created = CreateLockedDownRing(ring_entries_, fd_.get());
+    absl::StatusOr<std::unique_ptr<UringOps>> created =
+        CreateLockedDownRing(ring_entries_, fd_.get());
     if (!created.ok()) {
       return absl::Status(created.status().code(),
-                          absl::StrCat(path_, ": no prepared ring left for a new queue, and none "
-                                       "can be made on this thread: ", created.status().message()));
+                          absl::StrCat(path_,
+                                       ": no prepared ring left for a new queue, and none "
+                                       "can be made on this thread: ",
+                                       created.status().message()));
     }
     ring = *std::move(created);
   }

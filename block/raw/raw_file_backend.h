@@ -13,8 +13,8 @@
 #include "absl/synchronization/mutex.h"
 #include "block/backend.h"
 #include "block/cache_mode.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "block/raw/uring_ops.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block::raw {
 
@@ -99,7 +99,8 @@ class RawFileBackend final : public BlockBackend,
  private:
   // Open's and OpenBeneath's common part: `fd` as open returned it (invalid: `open_error`).
   static absl::StatusOr<std::shared_ptr<RawFileBackend>> FromOpenedFile(
-      sys_util::ScopedFd fd, int open_error, const std::string& path, const RawFileOptions& options);
+      sys_util::ScopedFd fd, int open_error, const std::string& path,
+      const RawFileOptions& options);
   absl::Status PrepareRings(unsigned count);
 
   std::string path_;

@@ -25,10 +25,10 @@
 #include "block/cache_mode.h"
 #include "block/raw/aligned_buffer.h"
 #include "block/raw/recording_ring.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "block/raw/uring_ops.h"
 #include "block/request.h"
 #include "gtest/gtest.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace block::raw {
 namespace {
@@ -88,7 +88,8 @@ class Harness {
     if (real_ring) {
       queue = backend_->CreateQueue(handler);
     } else {
-      absl::StatusOr<std::unique_ptr<UringOps>> inner = CreateLockedDownRing(options.ring_entries, backend_->fd());
+      absl::StatusOr<std::unique_ptr<UringOps>> inner =
+          CreateLockedDownRing(options.ring_entries, backend_->fd());
       EXPECT_TRUE(inner.ok()) << inner.status();
       auto ring = std::make_unique<RecordingRing>(*std::move(inner));
       ring_ = ring.get();
@@ -583,7 +584,8 @@ TEST(RawFileBackendTest, RequestsLargerThanTheBounceArenaGoInChunks) {
   char* source = storage.data() + 1;  // misaligned: bounced
   for (uint64_t i = 0; i < kLength; ++i) source[i] = static_cast<char>(i * 13 + i / 4096);
   // Three caller segments whose edges fall inside chunks.
-  const iovec write_iov[] = {{source, 5 << 20}, {source + (5 << 20), 20 << 20},
+  const iovec write_iov[] = {{source, 5 << 20},
+                             {source + (5 << 20), 20 << 20},
                              {source + (25 << 20), kLength - (25 << 20)}};
   h.queue().Enqueue(MakeWrite(4096, write_iov), 1);
   h.queue().Submit();
@@ -814,12 +816,12 @@ class PausedQemu {
       dup2(err, STDERR_FILENO);
       const int out = open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(out, STDOUT_FILENO);
-      const std::string drive = "file=" + path + ",if=none,id=d0,format=raw" +
-                                (read_only ? ",readonly=on" : "");
+      const std::string drive =
+          "file=" + path + ",if=none,id=d0,format=raw" + (read_only ? ",readonly=on" : "");
       const std::string device = std::string(read_only ? "scsi-cd" : "scsi-hd") + ",drive=d0";
       execlp("qemu-system-x86_64", "qemu-system-x86_64", "-S", "-M", "pc", "-accel", "tcg",
-             "-nodefaults", "-no-user-config", "-display", "none", "-serial", "none",
-             "-monitor", "stdio", "-device", "virtio-scsi-pci", "-drive", drive.c_str(), "-device",
+             "-nodefaults", "-no-user-config", "-display", "none", "-serial", "none", "-monitor",
+             "stdio", "-device", "virtio-scsi-pci", "-drive", drive.c_str(), "-device",
              device.c_str(), nullptr);
       _exit(127);
     }
@@ -929,9 +931,9 @@ TEST(RawFileBackendTest, OpenBeneathStaysInItsDirectory) {
   auto ok = RawFileBackend::OpenBeneath(dir_fd.get(), "disc.iso", "disc.iso", read_only);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ((*ok)->info().size_bytes, 4096u);
-  for (const std::string& path : {std::string("../outside.img"), std::string("../no-such-file"),
-                                 outside, std::string("/etc/passwd"), std::string("escape"),
-                                 std::string("/proc/self/fd/0")}) {
+  for (const std::string& path :
+       {std::string("../outside.img"), std::string("../no-such-file"), outside,
+        std::string("/etc/passwd"), std::string("escape"), std::string("/proc/self/fd/0")}) {
     auto refused = RawFileBackend::OpenBeneath(dir_fd.get(), path, path, read_only);
     ASSERT_FALSE(refused.ok()) << path;
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied)

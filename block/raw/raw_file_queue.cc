@@ -313,12 +313,12 @@ void CopyIovecs(std::span<const iovec> buffers, uint64_t skip, char* flat, uint6
 
 bool RawFileQueue::StartBounced(uint32_t index) {
   Op& op = *ops_[index];
-  const size_t wanted = static_cast<size_t>(
-      std::min<uint64_t>(op.bounce_total, bounce_arena_.capacity()));
+  const size_t wanted =
+      static_cast<size_t>(std::min<uint64_t>(op.bounce_total, bounce_arena_.capacity()));
   const std::optional<size_t> offset = bounce_arena_.Allocate(wanted);
   if (!offset.has_value()) {
     if (bounce_arena_.bytes_in_use() != 0) return false;  // wait for earlier requests
-    const uint64_t cookie = op.cookie;  // an empty arena that cannot be mapped
+    const uint64_t cookie = op.cookie;                    // an empty arena that cannot be mapped
     ReleaseOp(index);
     ready_.push_back({cookie, ENOMEM});
     return true;

@@ -136,8 +136,12 @@ TEST(LockedDownRingTest, WritesReadsAndSyncsItsFile) {
   ASSERT_TRUE(ring.ok()) << ring.status();
   char out[5] = {'h', 'e', 'l', 'l', 'o'};
   iovec out_vec{out, sizeof(out)};
-  ASSERT_TRUE((*ring)->Prep({.opcode = UringOpcode::kWritev, .iovecs = &out_vec, .iovec_count = 1,
-                             .offset = 3, .length = 5, .user_data = 1}));
+  ASSERT_TRUE((*ring)->Prep({.opcode = UringOpcode::kWritev,
+                             .iovecs = &out_vec,
+                             .iovec_count = 1,
+                             .offset = 3,
+                             .length = 5,
+                             .user_data = 1}));
   ASSERT_TRUE((*ring)->Prep({.opcode = UringOpcode::kFsync, .user_data = 2}));
   ASSERT_EQ((*ring)->Submit(), 2);
   std::array<CqeResult, 4> done{};
@@ -146,7 +150,8 @@ TEST(LockedDownRingTest, WritesReadsAndSyncsItsFile) {
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(done[i].res, done[i].user_data == 1 ? 5 : 0) << "user_data " << done[i].user_data;
   }
-  EXPECT_GT(sys_util::DrainEventFd((*ring)->completion_fd()), 0u) << "completions signal the eventfd";
+  EXPECT_GT(sys_util::DrainEventFd((*ring)->completion_fd()), 0u)
+      << "completions signal the eventfd";
   char in[16] = {};
   ASSERT_EQ(pread(file.get(), in, sizeof(in), 0), 16);
   EXPECT_EQ(std::string(in, sizeof(in)), "---hello--------");

@@ -74,9 +74,9 @@ absl::StatusOr<std::unique_ptr<IdeTestBed>> IdeTestBed::Create(IdeControllerOpti
     ASSIGN_OR_RETURN(auto threads, StartIoThreads("ide-io", 1, {}));
     options.iothread = threads.front();
   }
-  ASSIGN_OR_RETURN(bed->controller_, IdeController::Create(std::move(options), bed->pio_,
-                                                           bed->irqs_[0], bed->irqs_[1],
-                                                           *bed->memory_));
+  ASSIGN_OR_RETURN(bed->controller_,
+                   IdeController::Create(std::move(options), bed->pio_, bed->irqs_[0],
+                                         bed->irqs_[1], *bed->memory_));
   if (assign_bars) {
     pci::BarAllocator allocator = pci::BarAllocator::ForX86();
     RETURN_IF_ERROR(bed->controller_->AssignBars(allocator));

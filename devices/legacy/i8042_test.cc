@@ -1,7 +1,7 @@
 #include "devices/legacy/i8042.h"
 
-#include "gtest/gtest.h"
 #include "devices/legacy/port_devices.h"
+#include "gtest/gtest.h"
 
 namespace devices::legacy {
 namespace {
@@ -11,7 +11,9 @@ uint8_t In(vmm::BusDevice& port) {
   port.Read(0, std::span<uint8_t>(&value, 1));
   return value;
 }
-void Out(vmm::BusDevice& port, uint8_t value) { port.Write(0, std::span<const uint8_t>(&value, 1)); }
+void Out(vmm::BusDevice& port, uint8_t value) {
+  port.Write(0, std::span<const uint8_t>(&value, 1));
+}
 
 TEST(I8042Test, ResetCommandCallsBack) {
   int resets = 0;

@@ -4,7 +4,7 @@ namespace devices::legacy {
 namespace {
 
 // Register offsets (PC16550D table 2).
-constexpr uint64_t kData = 0;          // RBR / THR, or DLL with DLAB
+constexpr uint64_t kData = 0;             // RBR / THR, or DLL with DLAB
 constexpr uint64_t kInterruptEnable = 1;  // IER, or DLM with DLAB
 constexpr uint64_t kInterruptId = 2;      // IIR on read, FCR on write
 constexpr uint64_t kLineControl = 3;

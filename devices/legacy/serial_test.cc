@@ -97,9 +97,9 @@ TEST_F(SerialTest, FifoModeIsReported) {
 }
 
 TEST_F(SerialTest, LoopbackAsLinuxProbesIt) {
-  Out(4, 0x10 | 0x0a);  // Loopback with RTS and OUT2.
+  Out(4, 0x10 | 0x0a);            // Loopback with RTS and OUT2.
   EXPECT_EQ(In(6) & 0xf0, 0x90);  // CTS and DCD.
-  Out(4, 0x10 | 0x05);  // DTR and OUT1.
+  Out(4, 0x10 | 0x05);            // DTR and OUT1.
   EXPECT_EQ(In(6) & 0xf0, 0x60);  // DSR and RI.
   Out(0, 'z');
   EXPECT_TRUE(output_.empty());

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "vmm/sys_util/byte_order.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/byte_order.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace devices::pci {
@@ -22,9 +22,8 @@ bool IsValidAccess(uint64_t offset, size_t size) {
 absl::StatusOr<std::unique_ptr<MsixCapability>> MsixCapability::Create(
     vmm::MsiController& controller, uint32_t vector_count) {
   if (vector_count == 0 || vector_count > kMsixMaxVectors) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("MSI-X: %u vectors requested, the table holds 1..%u", vector_count,
-                        kMsixMaxVectors));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "MSI-X: %u vectors requested, the table holds 1..%u", vector_count, kMsixMaxVectors));
   }
   auto vectors = std::make_unique<Vector[]>(vector_count);
   for (uint32_t i = 0; i < vector_count; ++i) {

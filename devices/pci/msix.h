@@ -47,8 +47,8 @@ class MsixCapability {
   uint64_t table_bytes() const { return uint64_t{vector_count_} * 16; }
   uint64_t pba_bytes() const { return (uint64_t{vector_count_} + 63) / 64 * 8; }
 
-  // Device side. Sends `vector`'s message, or marks it pending when masked (see above). Out-of-range
-  // vectors are ignored. Lock-free; callable from any thread.
+  // Device side. Sends `vector`'s message, or marks it pending when masked (see above).
+  // Out-of-range vectors are ignored. Lock-free; callable from any thread.
   void Trigger(uint32_t vector);
   // Whether the guest enabled MSI-X (Message Control bit 15). Lock-free.
   bool enabled() const { return enabled_.load(); }
@@ -88,9 +88,7 @@ class MsixCapability {
 
   MsixCapability(uint32_t vector_count, std::unique_ptr<Vector[]> vectors);
 
-  bool Deliverable(const Vector& vector) const {
-    return !blocked_.load() && !vector.masked.load();
-  }
+  bool Deliverable(const Vector& vector) const { return !blocked_.load() && !vector.masked.load(); }
   // Sends the message if the vector is deliverable and was pending.
   void DeliverIfPending(Vector& vector);
   // Hands a changed entry to its MsiVector.

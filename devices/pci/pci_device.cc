@@ -21,9 +21,8 @@ constexpr uint64_t kIoSpaceEnd = 0x10000;
 }  // namespace
 
 PciDevice::PciDevice(const PciIdentity& identity)
-    : identity_(identity),
-      regions_{BarRegion(this, 0), BarRegion(this, 1), BarRegion(this, 2),
-               BarRegion(this, 3), BarRegion(this, 4), BarRegion(this, 5)} {
+    : identity_(identity), regions_{BarRegion(this, 0), BarRegion(this, 1), BarRegion(this, 2),
+                                    BarRegion(this, 3), BarRegion(this, 4), BarRegion(this, 5)} {
   absl::MutexLock lock(&mutex_);
   WriteLocked(kVendorId, identity.vendor_id, 2);
   WriteLocked(kDeviceId, identity.device_id, 2);
@@ -57,14 +56,16 @@ uint32_t PciDevice::ReadLocked(uint32_t offset, size_t size) const {
 
 void PciDevice::WriteLocked(uint32_t offset, uint32_t value, size_t size) {
   if (offset >= kConfigSpaceSize) return;
-  sys_util::StoreLittleEndian(
-      value, std::span<uint8_t>(config_).subspan(offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
+  sys_util::StoreLittleEndian(value,
+                              std::span<uint8_t>(config_).subspan(
+                                  offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
 }
 
 void PciDevice::SetWriteMask(uint32_t offset, uint32_t mask, size_t size) {
   if (offset >= kConfigSpaceSize) return;
   sys_util::StoreLittleEndian(
-      mask, std::span<uint8_t>(write_mask_).subspan(offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
+      mask, std::span<uint8_t>(write_mask_)
+                .subspan(offset, std::min<size_t>(size, kConfigSpaceSize - offset)));
 }
 
 void PciDevice::SetConfigWriteMask(uint32_t offset, uint32_t mask, size_t size) {
@@ -156,8 +157,8 @@ absl::Status PciDevice::DeclareBar(int bar, const BarSpec& spec) {
   if (is64 && bar == kNumBars - 1) {
     return absl::InvalidArgumentError("a 64-bit BAR needs two registers; BAR 5 is the last");
   }
-  if (bars_[bar].spec || bars_[bar].upper_half || (is64 && (bars_[bar + 1].spec ||
-                                                            bars_[bar + 1].upper_half))) {
+  if (bars_[bar].spec || bars_[bar].upper_half ||
+      (is64 && (bars_[bar + 1].spec || bars_[bar + 1].upper_half))) {
     return absl::AlreadyExistsError(absl::StrFormat("BAR %d is already declared", bar));
   }
   if (!std::has_single_bit(spec.size)) {
@@ -208,9 +209,9 @@ absl::StatusOr<uint32_t> PciDevice::AddCapability(uint8_t id, std::span<const ui
   const uint32_t offset = next_capability_;
   const uint64_t length = 2 + body.size();
   if (length > kConfigSpaceSize - offset) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "capability 0x%02x (%u bytes) does not fit in configuration space at 0x%x", id, length,
-        offset));
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("capability 0x%02x (%u bytes) does not fit in configuration space at 0x%x",
+                        id, length, offset));
   }
   config_[offset] = id;
   config_[offset + 1] = 0;  // end of the list until another capability follows
@@ -371,8 +372,8 @@ void PciDevice::UpdateMappingsLocked() {
     if (self == nullptr) continue;  // not shared-owned: cannot be put on a bus safely
     vmm::Bus* bus = state.spec->kind == BarKind::kIo ? pio_bus_ : mmio_bus_;
     // The registration shares ownership of the device (aliasing constructor).
-    absl::Status status =
-        bus->Register(*desired, state.spec->size, std::shared_ptr<vmm::BusDevice>(self, &regions_[bar]));
+    absl::Status status = bus->Register(*desired, state.spec->size,
+                                        std::shared_ptr<vmm::BusDevice>(self, &regions_[bar]));
     // A conflicting placement (another device's range) leaves the BAR unmapped; a later
     // configuration write retries.
     if (!status.ok()) continue;

@@ -82,7 +82,7 @@ class PciDevice : public std::enable_shared_from_this<PciDevice> {
 
   // Inspection.
   std::optional<BarSpec> bar_spec(int bar) const;
-  uint64_t bar_address(int bar) const;  // as programmed in configuration space
+  uint64_t bar_address(int bar) const;                 // as programmed in configuration space
   std::optional<uint64_t> bar_mapping(int bar) const;  // where it is registered now, if anywhere
   MsixCapability* msix() const { return msix_.get(); }
   uint16_t vendor_id() const { return identity_.vendor_id; }

@@ -156,8 +156,8 @@ void PciRootBus::ReadConfig(uint8_t bus, uint8_t device_number, uint8_t function
   device->ReadConfig(dword + (offset & 3), data);
 }
 
-void PciRootBus::WriteConfig(uint8_t bus, uint8_t device_number, uint8_t function,
-                             uint32_t offset, std::span<const uint8_t> data) {
+void PciRootBus::WriteConfig(uint8_t bus, uint8_t device_number, uint8_t function, uint32_t offset,
+                             std::span<const uint8_t> data) {
   uint32_t dword = 0;
   std::shared_ptr<PciDevice> device =
       device_number < kMaxDevices && function < kMaxFunctions && offset < kConfigSpaceSize
@@ -186,8 +186,7 @@ void PciRootBus::Read(uint64_t offset, std::span<uint8_t> data) {
   // CONFIG_DATA: byte `offset - 4` of the selected dword.
   const uint64_t byte = offset - 4;
   uint32_t dword = 0;
-  std::shared_ptr<PciDevice> device =
-      byte + data.size() <= 4 ? Select(address, &dword) : nullptr;
+  std::shared_ptr<PciDevice> device = byte + data.size() <= 4 ? Select(address, &dword) : nullptr;
   if (device == nullptr) {
     std::fill(data.begin(), data.end(), 0xff);
     return;
@@ -200,8 +199,8 @@ void PciRootBus::Write(uint64_t offset, std::span<const uint8_t> data) {
     if (offset != 0 || data.size() != 4) return;  // only a dword write latches CONFIG_ADDRESS
     // Bits 1:0 are reserved (read as 0 on most chipsets); bits 30:24 are reserved or extended
     // register bits, kept so reads see what was written and Select() can refuse them.
-    const uint32_t value = (uint32_t{data[0]} | uint32_t{data[1]} << 8 |
-                            uint32_t{data[2]} << 16 | uint32_t{data[3]} << 24) &
+    const uint32_t value = (uint32_t{data[0]} | uint32_t{data[1]} << 8 | uint32_t{data[2]} << 16 |
+                            uint32_t{data[3]} << 24) &
                            ~0x3u;
     absl::MutexLock lock(&mutex_);
     config_address_ = value;

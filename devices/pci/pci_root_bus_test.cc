@@ -22,8 +22,7 @@ using testing::FakeMsiController;
 // recorded.
 class TestDevice : public PciDevice {
  public:
-  static std::shared_ptr<TestDevice> Create(uint16_t device_id,
-                                            FakeMsiController* msi = nullptr) {
+  static std::shared_ptr<TestDevice> Create(uint16_t device_id, FakeMsiController* msi = nullptr) {
     auto device = std::shared_ptr<TestDevice>(new TestDevice(device_id));
     EXPECT_TRUE(device->DeclareBar(0, {BarKind::kIo, 0x20}).ok());
     EXPECT_TRUE(device->DeclareBar(1, {BarKind::kMmio32, 0x1000}).ok());
@@ -52,7 +51,8 @@ class TestDevice : public PciDevice {
 
  protected:
   void ReadBar(int bar, uint64_t offset, std::span<uint8_t> data) override {
-    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(offset + i + bar * 0x10);
+    for (size_t i = 0; i < data.size(); ++i)
+      data[i] = static_cast<uint8_t>(offset + i + bar * 0x10);
   }
   void WriteBar(int bar, uint64_t offset, std::span<const uint8_t> data) override {
     writes.push_back({bar, offset, std::vector<uint8_t>(data.begin(), data.end())});
@@ -98,8 +98,7 @@ class PciRootBusTest : public ::testing::Test {
     Out(0xcf8, Address(device, function, offset), 4);
     return In(0xcfc + (offset & 3), size);
   }
-  void ConfigWrite(uint8_t device, uint8_t function, uint32_t offset, uint32_t value,
-                   size_t size) {
+  void ConfigWrite(uint8_t device, uint8_t function, uint32_t offset, uint32_t value, size_t size) {
     Out(0xcf8, Address(device, function, offset), 4);
     Out(0xcfc + (offset & 3), value, size);
   }
@@ -228,9 +227,9 @@ TEST_F(PciRootBusTest, ReadOnlyFieldsAndWriteOneToClearStatus) {
 TEST_F(PciRootBusTest, BarSizing) {
   auto device = TestDevice::Create(0x0001);
   ASSERT_TRUE(root_->AddDevice(3, 0, device).ok());
-  EXPECT_EQ(ConfigRead(3, 0, 0x10, 4), 0x1u);   // I/O
-  EXPECT_EQ(ConfigRead(3, 0, 0x14, 4), 0x0u);   // 32-bit memory
-  EXPECT_EQ(ConfigRead(3, 0, 0x18, 4), 0xcu);   // 64-bit prefetchable
+  EXPECT_EQ(ConfigRead(3, 0, 0x10, 4), 0x1u);  // I/O
+  EXPECT_EQ(ConfigRead(3, 0, 0x14, 4), 0x0u);  // 32-bit memory
+  EXPECT_EQ(ConfigRead(3, 0, 0x18, 4), 0xcu);  // 64-bit prefetchable
   for (uint32_t reg = 0x10; reg < 0x28; reg += 4) ConfigWrite(3, 0, reg, 0xffffffff, 4);
   EXPECT_EQ(ConfigRead(3, 0, 0x10, 4), 0xffffffe1u);
   EXPECT_EQ(ConfigRead(3, 0, 0x14, 4), 0xfffff000u);
@@ -451,7 +450,7 @@ TEST_F(PciRootBusTest, HostileConfigAccessesDoNotCrash) {
   device->ReadConfig(0, three);
   EXPECT_EQ(three, (std::array<uint8_t, 3>{0xff, 0xff, 0xff}));
   device->ReadBarRegion(7, 0, four);
-  device->ReadBarRegion(3, 0, four);  // upper half of a 64-bit BAR
+  device->ReadBarRegion(3, 0, four);      // upper half of a 64-bit BAR
   device->ReadBarRegion(1, 0xffe, four);  // runs past the BAR
   EXPECT_EQ(four, (std::array<uint8_t, 4>{}));
   device->WriteBarRegion(1, UINT64_MAX, four);
@@ -482,7 +481,8 @@ TEST_F(PciRootBusTest, ShutdownUnmapsEverything) {
   EXPECT_FALSE(device->bar_mapping(1));
 }
 
-// Buses dying before the devices (or the other way round) is safe: the registrations own the device.
+// Buses dying before the devices (or the other way round) is safe: the registrations own the
+// device.
 TEST(PciLifetimeTest, DevicesOutliveOrPredeceaseBuses) {
   std::shared_ptr<TestDevice> device = TestDevice::Create(0x0001);
   {

@@ -67,7 +67,8 @@ const std::vector<Seed>& Seeds() {
 }
 
 std::vector<uint8_t> Input(const Seed& seed, uint8_t selector) {
-  std::vector<uint8_t> input = {selector, static_cast<uint8_t>(seed.cdb.size()),
+  std::vector<uint8_t> input = {selector,
+                                static_cast<uint8_t>(seed.cdb.size()),
                                 static_cast<uint8_t>((seed.data_in / 4) >> 8),
                                 static_cast<uint8_t>(seed.data_in / 4),
                                 static_cast<uint8_t>((seed.data_out / 4) >> 8),

@@ -305,7 +305,7 @@ struct GetConfiguration {
       std::copy(body.begin(), body.end(), d + 4);
       length += 4 + body.size();
     };
-    const uint8_t profiles[8] = {0x00, 0x10, static_cast<uint8_t>(dvd ? 1 : 0), 0,
+    const uint8_t profiles[8] = {0x00, 0x10, static_cast<uint8_t>(dvd ? 1 : 0),       0,
                                  0x00, 0x08, static_cast<uint8_t>(cd_medium ? 1 : 0), 0};
     feature(0x0000, 0, true, true, profiles);
     uint8_t core[8] = {};
@@ -474,6 +474,7 @@ constexpr uint8_t kModePages[] = {0x01, 0x0d, 0x0e, 0x2a};
 constexpr uint32_t kNoFlags = 0;
 
 // The dispatch table. CDB usage data per SPC-4.
+// clang-format off
 constexpr CommandInfo kCommands[] = {
     {op::kTestUnitReady, kNoServiceAction, "TEST UNIT READY", kNeedsMedium,
      {0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, &Run<spc::TestUnitReady>},
@@ -530,6 +531,7 @@ constexpr CommandInfo kCommands[] = {
     {op::kReadCd, kNoServiceAction, "READ CD", kNeedsMedium,
      {0xbe, 0x1c, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf8, 0x07, 0x00}, &Run<ReadCd>},
 };
+// clang-format on
 
 }  // namespace
 
@@ -604,7 +606,8 @@ size_t CdRom::BuildVpdPage(uint8_t page, const MediumInfo&, std::span<uint8_t> o
   if (page == 0x80) return spc::BuildUnitSerialNumberPage(serial(), out);
   if (page == 0x83) {
     // SPC-4 Device Identification: one T10 vendor ID based designator.
-    const size_t designator = spc::PutT10VendorIdDesignator(options().vendor, serial(), out.subspan(4));
+    const size_t designator =
+        spc::PutT10VendorIdDesignator(options().vendor, serial(), out.subspan(4));
     PutBe16(&out[2], static_cast<uint16_t>(designator));
     return 4 + designator;
   }

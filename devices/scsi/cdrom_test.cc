@@ -1,12 +1,13 @@
 // The MMC-6 CD/DVD unit on a removable drive with MemoryBackend media.
 
+#include "devices/scsi/cdrom.h"
+
 #include <string>
 #include <vector>
 
 #include "block/media.h"
 #include "block/memory_backend.h"
 #include "devices/scsi/bytes.h"
-#include "devices/scsi/cdrom.h"
 #include "devices/scsi/test_harness.h"
 #include "gtest/gtest.h"
 
@@ -129,7 +130,7 @@ TEST_F(CdRomTest, LinuxProbeAndOpenSequence) {
   EXPECT_EQ(caps.data[3], 0);  // no block descriptors
   EXPECT_EQ(caps.data[4], 0x2a);
   EXPECT_EQ(caps.data[5], 0x14);
-  EXPECT_EQ(Be16(&caps.data[4 + 8]) / 176, 50);   // "16x/50x"
+  EXPECT_EQ(Be16(&caps.data[4 + 8]) / 176, 50);  // "16x/50x"
   EXPECT_EQ(Be16(&caps.data[4 + 14]) / 176, 16);
   EXPECT_EQ(caps.data[4 + 6] >> 5, 1);  // tray
   // MRW and random-writable probes: the first feature returned is not theirs.
@@ -162,7 +163,7 @@ TEST_F(CdRomTest, LinuxProbeAndOpenSequence) {
   const Result track = Run({0x52, 0x01, 0, 0, 0, 0x01, 0, 0, 0x24, 0}, 36);
   ASSERT_TRUE(track.good());
   EXPECT_EQ(Be32(&track.data[8]) + Be32(&track.data[24]), kDisc1Blocks);  // sr's last written
-  EXPECT_EQ(track.data[7] & 0x03, 0);                                      // no NWA/LRA
+  EXPECT_EQ(track.data[7] & 0x03, 0);                                     // no NWA/LRA
   // The lead-out in MSF: 4278 + 150 frames = 00:59:03.
   const Result leadout = Run({0x43, 0x02, 0, 0, 0, 0, 0xaa, 0, 0x0c, 0}, 12);
   EXPECT_EQ(leadout.data,
@@ -171,7 +172,7 @@ TEST_F(CdRomTest, LinuxProbeAndOpenSequence) {
   EXPECT_TRUE(Run({0x1e, 0, 0, 0, 1, 0}).good());  // PREVENT
   const Result config = Run({0x46, 0, 0, 0, 0, 0, 0, 0, 0x20, 0}, 32);
   ASSERT_TRUE(config.good());
-  EXPECT_EQ(Be16(&config.data[6]), 0x0008);  // current profile CD-ROM
+  EXPECT_EQ(Be16(&config.data[6]), 0x0008);        // current profile CD-ROM
   EXPECT_TRUE(Run({0x1e, 0, 0, 0, 0, 0}).good());  // ALLOW
   // Then a mount: READ(10) of the volume descriptors.
   const Result pvd = Run(Cdb10(0x28, 0, 16, 1), 2048);
@@ -238,8 +239,7 @@ TEST_F(CdRomTest, NoMedium) {
   EXPECT_EQ(Run(kTur).sense, sense::kMediumNotPresentTrayOpen);
   EXPECT_EQ(Run(Cdb10(0x28, 0, 0, 1), 2048).sense, sense::kMediumNotPresentTrayOpen);
   EXPECT_EQ(Run({0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 8).sense, sense::kMediumNotPresentTrayOpen);
-  EXPECT_EQ(Run({0x43, 0, 0, 0, 0, 0, 0, 0, 0x0c, 0}, 12).sense,
-            sense::kMediumNotPresentTrayOpen);
+  EXPECT_EQ(Run({0x43, 0, 0, 0, 0, 0, 0, 0, 0x0c, 0}, 12).sense, sense::kMediumNotPresentTrayOpen);
   // Not medium commands work.
   EXPECT_TRUE(Run({0x12, 0, 0, 0, 36, 0}, 36).good());
   EXPECT_TRUE(Run({0x1a, 0, 0x2a, 0, 0x80, 0}, 128).good());
@@ -399,8 +399,8 @@ TEST_F(CdRomTest, GetConfigurationProfilesAndFeatures) {
   EXPECT_EQ(Be16(&d[6]), 0x0008);
   std::vector<uint16_t> codes;
   for (size_t at = 8; at + 4 <= d.size(); at += 4 + d[at + 3]) codes.push_back(Be16(&d[at]));
-  EXPECT_EQ(codes, (std::vector<uint16_t>{0x0000, 0x0001, 0x0002, 0x0003, 0x0010, 0x001e,
-                                          0x001f, 0x0100}));
+  EXPECT_EQ(codes, (std::vector<uint16_t>{0x0000, 0x0001, 0x0002, 0x0003, 0x0010, 0x001e, 0x001f,
+                                          0x0100}));
   // Profile list: DVD-ROM (not current), CD-ROM (current).
   EXPECT_EQ(d[11], 8);
   EXPECT_EQ(Be16(&d[12]), 0x0010);

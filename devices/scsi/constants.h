@@ -14,9 +14,9 @@ enum class Status : uint8_t {
 };
 
 // SPC-4 (standard INQUIRY data): PERIPHERAL DEVICE TYPE.
-inline constexpr uint8_t kTypeDisk = 0x00;        // direct access block device (SBC-3)
-inline constexpr uint8_t kTypeCdDvd = 0x05;       // CD/DVD device (MMC-6)
-inline constexpr uint8_t kTypeNoDevice = 0x1f;    // unknown or no device type
+inline constexpr uint8_t kTypeDisk = 0x00;      // direct access block device (SBC-3)
+inline constexpr uint8_t kTypeCdDvd = 0x05;     // CD/DVD device (MMC-6)
+inline constexpr uint8_t kTypeNoDevice = 0x1f;  // unknown or no device type
 // PERIPHERAL QUALIFIER 011b: the device server cannot support a device at this LUN.
 inline constexpr uint8_t kQualifierNotSupported = 0x60;
 

@@ -103,7 +103,7 @@ struct Verify {
   uint32_t blocks;
 
   static std::optional<Verify> Parse(const uint8_t* cdb) {
-    if ((cdb[1] >> 5) != 0) return std::nullopt;          // VRPROTECT
+    if ((cdb[1] >> 5) != 0) return std::nullopt;           // VRPROTECT
     if (((cdb[1] >> 1) & 0x03) != 0) return std::nullopt;  // BYTCHK: comparison not supported
     if (cdb[0] == op::kVerify10) return Verify{Be32(cdb + 2), Be16(cdb + 7)};
     return Verify{Be64(cdb + 2), Be32(cdb + 10)};
@@ -273,6 +273,7 @@ constexpr uint8_t kVpdPages[] = {0x00, 0x80, 0x83, 0xb0, 0xb1, 0xb2};
 constexpr uint8_t kModePages[] = {0x01, 0x04, 0x08, 0x0a};
 
 // The dispatch table. CDB usage data per SPC-4 (the bits each command evaluates).
+// clang-format off
 constexpr CommandInfo kCommands[] = {
     {op::kTestUnitReady, kNoServiceAction, "TEST UNIT READY", 0,
      {0x00, 0x00, 0x00, 0x00, 0x00, 0x00}, &Run<spc::TestUnitReady>},
@@ -343,6 +344,7 @@ constexpr CommandInfo kCommands[] = {
     {op::kWrite12, kNoServiceAction, "WRITE(12)", 0,
      {0xaa, 0x18, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00}, &Run<ReadWrite>},
 };
+// clang-format on
 
 }  // namespace
 
@@ -358,8 +360,8 @@ absl::StatusOr<std::shared_ptr<Disk>> Disk::Create(std::shared_ptr<block::Drive>
   const block::DriveInfo info = drive->info();
   const uint32_t block = info.logical_block_size;
   if (!std::has_single_bit(block) || block < 512 || block > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("SCSI disk \"", drive->name(),
-                                                   "\": unsupported logical block size ", block));
+    return absl::InvalidArgumentError(
+        absl::StrCat("SCSI disk \"", drive->name(), "\": unsupported logical block size ", block));
   }
   if (options.product.empty()) options.product = "VIRTUAL DISK";
   return std::make_shared<Disk>(std::move(drive), std::move(options), info);
@@ -383,9 +385,9 @@ Disk::Disk(std::shared_ptr<block::Drive> drive, LogicalUnitOptions options,
   const uint32_t physical =
       std::max(block, std::bit_ceil(std::max<uint32_t>(1, this->options().physical_block_size)));
   physical_exponent_ = static_cast<uint8_t>(std::min(15, std::countr_zero(physical / block)));
-  naa_ = (uint64_t{3} << 60) |
-         (Fnv1a(this->drive().name().empty() ? serial() : this->drive().name()) &
-          0x0fffffffffffffffULL);
+  naa_ =
+      (uint64_t{3} << 60) | (Fnv1a(this->drive().name().empty() ? serial() : this->drive().name()) &
+                             0x0fffffffffffffffULL);
 }
 
 std::span<const uint8_t> Disk::VpdPages() const { return kVpdPages; }
@@ -464,8 +466,8 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
       out[0] = 0x04;
       out[1] = 0x16;
       if (!changeable) {
-        PutBe24(&out[2], static_cast<uint32_t>(std::min<uint64_t>(medium.blocks / (16 * 63),
-                                                                  0xffffff)));
+        PutBe24(&out[2],
+                static_cast<uint32_t>(std::min<uint64_t>(medium.blocks / (16 * 63), 0xffffff)));
         out[5] = 16;
         PutBe16(&out[20], 0x0001);
       }
@@ -480,8 +482,7 @@ size_t Disk::BuildModePage(uint8_t page, PageControl control, const MediumInfo& 
       if (changeable) {
         out[2] = 0x04;
       } else {
-        const bool wce =
-            control == PageControl::kDefault ? default_wce() : write_cache_enabled();
+        const bool wce = control == PageControl::kDefault ? default_wce() : write_cache_enabled();
         out[2] = wce ? 0x04 : 0x00;
       }
       return 20;

@@ -1,5 +1,7 @@
 // The SBC-3 disk on MemoryBackend drives, command by command, through the synchronous harness.
 
+#include "devices/scsi/disk.h"
+
 #include <cerrno>
 #include <string>
 #include <vector>
@@ -8,7 +10,6 @@
 #include "block/drive.h"
 #include "block/memory_backend.h"
 #include "devices/scsi/bytes.h"
-#include "devices/scsi/disk.h"
 #include "devices/scsi/test_harness.h"
 #include "gtest/gtest.h"
 
@@ -150,13 +151,13 @@ TEST_F(DiskTest, VpdPagesAsLinuxReadsThem) {
   ASSERT_TRUE(limits.good());
   ASSERT_EQ(limits.data.size(), 64u);
   EXPECT_EQ(Be16(&limits.data[2]), 0x3c);
-  EXPECT_EQ(limits.data[4] & 1, 1);                                  // WSNZ
-  EXPECT_EQ(Be16(&limits.data[6]), 8);                               // 4 KiB granularity
+  EXPECT_EQ(limits.data[4] & 1, 1);     // WSNZ
+  EXPECT_EQ(Be16(&limits.data[6]), 8);  // 4 KiB granularity
   EXPECT_EQ(Be32(&limits.data[8]), setup_.disk->max_transfer_blocks());
   EXPECT_EQ(Be32(&limits.data[8]), (8u << 20) / 512);
-  EXPECT_EQ(Be32(&limits.data[20]), (1u << 30) / 512);                // max unmap LBA count
+  EXPECT_EQ(Be32(&limits.data[20]), (1u << 30) / 512);  // max unmap LBA count
   EXPECT_EQ(Be32(&limits.data[24]), Disk::kMaxUnmapDescriptors);
-  EXPECT_EQ(Be64(&limits.data[36]), (32u << 20) / 512);               // max WRITE SAME length
+  EXPECT_EQ(Be64(&limits.data[36]), (32u << 20) / 512);  // max WRITE SAME length
 
   const Result characteristics = harness_->In({0x12, 1, 0xb1, 0, 64, 0}, 64);
   ASSERT_TRUE(characteristics.good());
@@ -209,7 +210,7 @@ TEST_F(DiskTest, RequestSenseWithoutPriorCommandReportsAttention) {
   ASSERT_TRUE(sense.good());
   EXPECT_EQ(sense.data.size(), 18u);  // fixed format, truncated to what there is
   EXPECT_EQ(sense.data[12], 0x29);
-  EXPECT_TRUE(Run({0, 0, 0, 0, 0, 0}).good());  // consumed
+  EXPECT_TRUE(Run({0, 0, 0, 0, 0, 0}).good());                                           // consumed
   EXPECT_EQ(harness_->In({0x03, 1, 0, 0, 18, 0}, 18).sense, sense::kInvalidFieldInCdb);  // DESC
 }
 
@@ -255,8 +256,7 @@ TEST_F(DiskTest, ReadCapacity) {
   ASSERT_TRUE(ten.good());
   EXPECT_EQ(Be32(&ten.data[0]), 2047u);  // 1 MiB of 512-byte blocks
   EXPECT_EQ(Be32(&ten.data[4]), 512u);
-  const Result sixteen =
-      harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 32);
+  const Result sixteen = harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 32);
   ASSERT_TRUE(sixteen.good());
   ASSERT_EQ(sixteen.data.size(), 32u);
   EXPECT_EQ(Be64(&sixteen.data[0]), 2047u);
@@ -278,8 +278,7 @@ TEST_F(DiskTest, ReadCapacity10SaturatesForLargeDisks) {
   StartReady(backend);
   const Result ten = harness_->In({0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 8);
   EXPECT_EQ(Be32(&ten.data[0]), 0xffffffffu);
-  const Result sixteen =
-      harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 32);
+  const Result sixteen = harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0}, 32);
   EXPECT_EQ(Be64(&sixteen.data[0]), (uint64_t{3} << 40) / 512 - 1);
 }
 
@@ -608,8 +607,7 @@ TEST_F(DiskTest, ModeSensePageControlAndAllPages) {
   EXPECT_EQ(harness_->In({0x1a, 0x08, 0xc8, 0, 0xff, 0}, 255).sense,
             sense::kSavingParametersNotSupported);
   EXPECT_EQ(harness_->In({0x1a, 0x08, 0x2a, 0, 0xff, 0}, 255).sense, sense::kInvalidFieldInCdb);
-  EXPECT_EQ(harness_->In({0x1a, 0x08, 0x08, 0x01, 0xff, 0}, 255).sense,
-            sense::kInvalidFieldInCdb);
+  EXPECT_EQ(harness_->In({0x1a, 0x08, 0x08, 0x01, 0xff, 0}, 255).sense, sense::kInvalidFieldInCdb);
 }
 
 TEST_F(DiskTest, ModeSense10LongLba) {
@@ -636,8 +634,8 @@ TEST_F(DiskTest, ModeSelectChangesWceAndWritesBecomeFua) {
   // caching page as MODE SENSE returned it with WCE cleared and PS cleared, no block descriptor.
   const Result current = harness_->In({0x1a, 0x08, 0x08, 0, 0xff, 0}, 255);
   std::vector<uint8_t> list(current.data.begin(), current.data.end());
-  list[0] = 0;     // mode data length: reserved in MODE SELECT
-  list[2] = 0;     // device-specific: WP and DPOFUA cleared
+  list[0] = 0;       // mode data length: reserved in MODE SELECT
+  list[2] = 0;       // device-specific: WP and DPOFUA cleared
   list[6] &= ~0x04;  // WCE off
   ASSERT_TRUE(Write({0x15, 0x10, 0, 0, static_cast<uint8_t>(list.size()), 0}, list).good());
   EXPECT_FALSE(setup_.disk->write_cache_enabled());
@@ -659,8 +657,8 @@ TEST_F(DiskTest, ModeSelectChangesWceAndWritesBecomeFua) {
   ten.insert(ten.end(), descriptor.begin(), descriptor.end());
   ten.insert(ten.end(), list.begin() + 4, list.end());
   ten[8 + 8 + 2] |= 0x04;
-  ASSERT_TRUE(Write({0x55, 0x10, 0, 0, 0, 0, 0, 0, static_cast<uint8_t>(ten.size()), 0}, ten)
-                  .good());
+  ASSERT_TRUE(
+      Write({0x55, 0x10, 0, 0, 0, 0, 0, 0, static_cast<uint8_t>(ten.size()), 0}, ten).good());
   EXPECT_TRUE(setup_.disk->write_cache_enabled());
 }
 
@@ -685,8 +683,7 @@ TEST_F(DiskTest, ModeSelectRejectsOtherChanges) {
             sense::kInvalidFieldInParameterList);
   // A different block size: refused.
   std::vector<uint8_t> geometry = {0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0x10, 0x00};
-  EXPECT_EQ(Write({0x15, 0x10, 0, 0, 12, 0}, geometry).sense,
-            sense::kInvalidFieldInParameterList);
+  EXPECT_EQ(Write({0x15, 0x10, 0, 0, 12, 0}, geometry).sense, sense::kInvalidFieldInParameterList);
   // SP: saving is not supported; PF = 0: not supported; a truncated page; a short list.
   EXPECT_EQ(Write({0x15, 0x11, 0, 0, static_cast<uint8_t>(list.size()), 0}, list).sense,
             sense::kInvalidFieldInCdb);
@@ -807,9 +804,9 @@ TEST_F(DiskTest, UnmapDiscards) {
 TEST_F(DiskTest, UnmapErrors) {
   StartReady();
   const std::vector<uint8_t> out_of_range = UnmapList({{2040, 16}});
-  EXPECT_EQ(Write(Cdb10(0x42, 0, 0, static_cast<uint16_t>(out_of_range.size())), out_of_range)
-                .sense,
-            sense::kLbaOutOfRange);
+  EXPECT_EQ(
+      Write(Cdb10(0x42, 0, 0, static_cast<uint16_t>(out_of_range.size())), out_of_range).sense,
+      sense::kLbaOutOfRange);
   EXPECT_EQ(Write(Cdb10(0x42, 0, 0, 6), std::vector<uint8_t>(6)).sense,
             sense::kParameterListLengthError);
   EXPECT_EQ(Write(Cdb10(0x42, 1, 0, 24), UnmapList({{0, 1}})).sense,
@@ -900,8 +897,7 @@ TEST_F(DiskTest, WriteSameUnmapAndNdob) {
   EXPECT_TRUE(Write(Cdb10(0x41, 0, 0, 1), std::vector<uint8_t>(100)).overrun);
   EXPECT_EQ(Write(Cdb10(0x41, 0x01, 0, 1), std::vector<uint8_t>(512)).sense,
             sense::kInvalidFieldInCdb);
-  EXPECT_EQ(Write(Cdb10(0x41, 0, 2047, 2), std::vector<uint8_t>(512)).sense,
-            sense::kLbaOutOfRange);
+  EXPECT_EQ(Write(Cdb10(0x41, 0, 2047, 2), std::vector<uint8_t>(512)).sense, sense::kLbaOutOfRange);
 }
 
 TEST_F(DiskTest, WriteSameUnmapWithoutDiscardIsInvalid) {
@@ -956,8 +952,7 @@ TEST_F(DiskTest, LinuxProbeSequence) {
   EXPECT_TRUE(harness_->In({0xa0, 0, 0, 0, 0, 0, 0, 0, 0x10, 0, 0, 0}, 4096).good());
   EXPECT_EQ(Run({0, 0, 0, 0, 0, 0}).sense, sense::kPowerOnOrReset);
   EXPECT_TRUE(Run({0, 0, 0, 0, 0, 0}).good());
-  EXPECT_TRUE(
-      harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0}, 32).good());
+  EXPECT_TRUE(harness_->In({0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x20, 0, 0}, 32).good());
   EXPECT_TRUE(harness_->In({0x1a, 0, 0x3f, 0, 4, 0}, 4).good());
   EXPECT_TRUE(harness_->In({0x1a, 0, 0x08, 0, 4, 0}, 4).good());
   const Result caching = harness_->In({0x1a, 0, 0x08, 0, 0x20, 0}, 32);

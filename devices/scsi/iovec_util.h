@@ -30,8 +30,9 @@ bool IsZero(std::span<const iovec> buffers, uint64_t length);
 void TrimInto(std::span<const iovec> buffers, uint64_t length, std::vector<iovec>* out);
 
 // Streams response data into data-in buffers, up to a limit (the smaller of the allocation length
-// and the buffers), while counting everything the command produced: SPC-4 (allocation length): a response is
-// built whole and truncated at the allocation length, with its length fields describing the whole.
+// and the buffers), while counting everything the command produced: SPC-4 (allocation length): a
+// response is built whole and truncated at the allocation length, with its length fields describing
+// the whole.
 class DataInWriter {
  public:
   DataInWriter(std::span<const iovec> buffers, uint64_t limit);
@@ -45,8 +46,8 @@ class DataInWriter {
  private:
   std::span<const iovec> buffers_;
   uint64_t limit_;
-  size_t index_ = 0;      // current iovec
-  size_t in_entry_ = 0;   // offset within it
+  size_t index_ = 0;     // current iovec
+  size_t in_entry_ = 0;  // offset within it
   uint64_t produced_ = 0;
   uint64_t transferred_ = 0;
 };

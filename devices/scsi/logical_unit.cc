@@ -41,14 +41,12 @@ Sense SenseForBlockError(int error, block::RequestType type) {
       // Requests built here are aligned and in range; the drive refusing one is our bug.
       return sense::kInternalTargetFailure;
     default:
-      return type == block::RequestType::kRead ? sense::kUnrecoveredReadError
-                                               : sense::kWriteError;
+      return type == block::RequestType::kRead ? sense::kUnrecoveredReadError : sense::kWriteError;
   }
 }
 
 Sense NotReadySense(const MediumInfo& medium) {
-  return medium.tray_open ? sense::kMediumNotPresentTrayOpen
-                          : sense::kMediumNotPresentTrayClosed;
+  return medium.tray_open ? sense::kMediumNotPresentTrayOpen : sense::kMediumNotPresentTrayClosed;
 }
 
 // ---- LogicalUnit ----

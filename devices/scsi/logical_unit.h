@@ -43,7 +43,8 @@ enum class MediaChangeReport {
   // drive when that one was reported, UNIT ATTENTION 06/28/00 NOT READY TO READY CHANGE.
   kUnitAttentions,
   // ATAPI (QEMU ide-cd): once a new medium is ready, the first command not exempt from unit
-  // attention gets NOT READY 02/3A/00, the next UNIT ATTENTION 06/28/00. For guests that do not poll
+  // attention gets NOT READY 02/3A/00, the next UNIT ATTENTION 06/28/00. For guests that do not
+  // poll
   // GET EVENT STATUS NOTIFICATION this shows the tray having been open.
   kNotReadyThenUnitAttention,
 };
@@ -206,8 +207,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // MODE SELECT of one page (`page` holds the whole page, header included). Validates only when
   // `apply` is false; a page that would change anything not changeable gets INVALID FIELD IN
   // PARAMETER LIST. Returns NO SENSE when accepted.
-  virtual Sense SelectModePage(std::span<const uint8_t> page, const MediumInfo& medium,
-                               bool apply);
+  virtual Sense SelectModePage(std::span<const uint8_t> page, const MediumInfo& medium, bool apply);
 
   // REQUEST SENSE (SPC-4): the sense to report as data, consuming it: the deferred sense of
   // the last failed command, else the highest-priority unit attention, else the current condition

@@ -29,11 +29,11 @@ TEST(SenseTest, FixedFormat) {
 
 TEST(LunTest, PeripheralAndFlatAddressing) {
   EXPECT_EQ(DecodeLun(0), 0);
-  EXPECT_EQ(DecodeLun(uint64_t{0x0005} << 48), 5);          // peripheral, bus 0
-  EXPECT_EQ(DecodeLun(uint64_t{0x4000} << 48), 0);          // flat (Linux virtio_scsi)
+  EXPECT_EQ(DecodeLun(uint64_t{0x0005} << 48), 5);  // peripheral, bus 0
+  EXPECT_EQ(DecodeLun(uint64_t{0x4000} << 48), 0);  // flat (Linux virtio_scsi)
   EXPECT_EQ(DecodeLun(uint64_t{0x412c} << 48), 300);
-  EXPECT_EQ(DecodeLun(uint64_t{0x0105} << 48), std::nullopt);  // bus 1
-  EXPECT_EQ(DecodeLun(uint64_t{0x8000} << 48), std::nullopt);  // logical unit addressing
+  EXPECT_EQ(DecodeLun(uint64_t{0x0105} << 48), std::nullopt);        // bus 1
+  EXPECT_EQ(DecodeLun(uint64_t{0x8000} << 48), std::nullopt);        // logical unit addressing
   EXPECT_EQ(DecodeLun((uint64_t{0x4000} << 48) | 1), std::nullopt);  // a second level
   EXPECT_EQ(EncodeLun(7), uint64_t{0x0007} << 48);
   EXPECT_EQ(EncodeLun(300), uint64_t{0x412c} << 48);

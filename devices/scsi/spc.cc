@@ -38,9 +38,9 @@ void BuildStandardInquiry(uint8_t byte0, bool removable, const LogicalUnitOption
                           std::span<uint8_t, kStandardInquirySize> out) {
   std::fill(out.begin(), out.end(), 0);
   out[0] = byte0;
-  out[1] = removable ? 0x80 : 0x00;  // RMB
-  out[2] = 0x06;                     // VERSION: SPC-4
-  out[3] = 0x10 | 0x02;              // HISUP (hierarchical LUNs), RESPONSE DATA FORMAT 2
+  out[1] = removable ? 0x80 : 0x00;   // RMB
+  out[2] = 0x06;                      // VERSION: SPC-4
+  out[3] = 0x10 | 0x02;               // HISUP (hierarchical LUNs), RESPONSE DATA FORMAT 2
   out[4] = kStandardInquirySize - 5;  // ADDITIONAL LENGTH
   out[7] = 0x02;                      // CMDQUE: command queuing
   PutAscii(out.subspan(8, 8), options.vendor);
@@ -169,8 +169,8 @@ Execution ModeSense::Emulate(CommandContext& ctx) const {
   }
 
   auto append = [&](uint8_t code) {
-    const size_t n = lu.BuildModePage(code, control, medium,
-                                      std::span<uint8_t>(data).subspan(length, 256));
+    const size_t n =
+        lu.BuildModePage(code, control, medium, std::span<uint8_t>(data).subspan(length, 256));
     length += n;
     return n;
   };
@@ -239,8 +239,8 @@ Execution ModeSelect::Emulate(CommandContext& ctx) const {
       const uint8_t* d = &list[at];
       const uint64_t blocks = long_lba ? Be64(d) : Be24(d + 1);
       const uint32_t block_length = long_lba ? Be32(d + 12) : Be24(d + 5);
-      const uint64_t current_blocks = long_lba ? medium.blocks
-                                               : std::min<uint64_t>(medium.blocks, 0xffffff);
+      const uint64_t current_blocks =
+          long_lba ? medium.blocks : std::min<uint64_t>(medium.blocks, 0xffffff);
       if ((!long_lba && d[0] != 0) || (blocks != 0 && blocks != current_blocks) ||
           block_length != medium.block_size) {
         return ctx.Fail(sense::kInvalidFieldInParameterList);
@@ -333,7 +333,7 @@ Execution ReportSupportedOperationCodes::Emulate(CommandContext& ctx) const {
   const CommandInfo* info =
       lu.Find(requested_opcode, has_actions ? requested_service_action : kNoServiceAction);
   std::array<uint8_t, 4> header{};
-  if (rctd) header[1] |= 0x80;  // CTDP
+  if (rctd) header[1] |= 0x80;                 // CTDP
   header[1] |= info != nullptr ? 0x03 : 0x01;  // SUPPORT: 011b supported, 001b not supported
   if (info != nullptr) PutBe16(&header[2], info->cdb_length());
   out.Append(header);

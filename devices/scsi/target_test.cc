@@ -1,6 +1,8 @@
 // A target with several LUNs: dispatch, REPORT LUNS, missing LUNs, asynchronous completion, and
 // queues on two threads.
 
+#include "devices/scsi/target.h"
+
 #include <sys/uio.h>
 
 #include <thread>
@@ -9,7 +11,6 @@
 #include "block/memory_backend.h"
 #include "devices/scsi/bytes.h"
 #include "devices/scsi/lun.h"
-#include "devices/scsi/target.h"
 #include "devices/scsi/test_harness.h"
 #include "gtest/gtest.h"
 

@@ -100,8 +100,8 @@ class Task {
 
   // What a multi-request command does when its outstanding requests finish.
   enum class Step : uint8_t {
-    kFinish,         // complete the task
-    kReadAfterFlush, // a READ with FUA: the flush is done, now issue `deferred`
+    kFinish,          // complete the task
+    kReadAfterFlush,  // a READ with FUA: the flush is done, now issue `deferred`
   };
 
   // Block I/O state; meaningful only while the task is in flight.

@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <span>
 #include <vector>
 

@@ -20,8 +20,8 @@ struct QueueConfig {
   vmm::GuestAddress descriptor_table;
   vmm::GuestAddress available_ring;
   vmm::GuestAddress used_ring;
-  bool event_idx = false;       // VIRTIO_F_EVENT_IDX negotiated (§2.7.7, §2.7.10)
-  bool indirect = false;        // VIRTIO_F_INDIRECT_DESC negotiated (§2.7.5.3)
+  bool event_idx = false;  // VIRTIO_F_EVENT_IDX negotiated (§2.7.7, §2.7.10)
+  bool indirect = false;   // VIRTIO_F_INDIRECT_DESC negotiated (§2.7.5.3)
   // Where the device resumes in the rings: the next available index to consume and the next used
   // index to write. 0 after a device reset (§2.7); a vhost-user front end that stops and restarts
   // a ring passes the position back (VHOST_USER_SET_VRING_BASE). Every chain consumed before the
@@ -29,14 +29,14 @@ struct QueueConfig {
   uint16_t start_index = 0;
 };
 
-// One available descriptor chain, walked and validated: every buffer lies wholly inside guest memory
-// and is given as host memory. Device-readable buffers all come before device-writable ones
+// One available descriptor chain, walked and validated: every buffer lies wholly inside guest
+// memory and is given as host memory. Device-readable buffers all come before device-writable ones
 // (§2.7.4.2: "a device MUST NOT ... readable after writable" is the driver's rule; a chain breaking
 // it is rejected).
 struct DescriptorChain {
-  uint16_t head = 0;               // the id to return in the used ring
-  std::vector<iovec> readable;     // driver -> device
-  std::vector<iovec> writable;     // device -> driver
+  uint16_t head = 0;            // the id to return in the used ring
+  std::vector<iovec> readable;  // driver -> device
+  std::vector<iovec> writable;  // device -> driver
   uint64_t readable_bytes = 0;
   uint64_t writable_bytes = 0;
 };
@@ -48,14 +48,15 @@ class SplitQueue {
  public:
   // Validates the configuration: size, alignment (§2.7: descriptor table 16, available ring 2, used
   // ring 4 bytes) and that all three areas lie in guest memory. `memory` must outlive the queue.
-  static absl::StatusOr<SplitQueue> Create(const vmm::GuestMemory& memory, const QueueConfig& config);
+  static absl::StatusOr<SplitQueue> Create(const vmm::GuestMemory& memory,
+                                           const QueueConfig& config);
 
   // The next available chain, or nullopt when the driver has published nothing new. Errors
   // (FailedPrecondition / OutOfRange, with a message saying what was wrong): the available index
-  // moved by more than the queue size, a head or next index >= size, a loop (a chain longer than the
-  // queue size, or an indirect table with more entries than it has), an indirect descriptor inside
-  // an indirect table or with NEXT set, a zero-length or misaligned indirect table, a buffer outside
-  // guest memory, a readable buffer after a writable one, total length over 4 GiB.
+  // moved by more than the queue size, a head or next index >= size, a loop (a chain longer than
+  // the queue size, or an indirect table with more entries than it has), an indirect descriptor
+  // inside an indirect table or with NEXT set, a zero-length or misaligned indirect table, a buffer
+  // outside guest memory, a readable buffer after a writable one, total length over 4 GiB.
   absl::StatusOr<std::optional<DescriptorChain>> Pop();
   // Makes the chain `head` used with `written` bytes written into its writable buffers (§2.7.8).
   // Publishes the used index with release ordering after the element.
@@ -73,7 +74,8 @@ class SplitQueue {
   bool HasAvailable() const;
 
   uint16_t size() const { return config_.size; }
-  // Where the device is in the rings, e.g. for vhost-user GET_VRING_BASE (§ of the vhost-user spec).
+  // Where the device is in the rings, e.g. for vhost-user GET_VRING_BASE (§ of the vhost-user
+  // spec).
   uint16_t next_available() const { return next_available_; }
   void set_next_available(uint16_t index) { next_available_ = index; }
 

@@ -719,7 +719,7 @@ TEST_F(SplitQueueTest, EnableNotificationsWithEventIdx) {
   ASSERT_TRUE(driver_->AddChain(data).ok());
   EXPECT_FALSE(driver_->NeedsNotification(old));  // already notified once
   queue_->DisableNotifications();
-  EXPECT_EQ(driver_->UsedFlags(), 0);  // §2.7.10.2: flags stay 0 with EVENT_IDX
+  EXPECT_EQ(driver_->UsedFlags(), 0);        // §2.7.10.2: flags stay 0 with EVENT_IDX
   EXPECT_EQ(driver_->AvailEvent(), 0xffff);  // one behind: already passed
   // Disabled: no further buffer asks for a notification, not even the first one.
   queue_->EnableNotifications();

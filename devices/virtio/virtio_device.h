@@ -64,8 +64,8 @@ struct VirtioQueue {
 // Everything a device needs to run, given on DRIVER_OK.
 struct VirtioActivation {
   const vmm::GuestMemory* memory = nullptr;
-  uint64_t features = 0;            // negotiated (driver-accepted) features
-  std::vector<VirtioQueue> queues;  // the enabled queues, by ascending index
+  uint64_t features = 0;                 // negotiated (driver-accepted) features
+  std::vector<VirtioQueue> queues;       // the enabled queues, by ascending index
   VirtioDeviceEvents* events = nullptr;  // owned by the transport; valid while it lives
 };
 

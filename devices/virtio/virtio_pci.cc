@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "vmm/sys_util/byte_order.h"
 #include "devices/pci/msix.h"
 #include "devices/pci/pci_regs.h"
+#include "vmm/sys_util/byte_order.h"
 #include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -174,15 +174,15 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
         "virtio-pci: %u queues; at most %u are supported", max_sizes.size(), kMaxQueues));
   }
   if (config_size_ > kMaxDeviceConfigSize) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "virtio-pci: device configuration of %u bytes exceeds %u", config_size_,
-        kMaxDeviceConfigSize));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("virtio-pci: device configuration of %u bytes exceeds %u", config_size_,
+                        kMaxDeviceConfigSize));
   }
   for (size_t i = 0; i < max_sizes.size(); ++i) {
     if (!std::has_single_bit(max_sizes[i]) || max_sizes[i] > 32768) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "virtio-pci: queue %u maximum size %u is not a power of two in 1..32768", i,
-          max_sizes[i]));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("virtio-pci: queue %u maximum size %u is not a power of two in 1..32768",
+                          i, max_sizes[i]));
     }
     auto queue = std::make_unique<Queue>();
     queue->max_size = max_sizes[i];
@@ -194,7 +194,8 @@ absl::Status VirtioPciTransport::Initialize(vmm::MsiController& msi) {
   }
 
   // BAR 0: the virtio structures. The notify area has one 4-byte slot per queue.
-  const uint64_t notify_length = std::max<uint64_t>(4, uint64_t{kNotifyOffMultiplier} * queues_.size());
+  const uint64_t notify_length =
+      std::max<uint64_t>(4, uint64_t{kNotifyOffMultiplier} * queues_.size());
   const uint64_t bar0_size = NextPowerOfTwo(kNotifyOffset + RoundUp(notify_length, kPageSize));
   RETURN_IF_ERROR(
       DeclareBar(kConfigBar, pci::BarSpec{BarKind::kMmio64, bar0_size, /*prefetchable=*/false}));
@@ -611,8 +612,7 @@ std::optional<VirtioPciTransport::Window> VirtioPciTransport::PciCfgWindow() con
   const uint32_t offset = ReadConfigRaw(pci_cfg_capability_ + kCapOffset, 4);
   const uint32_t length = ReadConfigRaw(pci_cfg_capability_ + kCapLengthField, 4);
   // The driver must use length 1, 2 or 4 at an offset aligned to it; anything else does nothing.
-  if (bar >= pci::kNumBars || (length != 1 && length != 2 && length != 4) ||
-      offset % length != 0) {
+  if (bar >= pci::kNumBars || (length != 1 && length != 2 && length != 4) || offset % length != 0) {
     return std::nullopt;
   }
   return Window{static_cast<int>(bar), offset, length};

@@ -110,8 +110,8 @@ class VirtioPciTransport : public pci::PciDevice {
   // `memory` and `msi` must outlive the transport; `ioevents` (may be null: notifications then
   // always exit to the VMM) must outlive Shutdown(). Allocates num_queues + 1 MSI vectors.
   static absl::StatusOr<std::shared_ptr<VirtioPciTransport>> Create(
-      std::unique_ptr<VirtioDevice> device, const vmm::GuestMemory& memory,
-      vmm::MsiController& msi, pci::IoEventRegistrar* ioevents, Options options = {});
+      std::unique_ptr<VirtioDevice> device, const vmm::GuestMemory& memory, vmm::MsiController& msi,
+      pci::IoEventRegistrar* ioevents, Options options = {});
   ~VirtioPciTransport() override;
 
   VirtioDevice& virtio_device() { return *device_; }

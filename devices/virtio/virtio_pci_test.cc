@@ -10,17 +10,17 @@
 
 #include "devices/pci/bar_allocator.h"
 #include "devices/pci/ioevent_registrar.h"
-#include "vmm/kvm/kvm_ioevent_registrar.h"
 #include "devices/pci/pci_regs.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/pci/testing/fake_msi.h"
 #include "devices/virtio/virtio_device.h"
 #include "gtest/gtest.h"
+#include "tests/support/skip.h"
+#include "vmm/kvm/kvm.h"
+#include "vmm/kvm/kvm_ioevent_registrar.h"
+#include "vmm/kvm/kvm_msi.h"
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
-#include "vmm/kvm/kvm.h"
-#include "vmm/kvm/kvm_msi.h"
-#include "tests/support/skip.h"
 
 namespace devices::virtio {
 namespace {
@@ -307,9 +307,9 @@ TEST_F(VirtioPciTest, IdentityBarsAndCapabilities) {
     uint8_t type;
     uint32_t cap_len, offset, length;
   };
-  for (const Expected& e : {Expected{1, 16, 0x0000, 0x3c}, Expected{2, 20, 0x3000, 12},
-                            Expected{3, 16, 0x1000, 4}, Expected{4, 16, 0x2000, 12},
-                            Expected{5, 20, 0, 0}}) {
+  for (const Expected& e :
+       {Expected{1, 16, 0x0000, 0x3c}, Expected{2, 20, 0x3000, 12}, Expected{3, 16, 0x1000, 4},
+        Expected{4, 16, 0x2000, 12}, Expected{5, 20, 0, 0}}) {
     const uint32_t cap = FindCapability(e.type);
     ASSERT_NE(cap, 0u) << int{e.type};
     EXPECT_EQ(Config(cap + 2, 1), e.cap_len) << int{e.type};
@@ -342,8 +342,8 @@ TEST_F(VirtioPciTest, FullInitializationActivatesWithTheQueueConfiguration) {
                          kFeatureIndirectDesc);
   SetCommon(kDfSelect, 2, 4);
   EXPECT_EQ(Common(kDf, 4), 0u);  // words past 1 are empty
-  const uint64_t accepted = kFeatureVersion1 | kFeatureEventIdx | kFeatureIndirectDesc |
-                            kDeviceFeatureB;
+  const uint64_t accepted =
+      kFeatureVersion1 | kFeatureEventIdx | kFeatureIndirectDesc | kDeviceFeatureB;
   for (uint32_t word = 0; word < 2; ++word) {
     SetCommon(kGfSelect, word, 4);
     SetCommon(kGf, static_cast<uint32_t>(accepted >> (32 * word)), 4);
@@ -442,11 +442,10 @@ TEST_F(VirtioPciTest, BadQueueSetupsSetNeedsReset) {
     uint16_t size;
     uint64_t desc;
   };
-  for (const Case& c : {Case{512, 0x10000},  // above the maximum of 128
-                        Case{96, 0x10000},   // not a power of two
-                        Case{0, 0x10000},
-                        Case{64, 0x10008},             // misaligned descriptor table
-                        Case{64, 0xfffff000},          // outside guest memory (16 MiB)
+  for (const Case& c : {Case{512, 0x10000},                   // above the maximum of 128
+                        Case{96, 0x10000},                    // not a power of two
+                        Case{0, 0x10000}, Case{64, 0x10008},  // misaligned descriptor table
+                        Case{64, 0xfffff000},                 // outside guest memory (16 MiB)
                         Case{64, 0xfffffffffffff000}}) {
     EnableMsix();
     Negotiate(kFeatureVersion1);
@@ -783,9 +782,8 @@ TEST_F(VirtioPciTest, CreateValidatesTheDevice) {
             absl::StatusCode::kInvalidArgument);
   FakeMsiController failing;
   failing.FailAfter(1);
-  EXPECT_FALSE(VirtioPciTransport::Create(std::make_unique<FakeDevice>(), *memory_, failing,
-                                          nullptr)
-                   .ok());
+  EXPECT_FALSE(
+      VirtioPciTransport::Create(std::make_unique<FakeDevice>(), *memory_, failing, nullptr).ok());
 }
 
 TEST_F(VirtioPciTest, ManyQueuesGetABiggerBar) {
@@ -845,9 +843,8 @@ TEST(VirtioPciKvmTest, DoorbellsAndVectorsOnKvm) {
   config_write(pci::kBar0, 0xd0000000, 4);
   config_write(pci::kCommand, pci::kCommandMemorySpace, 2);
   for (uint16_t q = 0; q < 3; ++q) EXPECT_TRUE((*transport)->notify_registered(q)) << q;
-  EXPECT_FALSE(registrar.Register((*transport)->notify_fd(2),
-                                  {.address = 0xd0003008, .length = 2})
-                   .ok());
+  EXPECT_FALSE(
+      registrar.Register((*transport)->notify_fd(2), {.address = 0xd0003008, .length = 2}).ok());
 
   // MSI-X: enable, program and unmask vector 1 (a KVM_SET_GSI_ROUTING), fire it.
   auto* msix = (*transport)->msix();

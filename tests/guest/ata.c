@@ -129,7 +129,8 @@ const char *ata_error_str(uint8_t e) {
   return bits_str(e, names);
 }
 const char *ata_bm_str(uint8_t bm) {
-  static const char *const names[8] = {"ACTIVE", "ERROR", "INTR", NULL, NULL, "DRV0", "DRV1", "SIMPLEX"};
+  static const char *const names[8] = {"ACTIVE", "ERROR", "INTR", NULL,
+                                       NULL,     "DRV0",  "DRV1", "SIMPLEX"};
   return bits_str(bm, names);
 }
 const char *ata_class_str(enum ata_class c) {
@@ -143,10 +144,10 @@ const char *ata_class_str(enum ata_class c) {
 
 const char *ata_sense_str(uint8_t key, uint8_t asc, uint8_t ascq) {
   static const char *const keys[16] = {
-      "NO SENSE",        "RECOVERED ERROR", "NOT READY",    "MEDIUM ERROR",    "HARDWARE ERROR",
-      "ILLEGAL REQUEST", "UNIT ATTENTION",  "DATA PROTECT", "BLANK CHECK",     "VENDOR SPECIFIC",
-      "COPY ABORTED",    "ABORTED COMMAND", "KEY 0xC",      "VOLUME OVERFLOW", "MISCOMPARE",
-      "KEY 0xF"};
+      "NO SENSE",       "RECOVERED ERROR", "NOT READY",      "MEDIUM ERROR",
+      "HARDWARE ERROR", "ILLEGAL REQUEST", "UNIT ATTENTION", "DATA PROTECT",
+      "BLANK CHECK",    "VENDOR SPECIFIC", "COPY ABORTED",   "ABORTED COMMAND",
+      "KEY 0xC",        "VOLUME OVERFLOW", "MISCOMPARE",     "KEY 0xF"};
   const char *what = NULL;
   switch (asc) {
     case 0x00: what = ascq == 0 ? "NO ADDITIONAL SENSE INFORMATION" : NULL; break;
@@ -161,7 +162,9 @@ const char *ata_sense_str(uint8_t key, uint8_t asc, uint8_t ascq) {
     case 0x29: what = "POWER ON, RESET, OR BUS DEVICE RESET OCCURRED"; break;
     case 0x30: what = "INCOMPATIBLE MEDIUM INSTALLED"; break;
     case 0x3a:
-      what = ascq == 1 ? "MEDIUM NOT PRESENT - TRAY CLOSED" : ascq == 2 ? "MEDIUM NOT PRESENT - TRAY OPEN" : "MEDIUM NOT PRESENT";
+      what = ascq == 1   ? "MEDIUM NOT PRESENT - TRAY CLOSED"
+             : ascq == 2 ? "MEDIUM NOT PRESENT - TRAY OPEN"
+                         : "MEDIUM NOT PRESENT";
       break;
     case 0x4b: what = "DATA PHASE ERROR"; break;
     case 0x53: what = "MEDIA LOAD OR EJECT FAILED / MEDIUM REMOVAL PREVENTED"; break;
@@ -170,7 +173,8 @@ const char *ata_sense_str(uint8_t key, uint8_t asc, uint8_t ascq) {
   }
   char *b = text_buf();
   size_t n = 0;
-  append(b, &n, "%02X/%02X/%02X (%s%s%s)", key, asc, ascq, keys[key & 15], what ? ": " : "", what ? what : "");
+  append(b, &n, "%02X/%02X/%02X (%s%s%s)", key, asc, ascq, keys[key & 15], what ? ": " : "",
+         what ? what : "");
   return b;
 }
 
@@ -180,8 +184,9 @@ const char *ata_result_str(const struct ata_result *r) {
   append(b, &n, "status %s", ata_status_str(r->status));
   if ((r->status & ATA_ERR) && r->packet_sent) {
     /* ATA8-APT: sense key in bits 7:4, then ABRT, EOM, ILI. */
-    append(b, &n, " error 0x%02x (sense key %X%s%s%s)", r->error, r->error >> 4, (r->error & 4) ? " ABRT" : "",
-           (r->error & 2) ? " EOM" : "", (r->error & 1) ? " ILI" : "");
+    append(b, &n, " error 0x%02x (sense key %X%s%s%s)", r->error, r->error >> 4,
+           (r->error & 4) ? " ABRT" : "", (r->error & 2) ? " EOM" : "",
+           (r->error & 1) ? " ILI" : "");
   } else if (r->status & ATA_ERR) {
     append(b, &n, " error %s", ata_error_str(r->error));
   }
@@ -223,12 +228,15 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
   c->pci = f.dev;
   struct pci_device *d = &c->pci;
   c->prog_if = (uint8_t)d->class_code;
-  bool piix = d->vendor_id == 0x8086 && (d->device_id == 0x7010 || d->device_id == 0x7111 || d->device_id == 0x1230);
-  printf("ata: IDE function %02x:%02x.%x %04x:%04x%s class %06x (prog-if 0x%02x: primary %s, secondary %s%s)\n",
-         d->bus, d->dev, d->fn, d->vendor_id, d->device_id,
-         d->vendor_id == 0x8086 && d->device_id == 0x7010 ? " (PIIX3)" : "", d->class_code, c->prog_if,
-         (c->prog_if & 1) ? "native" : "compatibility", (c->prog_if & 4) ? "native" : "compatibility",
-         (c->prog_if & 0x80) ? ", bus master" : "");
+  bool piix = d->vendor_id == 0x8086 &&
+              (d->device_id == 0x7010 || d->device_id == 0x7111 || d->device_id == 0x1230);
+  printf(
+      "ata: IDE function %02x:%02x.%x %04x:%04x%s class %06x (prog-if 0x%02x: primary %s, "
+      "secondary %s%s)\n",
+      d->bus, d->dev, d->fn, d->vendor_id, d->device_id,
+      d->vendor_id == 0x8086 && d->device_id == 0x7010 ? " (PIIX3)" : "", d->class_code, c->prog_if,
+      (c->prog_if & 1) ? "native" : "compatibility", (c->prog_if & 4) ? "native" : "compatibility",
+      (c->prog_if & 0x80) ? ", bus master" : "");
 
   /* BAR4: the bus-master block, 16 bytes of I/O space (SFF-8038i). */
   c->bar4 = pci_cfg_read32(d->bus, d->dev, d->fn, PCI_CFG_BAR0 + 16);
@@ -245,7 +253,8 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
   uint16_t before = pci_cfg_read16(d->bus, d->dev, d->fn, PCI_CFG_COMMAND);
   pci_command_set(d, PCI_COMMAND_IO | PCI_COMMAND_MASTER, 0);
   uint16_t after = pci_cfg_read16(d->bus, d->dev, d->fn, PCI_CFG_COMMAND);
-  printf("ata: BAR4 0x%08x -> bus master at 0x%04x; PCI command 0x%04x -> 0x%04x\n", c->bar4, c->bm_base, before, after);
+  printf("ata: BAR4 0x%08x -> bus master at 0x%04x; PCI command 0x%04x -> 0x%04x\n", c->bar4,
+         c->bm_base, before, after);
   if ((after & (PCI_COMMAND_IO | PCI_COMMAND_MASTER)) != (PCI_COMMAND_IO | PCI_COMMAND_MASTER)) {
     return "PCI command register does not keep I/O space + bus master enabled";
   }
@@ -256,8 +265,8 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
       uint16_t t = pci_cfg_read16(d->bus, d->dev, d->fn, 0x40 + 2 * i);
       if (!(t & 0x8000)) {
         pci_cfg_write16(d->bus, d->dev, d->fn, 0x40 + 2 * i, (uint16_t)(t | 0x8000));
-        printf("ata: IDETIM %s 0x%04x: decode was off, enabled (now 0x%04x)\n", i ? "secondary" : "primary", t,
-               pci_cfg_read16(d->bus, d->dev, d->fn, 0x40 + 2 * i));
+        printf("ata: IDETIM %s 0x%04x: decode was off, enabled (now 0x%04x)\n",
+               i ? "secondary" : "primary", t, pci_cfg_read16(d->bus, d->dev, d->fn, 0x40 + 2 * i));
       } else if (verbose) {
         printf("ata: IDETIM %s 0x%04x (decode enabled)\n", i ? "secondary" : "primary", t);
       }
@@ -291,8 +300,8 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
     ch->bm_keep = st & (BM_ST_DRV0_DMA | BM_ST_DRV1_DMA);
     bm_wr(ch, BM_STATUS, (uint8_t)(ch->bm_keep | BM_ST_INTR | BM_ST_ERROR));
     ch->bm_dirty = false;
-    printf("ata: channel %u: command 0x%03x control 0x%03x bus master 0x%04x (status %s)\n", i, ch->cmd, ch->ctl,
-           ch->bm, ata_bm_str(st));
+    printf("ata: channel %u: command 0x%03x control 0x%03x bus master 0x%04x (status %s)\n", i,
+           ch->cmd, ch->ctl, ch->bm, ata_bm_str(st));
   }
   return NULL;
 }
@@ -304,8 +313,8 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
 /* After SRST every device that is there shows BSY until its reset is done, then Sector Count =
  * LBA Low = 01h (ATA-8 ACS 9.12: the diagnostic signature). Waits for that on each unit in `mask`
  * (select it while the visible status is not BSY, then read): a reset that completes
- * asynchronously (QEMU runs it in a bottom half, leaving the previous selection in place until then)
- * cannot be mistaken for a finished one. Returns the units that never came back. */
+ * asynchronously (QEMU runs it in a bottom half, leaving the previous selection in place until
+ * then) cannot be mistaken for a finished one. Returns the units that never came back. */
 static unsigned reset_wait(struct ata_chan *ch, unsigned mask, uint64_t timeout_us) {
   unsigned failed = 0;
   for (unsigned u = 0; u < 2; u++) {
@@ -411,7 +420,8 @@ unsigned ata_probe_channel(struct ata_chan *ch) {
       /* ATA-8: with device 1 absent, device 0 answers for it with status 00h. (A PACKET device
        * may show 00h after a reset too, but it has the 14/EB signature, handled above.) */
       d->cls = ATA_CLASS_NONE;
-      d->why = d->devchk ? "status 0x00 without the PACKET signature: device 0 answering for an absent device 1"
+      d->why = d->devchk ? "status 0x00 without the PACKET signature: device 0 answering for an "
+                           "absent device 1"
                          : "status 0x00 and the registers do not latch: nothing there";
     } else if (d->sig_lbam == 0 && d->sig_lbah == 0) {
       d->cls = ATA_CLASS_ATA;
@@ -421,7 +431,7 @@ unsigned ata_probe_channel(struct ata_chan *ch) {
       d->why = "registers do not latch";
     } else {
       d->cls = ATA_CLASS_UNKNOWN;
-      d->why = (d->sig_lbam == 0x69 && d->sig_lbah == 0x96) ? "port multiplier signature 69/96"
+      d->why = (d->sig_lbam == 0x69 && d->sig_lbah == 0x96)   ? "port multiplier signature 69/96"
                : (d->sig_lbam == 0x3c && d->sig_lbah == 0xc3) ? "SEMB signature 3C/C3"
                                                               : "unrecognised signature";
     }
@@ -459,9 +469,11 @@ unsigned ata_prd_build(uint32_t *prd, unsigned max, uint64_t addr, uint32_t len)
 void ata_recover(struct ata_chan *ch) {
   bm_wr(ch, BM_CMD, 0);
   bm_wr(ch, BM_STATUS, (uint8_t)(ch->bm_keep | BM_ST_INTR | BM_ST_ERROR));
-  unsigned mask = (ch->dev[0].cls != ATA_CLASS_NONE ? 1u : 0) | (ch->dev[1].cls != ATA_CLASS_NONE ? 2u : 0);
+  unsigned mask =
+      (ch->dev[0].cls != ATA_CLASS_NONE ? 1u : 0) | (ch->dev[1].cls != ATA_CLASS_NONE ? 2u : 0);
   unsigned failed = ata_soft_reset(ch, mask, 10000000);
-  if (failed) printf("ata: channel %u: unit mask 0x%x still busy 10 s after SRST\n", ch->index, failed);
+  if (failed)
+    printf("ata: channel %u: unit mask 0x%x still busy 10 s after SRST\n", ch->index, failed);
   ch->bm_dirty = true;
 }
 
@@ -475,8 +487,8 @@ static void finish(struct ata_chan *ch, struct ata_result *r, uint8_t st) {
 /* Waits for the end of a DMA transfer (SFF-8038i 3.2): Interrupt set = the device finished;
  * Active clear without Interrupt while the device still waits = the PRD table was shorter than
  * the transfer (or the controller gave up: Error). */
-static uint8_t dma_wait(struct ata_chan *ch, uint64_t deadline, struct ata_result *r, bool *have_status,
-                        uint8_t *status) {
+static uint8_t dma_wait(struct ata_chan *ch, uint64_t deadline, struct ata_result *r,
+                        bool *have_status, uint8_t *status) {
   uint64_t inactive_since = 0;
   uint8_t bms = 0;
   *have_status = false;
@@ -608,11 +620,12 @@ bool ata_exec(struct ata_dev *d, const struct ata_cmd *c, struct ata_result *r) 
       goto done;
     }
     if (ch->ctrl->verbose) {
-      /* ATA8-APT: the CDB phase has CoD = 1, IO = 0 (checked only when verbose: one more access). */
+      /* ATA8-APT: the CDB phase has CoD = 1, IO = 0 (checked only when verbose: one more access).
+       */
       r->ireason = rd(ch, ATA_REG_COUNT);
       if ((r->ireason & (ATAPI_IR_COD | ATAPI_IR_IO)) != ATAPI_IR_COD) {
-        printf("ata: %u:%u: CDB phase with interrupt reason 0x%02x (expected CoD=1 IO=0)\n", ch->index, d->unit,
-               r->ireason);
+        printf("ata: %u:%u: CDB phase with interrupt reason 0x%02x (expected CoD=1 IO=0)\n",
+               ch->index, d->unit, r->ireason);
       }
     }
     unsigned words = (d->packet_len == 16 ? 16u : 12u) / 2;
@@ -677,8 +690,8 @@ bool ata_exec(struct ata_dev *d, const struct ata_cmd *c, struct ata_result *r) 
         if (first) {
           uint8_t ir = rd(ch, ATA_REG_COUNT);
           if ((ir & (ATAPI_IR_COD | ATAPI_IR_IO)) != (to_host ? ATAPI_IR_IO : 0)) {
-            printf("ata: %u:%u: data phase with interrupt reason 0x%02x (expected IO=%u CoD=0)\n", ch->index,
-                   d->unit, ir, to_host);
+            printf("ata: %u:%u: data phase with interrupt reason 0x%02x (expected IO=%u CoD=0)\n",
+                   ch->index, d->unit, ir, to_host);
           }
           first = false;
         }
@@ -798,7 +811,8 @@ static void parse_identify(struct ata_dev *d) {
       }
     }
   }
-  bool w83_valid = (id[83] >> 14) == 1, w84_valid = (id[84] >> 14) == 1, w87_valid = (id[87] >> 14) == 1;
+  bool w83_valid = (id[83] >> 14) == 1, w84_valid = (id[84] >> 14) == 1,
+       w87_valid = (id[87] >> 14) == 1;
   d->wcache_supported = (id[82] >> 5) & 1;
   d->wcache = (id[85] >> 5) & 1;
   d->flush = w83_valid && ((id[83] >> 12) & 1);
@@ -806,7 +820,8 @@ static void parse_identify(struct ata_dev *d) {
   d->lba48 = w83_valid && ((id[83] >> 10) & 1);
   d->fua = (w84_valid && ((id[84] >> 6) & 1)) || (w87_valid && ((id[87] >> 6) & 1));
   uint64_t s28 = (uint64_t)id[60] | (uint64_t)id[61] << 16;
-  uint64_t s48 = (uint64_t)id[100] | (uint64_t)id[101] << 16 | (uint64_t)id[102] << 32 | (uint64_t)id[103] << 48;
+  uint64_t s48 = (uint64_t)id[100] | (uint64_t)id[101] << 16 | (uint64_t)id[102] << 32 |
+                 (uint64_t)id[103] << 48;
   d->sectors = (d->lba48 && s48) ? s48 : s28;
   d->logical_size = 512;
   if ((id[106] >> 14) == 1 && (id[106] & (1u << 12))) {
@@ -863,8 +878,8 @@ bool ata_rw_dma(struct ata_dev *d, bool write, bool fua, bool force48, uint64_t 
   return ata_exec(d, &c, r);
 }
 
-bool ata_rw_pio(struct ata_dev *d, bool write, bool force48, uint64_t lba, uint32_t count, void *buf,
-                struct ata_result *r) {
+bool ata_rw_pio(struct ata_dev *d, bool write, bool force48, uint64_t lba, uint32_t count,
+                void *buf, struct ata_result *r) {
   struct ata_cmd c = {0};
   bool ext = force48 || count > 256 || lba + count > 0x0fffffffull;
   if (write) {
@@ -927,8 +942,9 @@ bool atapi_request_sense(struct ata_dev *d, struct ata_result *r) {
 
 bool atapi_read(struct ata_dev *d, bool dma, uint32_t lba, uint32_t count, void *buf, uint16_t bcl,
                 struct ata_result *r) {
-  uint8_t cdb[16] = {ATAPI_READ_10, 0, (uint8_t)(lba >> 24), (uint8_t)(lba >> 16), (uint8_t)(lba >> 8), (uint8_t)lba,
-                     0, (uint8_t)(count >> 8), (uint8_t)count, 0};
+  uint8_t cdb[16] = {
+      ATAPI_READ_10, 0, (uint8_t)(lba >> 24),  (uint8_t)(lba >> 16), (uint8_t)(lba >> 8),
+      (uint8_t)lba,  0, (uint8_t)(count >> 8), (uint8_t)count,       0};
   return atapi_cmd(d, cdb, dma ? ATA_DMA_IN : ATA_PIO_IN, buf, count * 2048, bcl, r);
 }
 
@@ -936,8 +952,10 @@ bool atapi_read_capacity(struct ata_dev *d, struct ata_result *r) {
   uint8_t cdb[16] = {ATAPI_READ_CAPACITY};
   uint8_t data[8] = {0};
   if (!atapi_cmd(d, cdb, ATA_PIO_IN, data, 8, 8, r) || r->bytes < 8) return false;
-  uint32_t last = (uint32_t)data[0] << 24 | (uint32_t)data[1] << 16 | (uint32_t)data[2] << 8 | data[3];
+  uint32_t last =
+      (uint32_t)data[0] << 24 | (uint32_t)data[1] << 16 | (uint32_t)data[2] << 8 | data[3];
   d->cd_blocks = last + 1;
-  d->cd_block_size = (uint32_t)data[4] << 24 | (uint32_t)data[5] << 16 | (uint32_t)data[6] << 8 | data[7];
+  d->cd_block_size =
+      (uint32_t)data[4] << 24 | (uint32_t)data[5] << 16 | (uint32_t)data[6] << 8 | data[7];
   return true;
 }

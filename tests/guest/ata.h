@@ -126,14 +126,14 @@ struct ata_dev {
   uint16_t id[256];
   char model[41], serial[21], firmware[9];
   bool lba, lba48, dma, fua, wcache_supported, wcache, flush, flush_ext;
-  uint64_t sectors;       /* ATA: user-addressable 512-byte sectors */
-  uint32_t logical_size;  /* ATA: bytes per logical sector */
+  uint64_t sectors;      /* ATA: user-addressable 512-byte sectors */
+  uint32_t logical_size; /* ATA: bytes per logical sector */
   uint8_t udma_modes, udma_selected, mwdma_modes, mwdma_selected;
-  unsigned major;         /* word 80: highest ATA/ATAPI-n bit */
+  unsigned major; /* word 80: highest ATA/ATAPI-n bit */
   /* ATAPI. */
-  unsigned packet_len;    /* 12 or 16 */
-  unsigned atapi_type;    /* word 0 bits 12:8 (5 = CD/DVD) */
-  bool dmadir;            /* word 62 bit 15: DMADIR required */
+  unsigned packet_len; /* 12 or 16 */
+  unsigned atapi_type; /* word 0 bits 12:8 (5 = CD/DVD) */
+  bool dmadir;         /* word 62 bit 15: DMADIR required */
   uint32_t cd_blocks, cd_block_size;
 };
 
@@ -142,15 +142,16 @@ struct ata_ctrl;
 struct ata_chan {
   struct ata_ctrl *ctrl;
   unsigned index;
-  uint16_t cmd, ctl, bm; /* command block, control block (alt status / device control), bus master */
-  uint8_t bm_keep;       /* drive DMA-capable / simplex bits of the BM status (written back as read) */
-  uint8_t devctl;        /* last Device Control value */
-  int selected;          /* unit selected in the Device register, -1 unknown */
-  int devreg;            /* last value written to the Device register, -1 unknown */
-  bool idle;             /* the selected device was last seen with BSY = 0 and DRQ = 0 */
-  bool bm_dirty;         /* BM status may hold a stale Interrupt (an IRQ since the last clear) */
-  uint32_t prd_loaded;   /* PRD address in the BM register (0 unknown) */
-  uint32_t *prd;         /* this channel's PRD table: one 4 KiB page, 512 entries */
+  uint16_t cmd, ctl,
+      bm;          /* command block, control block (alt status / device control), bus master */
+  uint8_t bm_keep; /* drive DMA-capable / simplex bits of the BM status (written back as read) */
+  uint8_t devctl;  /* last Device Control value */
+  int selected;    /* unit selected in the Device register, -1 unknown */
+  int devreg;      /* last value written to the Device register, -1 unknown */
+  bool idle;       /* the selected device was last seen with BSY = 0 and DRQ = 0 */
+  bool bm_dirty;   /* BM status may hold a stale Interrupt (an IRQ since the last clear) */
+  uint32_t prd_loaded; /* PRD address in the BM register (0 unknown) */
+  uint32_t *prd;       /* this channel's PRD table: one 4 KiB page, 512 entries */
   struct ata_dev dev[2];
 };
 
@@ -169,25 +170,25 @@ enum ata_proto { ATA_NODATA, ATA_PIO_IN, ATA_PIO_OUT, ATA_DMA_IN, ATA_DMA_OUT };
 /* One command: an ATA task file, or (packet != NULL) a PACKET command with its CDB. */
 struct ata_cmd {
   uint8_t command, features;
-  uint16_t count;     /* sector count (LBA48: 16 bits) */
+  uint16_t count; /* sector count (LBA48: 16 bits) */
   uint64_t lba;
-  bool ext;           /* 48-bit task file (HOB registers written first) */
-  bool lba_mode;      /* LBA bit (0x40) in the Device register */
+  bool ext;      /* 48-bit task file (HOB registers written first) */
+  bool lba_mode; /* LBA bit (0x40) in the Device register */
   enum ata_proto proto;
   void *buf;
-  uint32_t len;       /* bytes of data expected */
-  unsigned block;     /* PIO DRQ block size in bytes (ATA; default 512) */
+  uint32_t len;   /* bytes of data expected */
+  unsigned block; /* PIO DRQ block size in bytes (ATA; default 512) */
   const uint8_t *packet;
-  uint16_t bcl;       /* ATAPI byte count limit (default 0xfffe) */
+  uint16_t bcl;        /* ATAPI byte count limit (default 0xfffe) */
   uint64_t timeout_us; /* default 10 s */
   /* Fault injection (ide-errors). */
-  uint32_t prd_addr;       /* use this PRD table instead of one built from buf/len */
-  bool wrong_direction;    /* program the bus master for the opposite direction */
-  bool no_bm_start;        /* never set the bus master's Start bit (the device waits) */
+  uint32_t prd_addr;          /* use this PRD table instead of one built from buf/len */
+  bool wrong_direction;       /* program the bus master for the opposite direction */
+  bool no_bm_start;           /* never set the bus master's Start bit (the device waits) */
   unsigned stop_after_blocks; /* PIO: abandon the command after this many DRQ blocks */
-  bool read_back;          /* read Sector Count / LBA Low/Mid/High after completion */
-  bool no_auto_sense;      /* ATAPI: no REQUEST SENSE after CHECK CONDITION */
-  bool no_recover;         /* leave the channel as it is after a failure (no SRST) */
+  bool read_back;             /* read Sector Count / LBA Low/Mid/High after completion */
+  bool no_auto_sense;         /* ATAPI: no REQUEST SENSE after CHECK CONDITION */
+  bool no_recover;            /* leave the channel as it is after a failure (no SRST) */
 };
 
 struct ata_result {
@@ -204,13 +205,13 @@ struct ata_result {
   uint32_t bytes;        /* data moved (PIO: counted; DMA: len on success) */
   unsigned drq_blocks;   /* PIO data blocks */
   uint32_t min_block, max_block; /* ATAPI PIO: byte counts the device gave */
-  bool overflow;         /* ATAPI PIO: the device offered more than len (excess read and dropped) */
+  bool overflow; /* ATAPI PIO: the device offered more than len (excess read and dropped) */
   uint64_t elapsed_us;
   /* ATAPI CHECK CONDITION: sense from the error register and REQUEST SENSE. */
   bool check;
   bool sense_valid;
   uint8_t sense_key, asc, ascq;
-  uint8_t sense_status;  /* status of the REQUEST SENSE itself */
+  uint8_t sense_status; /* status of the REQUEST SENSE itself */
 };
 
 #define ATA_DEFAULT_TIMEOUT_US 10000000ull
@@ -239,8 +240,8 @@ bool ata_exec(struct ata_dev *d, const struct ata_cmd *cmd, struct ata_result *r
  * !force48. */
 bool ata_rw_dma(struct ata_dev *d, bool write, bool fua, bool force48, uint64_t lba, uint32_t count,
                 void *buf, struct ata_result *r);
-bool ata_rw_pio(struct ata_dev *d, bool write, bool force48, uint64_t lba, uint32_t count, void *buf,
-                struct ata_result *r);
+bool ata_rw_pio(struct ata_dev *d, bool write, bool force48, uint64_t lba, uint32_t count,
+                void *buf, struct ata_result *r);
 bool ata_flush(struct ata_dev *d, bool ext, struct ata_result *r);
 
 /* ATAPI: one PACKET command. proto ATA_NODATA / ATA_PIO_IN / ATA_DMA_IN. */

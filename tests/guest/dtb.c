@@ -68,10 +68,8 @@ static int skip_token(const struct dtb *dtb, int offset, uint32_t *token) {
       break;
     }
     case FDT_END_NODE:
-    case FDT_NOP:
-      break;
-    default:
-      return -1;
+    case FDT_NOP: break;
+    default: return -1;
   }
   return next > dtb->structure_size ? -1 : (int)next;
 }

@@ -1,6 +1,8 @@
 // Host-side unit test of the guest's read-only DTB parser (dtb.c), against blobs written with
 // libfdt's sequential-write API. Node offsets follow the same convention in both (offset of the
 // FDT_BEGIN_NODE token in the structure block), so libfdt's answers double as expected values.
+#include "tests/guest/dtb.h"
+
 #include <libfdt.h>
 
 #include <cstdint>
@@ -9,21 +11,20 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/guest/dtb.h"
 
 namespace {
 
 void Check(int err) { ASSERT_EQ(err, 0) << fdt_strerror(err); }
 
-void PropCells(void* fdt, const char* name, std::vector<uint32_t> cells) {
-  for (auto& c : cells) c = cpu_to_fdt32(c);
+void PropCells(void *fdt, const char *name, std::vector<uint32_t> cells) {
+  for (auto &c : cells) c = cpu_to_fdt32(c);
   Check(fdt_property(fdt, name, cells.data(), static_cast<int>(cells.size() * 4)));
 }
 
 // The machine of docs/machine.md, plus a node with a two-string compatible list.
 std::vector<char> MachineBlob() {
   std::vector<char> buf(8192);
-  void* fdt = buf.data();
+  void *fdt = buf.data();
   Check(fdt_create(fdt, static_cast<int>(buf.size())));
   Check(fdt_finish_reservemap(fdt));
   Check(fdt_begin_node(fdt, ""));
@@ -108,11 +109,12 @@ TEST_F(DtbTest, RejectsBadHeaders) {
 }
 
 TEST_F(DtbTest, PathsMatchLibfdt) {
-  for (const char* path : {"/", "/chosen", "/memory@0", "/cpus/cpu@2", "/isa/serial@3f8",
+  for (const char *path : {"/", "/chosen", "/memory@0", "/cpus/cpu@2", "/isa/serial@3f8",
                            "/isa/debug-exit@f4", "/widget@1000"}) {
     EXPECT_EQ(dtb_path_offset(&dtb_, path), fdt_path_offset(blob_.data(), path)) << path;
   }
-  EXPECT_EQ(dtb_path_offset(&dtb_, "/isa/serial"), fdt_path_offset(blob_.data(), "/isa/serial@3f8"));
+  EXPECT_EQ(dtb_path_offset(&dtb_, "/isa/serial"),
+            fdt_path_offset(blob_.data(), "/isa/serial@3f8"));
   EXPECT_EQ(dtb_path_offset(&dtb_, "/memory"), fdt_path_offset(blob_.data(), "/memory@0"));
   EXPECT_EQ(dtb_path_offset(&dtb_, "/isa//serial@3f8/"), dtb_path_offset(&dtb_, "/isa/serial@3f8"));
   EXPECT_EQ(dtb_path_offset(&dtb_, "/isa/serial@2f8"), -1);
@@ -171,13 +173,14 @@ TEST_F(DtbTest, Properties) {
 
   // Every property, in order.
   std::vector<std::string> names;
-  const char* name;
-  const void* data;
+  const char *name;
+  const void *data;
   for (int p = dtb_next_prop(&dtb_, serial, -1, &name, &data, &len); p >= 0;
        p = dtb_next_prop(&dtb_, serial, p, &name, &data, &len)) {
     names.push_back(name);
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"compatible", "reg", "interrupts", "clock-frequency"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"compatible", "reg", "interrupts", "clock-frequency"}));
 }
 
 TEST_F(DtbTest, Compatible) {
@@ -222,7 +225,8 @@ TEST_F(DtbTest, Reg) {
   EXPECT_FALSE(dtb_get_io_port(&dtb_, lapic, 0, &port));  // MMIO, not I/O space
 
   // cpu@N: #size-cells = 0 under /cpus.
-  ASSERT_TRUE(dtb_get_reg(&dtb_, dtb_path_offset(&dtb_, "/cpus/cpu@2"), 0, &space, &address, &size));
+  ASSERT_TRUE(
+      dtb_get_reg(&dtb_, dtb_path_offset(&dtb_, "/cpus/cpu@2"), 0, &space, &address, &size));
   EXPECT_EQ(address, 2u);
   EXPECT_EQ(size, 0u);
 }
@@ -237,7 +241,8 @@ TEST_F(DtbTest, SkipsNops) {
   EXPECT_EQ(dtb_get_prop(&dtb, serial, "compatible", nullptr), nullptr);
   EXPECT_NE(dtb_get_prop(&dtb, serial, "reg", nullptr), nullptr);
   EXPECT_EQ(dtb_find_compatible(&dtb, -1, "ns16550a"), -1);
-  EXPECT_EQ(dtb_path_offset(&dtb, "/isa/debug-exit@f4"), fdt_path_offset(blob.data(), "/isa/debug-exit@f4"));
+  EXPECT_EQ(dtb_path_offset(&dtb, "/isa/debug-exit@f4"),
+            fdt_path_offset(blob.data(), "/isa/debug-exit@f4"));
 }
 
 TEST_F(DtbTest, SurvivesCorruption) {

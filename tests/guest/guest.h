@@ -34,7 +34,7 @@ struct guest_test {
   void (*run)(void);
 };
 
-#define GUEST_TEST(test_name, test_description)                                                   \
+#define GUEST_TEST(test_name, test_description) \
   GUEST_TEST_NAMED(test_name, #test_name, test_description)
 
 /* The same with a command-line name that is not a C identifier (e.g. "scsi-rw"):
@@ -42,15 +42,17 @@ struct guest_test {
 #define GUEST_TEST_NAMED(fn_name, name_string, test_description)                                  \
   static void guest_test_fn_##fn_name(void);                                                      \
   static const struct guest_test guest_test_entry_##fn_name                                       \
-      __attribute__((used, section("guest_tests"), aligned(8))) = {                               \
-          name_string, test_description, guest_test_fn_##fn_name};                                \
+      __attribute__((used, section("guest_tests"), aligned(8))) = {name_string, test_description, \
+                                                                   guest_test_fn_##fn_name};      \
   static void guest_test_fn_##fn_name(void)
 
 /* Exit statuses (the VMM exits with them; QEMU's isa-debug-exit with (status << 1) | 1). */
 #define GUEST_EXIT_PASS 0
 #define GUEST_EXIT_FAIL 1
-#define GUEST_EXIT_USAGE 2     /* unknown test name or bad arguments */
-#define GUEST_EXIT_EXCEPTION 3 /* unexpected CPU exception (vector, error, RIP, CR2 are printed) */
+#define GUEST_EXIT_USAGE 2 /* unknown test name or bad arguments */
+#define GUEST_EXIT_EXCEPTION                                          \
+  3 /* unexpected CPU exception (vector, error, RIP, CR2 are printed) \
+     */
 
 __attribute__((noreturn, format(printf, 1, 2))) void test_fail(const char *fmt, ...);
 /* Name of the running test ("" before one was selected). */
@@ -124,10 +126,11 @@ static inline uint32_t inl(uint16_t port) {
 }
 
 /* ================================================================================================
- * MMIO (anything below 4 GiB; 0xc0000000-0xffffffff is mapped uncached) and barriers. x86 keeps stores ordered with other stores and loads with loads, and UC
- * accesses are not reordered at all; the compiler barrier stops GCC from moving ordinary memory
- * accesses (descriptor rings) across a device access. Use mb()/wmb()/rmb() between a DMA buffer
- * and its doorbell when the buffer is in write-back RAM.
+ * MMIO (anything below 4 GiB; 0xc0000000-0xffffffff is mapped uncached) and barriers. x86 keeps
+ * stores ordered with other stores and loads with loads, and UC accesses are not reordered at all;
+ * the compiler barrier stops GCC from moving ordinary memory accesses (descriptor rings) across a
+ * device access. Use mb()/wmb()/rmb() between a DMA buffer and its doorbell when the buffer is in
+ * write-back RAM.
  */
 #define compiler_barrier() __asm__ volatile("" : : : "memory")
 static inline void mb(void) { __asm__ volatile("mfence" : : : "memory"); }
@@ -252,7 +255,7 @@ void pci_cfg_write8(unsigned bus, unsigned dev, unsigned fn, unsigned offset, ui
  * Memory is zeroed, write-back cached (emulated devices are coherent) and identity mapped (the
  * address is the physical address). Never freed. Panics when out of memory. Safe on any CPU.
  */
-void *dma_alloc(size_t size);                     /* page (4 KiB) aligned */
+void *dma_alloc(size_t size);                       /* page (4 KiB) aligned */
 void *dma_alloc_aligned(size_t size, size_t align); /* align: power of two */
 static inline uint64_t dma_addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
@@ -264,8 +267,8 @@ static inline uint64_t dma_addr(const void *p) { return (uint64_t)(uintptr_t)p; 
  * irq_enable/irq_disable/cpu_wait_for_interrupt (ring-3 helpers).
  *
  * Test code starts with interrupts off (RFLAGS.IF = 0). irq_enable()/irq_disable() are STI/CLI:
- * native with IOPL 3, emulated by the #GP entry under PVM (~100 us each; PVM does honour the guest's
- * IF in ring 3). cpu_wait_for_interrupt() is HLT: in ring 3 it traps and the #GP entry does
+ * native with IOPL 3, emulated by the #GP entry under PVM (~100 us each; PVM does honour the
+ * guest's IF in ring 3). cpu_wait_for_interrupt() is HLT: in ring 3 it traps and the #GP entry does
  * "sti; hlt; cli", so it returns, interrupts off, after one interrupt has been handled.
  */
 typedef void (*irq_handler_fn)(unsigned vector, void *context);
@@ -325,7 +328,9 @@ static inline void spin_lock(spinlock_t *lock) {
     while (lock->locked) cpu_relax();
   }
 }
-static inline void spin_unlock(spinlock_t *lock) { __atomic_store_n(&lock->locked, 0, __ATOMIC_RELEASE); }
+static inline void spin_unlock(spinlock_t *lock) {
+  __atomic_store_n(&lock->locked, 0, __ATOMIC_RELEASE);
+}
 
 /* MSR access (a syscall from ring 3, direct in ring 0). A #GP on a bad MSR is reported like any
  * exception. */

@@ -16,9 +16,9 @@ extern char __image_start[], __image_end[];
 extern const struct guest_test __start_guest_tests[], __stop_guest_tests[];
 
 /* Entry points called from boot.S. */
-uint64_t ring0_cpu_init(unsigned cpu);         /* ring 0, once per CPU */
+uint64_t ring0_cpu_init(unsigned cpu); /* ring 0, once per CPU */
 struct interrupt_frame;
-void interrupt_dispatch(struct interrupt_frame *frame); /* ring 0 */
+void interrupt_dispatch(struct interrupt_frame *frame);  /* ring 0 */
 __attribute__((noreturn)) void guest_main(unsigned cpu); /* ring 3, boot CPU */
 __attribute__((noreturn)) void ap_main(unsigned cpu);    /* ring 3, application processors */
 

@@ -66,14 +66,38 @@ uint64_t ring0_cpu_init(unsigned cpu) {
 }
 
 static const char *const exception_names[32] = {
-    "#DE divide error", "#DB debug", "NMI", "#BP breakpoint", "#OF overflow",
-    "#BR bound range", "#UD invalid opcode", "#NM device not available", "#DF double fault",
-    "coprocessor segment overrun", "#TS invalid TSS", "#NP segment not present",
-    "#SS stack fault", "#GP general protection", "#PF page fault", "reserved 15",
-    "#MF x87 error", "#AC alignment check", "#MC machine check", "#XM SIMD exception",
-    "#VE virtualization exception", "#CP control protection", "reserved 22", "reserved 23",
-    "reserved 24", "reserved 25", "reserved 26", "reserved 27", "#HV hypervisor injection",
-    "#VC VMM communication", "#SX security exception", "reserved 31",
+    "#DE divide error",
+    "#DB debug",
+    "NMI",
+    "#BP breakpoint",
+    "#OF overflow",
+    "#BR bound range",
+    "#UD invalid opcode",
+    "#NM device not available",
+    "#DF double fault",
+    "coprocessor segment overrun",
+    "#TS invalid TSS",
+    "#NP segment not present",
+    "#SS stack fault",
+    "#GP general protection",
+    "#PF page fault",
+    "reserved 15",
+    "#MF x87 error",
+    "#AC alignment check",
+    "#MC machine check",
+    "#XM SIMD exception",
+    "#VE virtualization exception",
+    "#CP control protection",
+    "reserved 22",
+    "reserved 23",
+    "reserved 24",
+    "reserved 25",
+    "reserved 26",
+    "reserved 27",
+    "#HV hypervisor injection",
+    "#VC VMM communication",
+    "#SX security exception",
+    "reserved 31",
 };
 
 __attribute__((noreturn)) static void report_exception(const struct interrupt_frame *frame) {
@@ -86,8 +110,8 @@ __attribute__((noreturn)) static void report_exception(const struct interrupt_fr
   console_break_lock();
   unsigned vector = (unsigned)frame->vector & 0xff;
   printf("EXCEPTION: vector %u (%s) on cpu %u in ring %u: error 0x%lx rip 0x%lx cr2 0x%lx\n",
-         vector, exception_names[vector], this_cpu(), (unsigned)(frame->cs & 3),
-         frame->error_code, frame->rip, cr2);
+         vector, exception_names[vector], this_cpu(), (unsigned)(frame->cs & 3), frame->error_code,
+         frame->rip, cr2);
   printf("  rsp 0x%lx rflags 0x%lx cs 0x%lx ss 0x%lx\n", frame->rsp, frame->rflags, frame->cs,
          frame->ss);
   printf("  rax 0x%lx rbx 0x%lx rcx 0x%lx rdx 0x%lx rsi 0x%lx rdi 0x%lx rbp 0x%lx\n", frame->rax,
@@ -95,8 +119,8 @@ __attribute__((noreturn)) static void report_exception(const struct interrupt_fr
   printf("  r8 0x%lx r9 0x%lx r10 0x%lx r11 0x%lx r12 0x%lx r13 0x%lx r14 0x%lx r15 0x%lx\n",
          frame->r8, frame->r9, frame->r10, frame->r11, frame->r12, frame->r13, frame->r14,
          frame->r15);
-  if (test_name()[0]) printf("TEST %s: FAIL exception %u (%s)\n", test_name(), vector,
-                             exception_names[vector]);
+  if (test_name()[0])
+    printf("TEST %s: FAIL exception %u (%s)\n", test_name(), vector, exception_names[vector]);
   guest_exit(GUEST_EXIT_EXCEPTION);
 }
 
@@ -142,9 +166,7 @@ static void handle_syscall(struct interrupt_frame *frame) {
       frame->rdx = edx;
       return;
     }
-    default:
-      frame->rax = (uint64_t)-1;
-      return;
+    default: frame->rax = (uint64_t)-1; return;
   }
 }
 
@@ -199,7 +221,9 @@ uint64_t rdmsr(uint32_t msr) {
 
 void wrmsr(uint32_t msr, uint64_t value) {
   if (current_ring() == 0) {
-    __asm__ volatile("wrmsr" : : "c"(msr), "a"((uint32_t)value), "d"((uint32_t)(value >> 32))
+    __asm__ volatile("wrmsr"
+                     :
+                     : "c"(msr), "a"((uint32_t)value), "d"((uint32_t)(value >> 32))
                      : "memory");
     return;
   }

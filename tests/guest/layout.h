@@ -46,12 +46,12 @@
  * CLI/STI/HLT and INT SYSCALL_VECTOR coming from ring 3; on a CPU that honours IOPL = 3 and the
  * DPL-3 gate they simply run. */
 #define SYSCALL_VECTOR 0x81
-#define SYS_PARK 1               /* cli; hlt forever (idle an AP) */
-#define SYS_TRIPLE_FAULT 2       /* load an empty IDT and raise #UD */
-#define SYS_RDMSR 3              /* RDI = MSR; result = value */
-#define SYS_WRMSR 4              /* RDI = MSR, RSI = value */
-#define SYS_SERIAL_WRITE 5       /* RDI = bytes, RSI = count: console output in one round trip */
-#define SYS_CPUID 6              /* RDI = leaf, RSI = subleaf; result in RAX, RBX, RCX, RDX */
+#define SYS_PARK 1         /* cli; hlt forever (idle an AP) */
+#define SYS_TRIPLE_FAULT 2 /* load an empty IDT and raise #UD */
+#define SYS_RDMSR 3        /* RDI = MSR; result = value */
+#define SYS_WRMSR 4        /* RDI = MSR, RSI = value */
+#define SYS_SERIAL_WRITE 5 /* RDI = bytes, RSI = count: console output in one round trip */
+#define SYS_CPUID 6        /* RDI = leaf, RSI = subleaf; result in RAX, RBX, RCX, RDX */
 
 /* The spurious-interrupt vector programmed into the LAPIC SVR (Intel SDM Vol. 3A 11.9). */
 #define SPURIOUS_VECTOR 0xff

@@ -268,7 +268,8 @@ unsigned cpu_apic_id(unsigned index) {
 
 unsigned sorted_tests(const struct guest_test **tests, unsigned max) {
   unsigned count = 0;
-  for (const struct guest_test *t = __start_guest_tests; t < __stop_guest_tests && count < max; t++) {
+  for (const struct guest_test *t = __start_guest_tests; t < __stop_guest_tests && count < max;
+       t++) {
     unsigned i = count++;
     for (; i > 0 && strcmp(tests[i - 1]->name, t->name) > 0; i--) tests[i] = tests[i - 1];
     tests[i] = t;

@@ -63,8 +63,9 @@ bool pattern_check(const struct pattern_key *key, const void *buf, uint64_t lba,
     } else {
       unsigned at = 0;
       while (at < PATTERN_BLOCK && b[at] == expected[at]) at++;
-      snprintf(why, why_size, "block %lu (seed %u): fill differs at byte %u (0x%02x, expected 0x%02x)",
-               lba + i, key->seed, at, b[at], expected[at]);
+      snprintf(why, why_size,
+               "block %lu (seed %u): fill differs at byte %u (0x%02x, expected 0x%02x)", lba + i,
+               key->seed, at, b[at], expected[at]);
     }
     return false;
   }

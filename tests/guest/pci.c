@@ -170,8 +170,8 @@ static const char *map_in_bar(const struct pci_device *d, uint32_t reg, uint64_t
     return why;
   }
   if (offset + bytes > bar.size) {
-    snprintf(why, sizeof(why), "0x%lx bytes at offset 0x%lx do not fit BAR %u (0x%lx bytes)",
-             bytes, offset, bir, bar.size);
+    snprintf(why, sizeof(why), "0x%lx bytes at offset 0x%lx do not fit BAR %u (0x%lx bytes)", bytes,
+             offset, bir, bar.size);
     return why;
   }
   *address = bar.address + offset;
@@ -186,8 +186,8 @@ const char *pci_msix_init(const struct pci_device *d, struct pci_msix *m) {
   m->table_size = (ctrl & 0x7ff) + 1u;
   uint32_t table = cfg32(d, m->cap + MSIX_TABLE);
   uint32_t pba = cfg32(d, m->cap + MSIX_PBA);
-  const char *why = map_in_bar(d, table, (uint64_t)m->table_size * MSIX_ENTRY_SIZE, &m->table,
-                               &m->table_bar);
+  const char *why =
+      map_in_bar(d, table, (uint64_t)m->table_size * MSIX_ENTRY_SIZE, &m->table, &m->table_bar);
   if (why) return why;
   return map_in_bar(d, pba, ((m->table_size + 63) / 64) * 8, &m->pba, &m->pba_bar);
 }
@@ -210,9 +210,10 @@ void pci_msix_disable(const struct pci_device *d, const struct pci_msix *m) {
   msix_ctrl_update(d, m, 0, MSIX_CTRL_ENABLE);
 }
 
-void pci_msix_set_entry(const struct pci_msix *m, unsigned entry, unsigned apic_id,
-                        unsigned vector, bool masked) {
-  if (entry >= m->table_size) guest_panic("MSI-X entry %u beyond the table (%u)", entry, m->table_size);
+void pci_msix_set_entry(const struct pci_msix *m, unsigned entry, unsigned apic_id, unsigned vector,
+                        bool masked) {
+  if (entry >= m->table_size)
+    guest_panic("MSI-X entry %u beyond the table (%u)", entry, m->table_size);
   uint64_t e = m->table + (uint64_t)entry * MSIX_ENTRY_SIZE;
   /* Mask while the entry is inconsistent (PCI 3.0 6.8.3.5). */
   mmio_write32(e + MSIX_ENTRY_VECTOR_CTRL, 1);

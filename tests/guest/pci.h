@@ -37,11 +37,11 @@ struct pci_device {
 };
 
 struct pci_bar {
-  bool present;      /* implemented (size != 0) */
-  bool io;           /* I/O space (else memory) */
-  bool is64;         /* 64-bit memory BAR (uses the next BAR register too) */
+  bool present; /* implemented (size != 0) */
+  bool io;      /* I/O space (else memory) */
+  bool is64;    /* 64-bit memory BAR (uses the next BAR register too) */
   bool prefetchable;
-  uint64_t address;  /* as assigned; 0 = unassigned */
+  uint64_t address; /* as assigned; 0 = unassigned */
   uint64_t size;
 };
 

@@ -204,8 +204,8 @@ static void sink_repeat(struct sink *sink, char c, int count) {
 }
 
 static void format_number(struct sink *sink, uint64_t value, bool negative, unsigned base,
-                          bool upper, const char *prefix, int width, int precision,
-                          bool left_align, bool zero_pad) {
+                          bool upper, const char *prefix, int width, int precision, bool left_align,
+                          bool zero_pad) {
   const char *digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
   char tmp[24];
   int count = 0;
@@ -291,7 +291,8 @@ static void format(struct sink *sink, const char *fmt, va_list ap) {
         uint64_t v = longness ? va_arg(ap, uint64_t) : va_arg(ap, unsigned int);
         unsigned base = *fmt == 'u' ? 10 : *fmt == 'o' ? 8 : 16;
         const char *prefix = "";
-        if (alternate && v != 0) prefix = *fmt == 'x' ? "0x" : *fmt == 'X' ? "0X" : *fmt == 'o' ? "0" : "";
+        if (alternate && v != 0)
+          prefix = *fmt == 'x' ? "0x" : *fmt == 'X' ? "0X" : *fmt == 'o' ? "0" : "";
         format_number(sink, v, false, base, *fmt == 'X', prefix, width, precision, left_align,
                       zero_pad);
         break;
@@ -317,9 +318,7 @@ static void format(struct sink *sink, const char *fmt, va_list ap) {
         if (left_align) sink_repeat(sink, ' ', width - len);
         break;
       }
-      case '%':
-        sink_put(sink, '%');
-        break;
+      case '%': sink_put(sink, '%'); break;
       default: /* unknown conversion: print it as written */
         for (const char *p = spec_start; p <= fmt && *p; p++) sink_put(sink, *p);
         if (!*fmt) return;
@@ -495,9 +494,9 @@ static uint64_t calibrate_with_pit(void) {
 }
 
 /* KVM paravirtual clock (Linux Documentation/virt/kvm/x86/msr.rst, MSR_KVM_SYSTEM_TIME_NEW):
- * the hypervisor fills a struct pvclock_vcpu_time_info whose tsc_to_system_mul and tsc_shift convert
- * TSC ticks to nanoseconds: ns = ((ticks << shift) * mul) >> 32 (a negative shift shifts right). So
- * ticks per second = 10^9 * 2^32 / mul / 2^shift. */
+ * the hypervisor fills a struct pvclock_vcpu_time_info whose tsc_to_system_mul and tsc_shift
+ * convert TSC ticks to nanoseconds: ns = ((ticks << shift) * mul) >> 32 (a negative shift shifts
+ * right). So ticks per second = 10^9 * 2^32 / mul / 2^shift. */
 #define MSR_KVM_SYSTEM_TIME_NEW 0x4b564d01
 #define KVM_FEATURE_CLOCKSOURCE2 (1u << 3)
 struct pvclock_vcpu_time_info {
@@ -642,7 +641,8 @@ void dma_window(uint64_t *next, uint64_t *end) {
 
 void *dma_alloc_aligned(size_t size, size_t align) {
   if (align < PAGE_SIZE) align = PAGE_SIZE;
-  if (align & (align - 1)) guest_panic("dma_alloc_aligned: alignment %zu is not a power of two", align);
+  if (align & (align - 1))
+    guest_panic("dma_alloc_aligned: alignment %zu is not a power of two", align);
   spin_lock(&dma_lock);
   uint64_t start = (dma_next + align - 1) & ~((uint64_t)align - 1);
   uint64_t rounded = (size + PAGE_SIZE - 1) & ~(PAGE_SIZE - 1);

@@ -35,10 +35,10 @@ bool scsi_check(const struct vscsi_req *req, uint8_t key, uint8_t asc, int ascq)
 
 static const char *key_name(uint8_t key) {
   static const char *const names[16] = {
-      "NO SENSE", "RECOVERED ERROR", "NOT READY", "MEDIUM ERROR", "HARDWARE ERROR",
-      "ILLEGAL REQUEST", "UNIT ATTENTION", "DATA PROTECT", "BLANK CHECK", "VENDOR SPECIFIC",
-      "COPY ABORTED", "ABORTED COMMAND", "reserved", "VOLUME OVERFLOW", "MISCOMPARE",
-      "COMPLETED"};
+      "NO SENSE",       "RECOVERED ERROR", "NOT READY",      "MEDIUM ERROR",
+      "HARDWARE ERROR", "ILLEGAL REQUEST", "UNIT ATTENTION", "DATA PROTECT",
+      "BLANK CHECK",    "VENDOR SPECIFIC", "COPY ABORTED",   "ABORTED COMMAND",
+      "reserved",       "VOLUME OVERFLOW", "MISCOMPARE",     "COMPLETED"};
   return names[key & 15];
 }
 
@@ -56,11 +56,14 @@ static const char *asc_name(uint8_t asc, uint8_t ascq) {
     case 0x26: return "INVALID FIELD IN PARAMETER LIST";
     case 0x27: return "WRITE PROTECTED";
     case 0x28: return "NOT READY TO READY CHANGE, MEDIUM MAY HAVE CHANGED";
-    case 0x29: return ascq == 0 ? "POWER ON, RESET, OR BUS DEVICE RESET OCCURRED"
-                                : "POWER ON OR RESET OCCURRED";
+    case 0x29:
+      return ascq == 0 ? "POWER ON, RESET, OR BUS DEVICE RESET OCCURRED"
+                       : "POWER ON OR RESET OCCURRED";
     case 0x2a: return "PARAMETERS CHANGED";
-    case 0x3a: return ascq == 1 ? "MEDIUM NOT PRESENT - TRAY CLOSED"
-                   : ascq == 2 ? "MEDIUM NOT PRESENT - TRAY OPEN" : "MEDIUM NOT PRESENT";
+    case 0x3a:
+      return ascq == 1   ? "MEDIUM NOT PRESENT - TRAY CLOSED"
+             : ascq == 2 ? "MEDIUM NOT PRESENT - TRAY OPEN"
+                         : "MEDIUM NOT PRESENT";
     case 0x3f: return "TARGET OPERATING CONDITIONS HAVE CHANGED";
     case 0x4b: return "DATA PHASE ERROR";
     case 0x53: return "MEDIA LOAD OR EJECT FAILED / MEDIUM REMOVAL PREVENTED";
@@ -81,7 +84,8 @@ const char *scsi_sense_str(const struct vscsi_req *req, char *buf, size_t size) 
 
 const char *scsi_result_str(const struct vscsi_req *req, char *buf, size_t size) {
   if (req->response != VIRTIO_SCSI_S_OK) {
-    snprintf(buf, size, "virtio response %s (%u)", vscsi_response_name(req->response), req->response);
+    snprintf(buf, size, "virtio response %s (%u)", vscsi_response_name(req->response),
+             req->response);
   } else if (req->status == SCSI_STATUS_GOOD) {
     snprintf(buf, size, "GOOD");
   } else if (req->status == SCSI_STATUS_CHECK_CONDITION) {
@@ -99,7 +103,8 @@ const char *scsi_result_str(const struct vscsi_req *req, char *buf, size_t size)
   return buf;
 }
 
-unsigned scsi_cdb_rw(uint8_t *cdb, bool write, unsigned size, uint64_t lba, uint32_t blocks, bool fua) {
+unsigned scsi_cdb_rw(uint8_t *cdb, bool write, unsigned size, uint64_t lba, uint32_t blocks,
+                     bool fua) {
   memset(cdb, 0, 16);
   if (size == 10) {
     cdb[0] = write ? SCSI_WRITE_10 : SCSI_READ_10;
@@ -174,7 +179,8 @@ static void copy_trimmed(char *out, const uint8_t *in, unsigned n) {
 bool scsi_inquiry_std(struct scsi_lun *l) {
   uint8_t cdb[6];
   memset(l->buf, 0, 96);
-  struct vscsi_req *r = scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, false, 0, 36), VSCSI_DIR_FROM_DEVICE, l->buf, 36);
+  struct vscsi_req *r =
+      scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, false, 0, 36), VSCSI_DIR_FROM_DEVICE, l->buf, 36);
   if (!scsi_good(r)) return false;
   l->type = l->buf[0] & 0x1f;
   l->removable = (l->buf[1] & 0x80) != 0;
@@ -193,14 +199,18 @@ void scsi_wait_ready(struct scsi_lun *l, uint64_t timeout_us, bool verbose) {
     if (scsi_good(r)) return;
     struct scsi_sense s = scsi_sense_of(r);
     bool retry = r->response == VIRTIO_SCSI_S_OK && r->status == SCSI_STATUS_CHECK_CONDITION &&
-                 s.valid && (s.key == SENSE_UNIT_ATTENTION ||
-                             (s.key == SENSE_NOT_READY && s.asc == 0x04 && s.ascq == 0x01));
+                 s.valid &&
+                 (s.key == SENSE_UNIT_ATTENTION ||
+                  (s.key == SENSE_NOT_READY && s.asc == 0x04 && s.ascq == 0x01));
     if (r->response == VIRTIO_SCSI_S_OK && r->status == SCSI_STATUS_BUSY) retry = true;
     if (verbose || !retry) {
-      printf("scsi %u:%u: TEST UNIT READY -> %s\n", l->target, l->lun, scsi_result_str(r, text, sizeof(text)));
+      printf("scsi %u:%u: TEST UNIT READY -> %s\n", l->target, l->lun,
+             scsi_result_str(r, text, sizeof(text)));
     }
-    if (!retry) test_fail("%u:%u not ready: %s", l->target, l->lun, scsi_result_str(r, text, sizeof(text)));
-    if (deadline_passed(deadline)) test_fail("%u:%u: still not ready after %lu ms", l->target, l->lun, timeout_us / 1000);
+    if (!retry)
+      test_fail("%u:%u not ready: %s", l->target, l->lun, scsi_result_str(r, text, sizeof(text)));
+    if (deadline_passed(deadline))
+      test_fail("%u:%u: still not ready after %lu ms", l->target, l->lun, timeout_us / 1000);
     udelay(1000);
   }
 }
@@ -215,13 +225,17 @@ void scsi_read_capacity(struct scsi_lun *l, bool use16) {
     cdb[1] = SCSI_SAI_READ_CAPACITY_16;
     put_be32(cdb + 10, 32);
     r = scsi_cmd(l, cdb, 16, VSCSI_DIR_FROM_DEVICE, l->buf, 32);
-    if (!scsi_good(r)) test_fail("READ CAPACITY(16) on %u:%u: %s", l->target, l->lun, scsi_result_str(r, text, sizeof(text)));
+    if (!scsi_good(r))
+      test_fail("READ CAPACITY(16) on %u:%u: %s", l->target, l->lun,
+                scsi_result_str(r, text, sizeof(text)));
     l->blocks = be64(l->buf) + 1;
     l->block_size = be32(l->buf + 8);
   } else {
     cdb[0] = SCSI_READ_CAPACITY_10;
     r = scsi_cmd(l, cdb, 10, VSCSI_DIR_FROM_DEVICE, l->buf, 8);
-    if (!scsi_good(r)) test_fail("READ CAPACITY(10) on %u:%u: %s", l->target, l->lun, scsi_result_str(r, text, sizeof(text)));
+    if (!scsi_good(r))
+      test_fail("READ CAPACITY(10) on %u:%u: %s", l->target, l->lun,
+                scsi_result_str(r, text, sizeof(text)));
     l->blocks = (uint64_t)be32(l->buf) + 1;
     l->block_size = be32(l->buf + 4);
   }
@@ -281,7 +295,8 @@ void scsi_discover(struct vscsi *h, struct scsi_lun *disk, struct scsi_lun *cd, 
     uint8_t cdb[12] = {SCSI_REPORT_LUNS};
     put_be32(cdb + 6, 4096);
     memset(buf, 0, 4096);
-    struct vscsi_req *r = scsi_cmd_at(h, &req, vq, (uint8_t)t, 0, cdb, 12, VSCSI_DIR_FROM_DEVICE, buf, 4096);
+    struct vscsi_req *r =
+        scsi_cmd_at(h, &req, vq, (uint8_t)t, 0, cdb, 12, VSCSI_DIR_FROM_DEVICE, buf, 4096);
     uint16_t luns[64];
     unsigned nluns = 0;
     if (r->response == VIRTIO_SCSI_S_BAD_TARGET) continue;
@@ -297,7 +312,9 @@ void scsi_discover(struct vscsi *h, struct scsi_lun *disk, struct scsi_lun *cd, 
       }
       if (verbose) printf("scsi: target %u: REPORT LUNS lists %u LUN(s)\n", t, nluns);
     } else {
-      if (verbose) printf("scsi: target %u: REPORT LUNS -> %s; trying LUN 0\n", t, scsi_result_str(r, text, sizeof(text)));
+      if (verbose)
+        printf("scsi: target %u: REPORT LUNS -> %s; trying LUN 0\n", t,
+               scsi_result_str(r, text, sizeof(text)));
       luns[nluns++] = 0;
     }
     for (unsigned i = 0; i < nluns; i++) {

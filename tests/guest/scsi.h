@@ -63,7 +63,7 @@ struct scsi_lun {
   bool present;
   uint8_t target;
   uint16_t lun;
-  unsigned vq;        /* request virtqueue for synchronous commands */
+  unsigned vq; /* request virtqueue for synchronous commands */
   uint8_t type;
   bool removable;
   char vendor[9], product[17], revision[5];
@@ -89,7 +89,8 @@ const char *scsi_result_str(const struct vscsi_req *req, char *buf, size_t size)
 const char *scsi_sense_str(const struct vscsi_req *req, char *buf, size_t size);
 
 /* CDB builders; each returns the CDB length. */
-unsigned scsi_cdb_rw(uint8_t *cdb, bool write, unsigned size, uint64_t lba, uint32_t blocks, bool fua);
+unsigned scsi_cdb_rw(uint8_t *cdb, bool write, unsigned size, uint64_t lba, uint32_t blocks,
+                     bool fua);
 unsigned scsi_cdb_sync_cache(uint8_t *cdb, unsigned size, uint64_t lba, uint32_t blocks);
 unsigned scsi_cdb_inquiry(uint8_t *cdb, bool evpd, uint8_t page, uint16_t alloc);
 
@@ -107,7 +108,8 @@ bool scsi_inquiry_std(struct scsi_lun *l);
 /* TEST UNIT READY until GOOD, swallowing UNIT ATTENTIONs; fails the test after timeout_us or on
  * another error. Prints the UAs consumed when verbose. */
 void scsi_wait_ready(struct scsi_lun *l, uint64_t timeout_us, bool verbose);
-/* READ CAPACITY(16) (disk) or (10) (CD) into l->blocks / l->block_size; fails the test if not GOOD. */
+/* READ CAPACITY(16) (disk) or (10) (CD) into l->blocks / l->block_size; fails the test if not GOOD.
+ */
 void scsi_read_capacity(struct scsi_lun *l, bool use16);
 
 /* Finds a disk (type 0) and a CD (type 5): REPORT LUNS on targets 0..max_scan (BAD_TARGET = no
@@ -124,10 +126,19 @@ static inline uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 static inline uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
-static inline void put_be16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
-static inline void put_be32(uint8_t *p, uint32_t v) {
-  p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;
+static inline void put_be16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)(v >> 8);
+  p[1] = (uint8_t)v;
 }
-static inline void put_be64(uint8_t *p, uint64_t v) { put_be32(p, (uint32_t)(v >> 32)); put_be32(p + 4, (uint32_t)v); }
+static inline void put_be32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)(v >> 24);
+  p[1] = (uint8_t)(v >> 16);
+  p[2] = (uint8_t)(v >> 8);
+  p[3] = (uint8_t)v;
+}
+static inline void put_be64(uint8_t *p, uint64_t v) {
+  put_be32(p, (uint32_t)(v >> 32));
+  put_be32(p + 4, (uint32_t)v);
+}
 
 #endif /* TESTS_GUEST_SCSI_H_ */

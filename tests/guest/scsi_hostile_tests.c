@@ -30,9 +30,9 @@
  * 2000), verbose=1 (every fuzzed CDB), and the common scsi-* arguments (indirect=, event_idx=,
  * qsize=, msix=, ...). Prints one line per case, "hostile: <case>: <what happened>", and for a case
  * that went wrong "UNEXPECTED: ..." in it and "hostile: <case>: FAIL"; "NOTE:" marks what is odd
- * but tolerated. Writes only at disk LBAs capacity * 3/8 .. + 4400 (and garbage where a fuzzed WRITE
- * lands); reads capacity * 5/8 .. + 8 as the untouched reference. Meant for --scsi-queues=2 (one request
- * queue works too: the other-queue checks then say they were skipped).
+ * but tolerated. Writes only at disk LBAs capacity * 3/8 .. + 4400 (and garbage where a fuzzed
+ * WRITE lands); reads capacity * 5/8 .. + 8 as the untouched reference. Meant for --scsi-queues=2
+ * (one request queue works too: the other-queue checks then say they were skipped).
  */
 #include "tests/guest/guest.h"
 #include "tests/guest/pattern.h"
@@ -64,7 +64,7 @@ static uint8_t *ctrl_req, *ctrl_resp;
 static uint8_t *check_buf;
 static struct vscsi_req hreq, other_req, check_req;
 
-static uint64_t ram_top;       /* first byte past the highest RAM region */
+static uint64_t ram_top;            /* first byte past the highest RAM region */
 static uint64_t big_base, big_size; /* the largest RAM region (for the 4 GiB chain) */
 
 /* Text of the current case's report, built up piece by piece and printed at the end. */
@@ -146,7 +146,8 @@ static void device_init(const struct vscsi_options *opt) {
  * well-formed, its contents are not).
  */
 
-static void fill_hdr(uint8_t *hdr, uint8_t target, uint16_t lun, const uint8_t *cdb, unsigned cdb_len) {
+static void fill_hdr(uint8_t *hdr, uint8_t target, uint16_t lun, const uint8_t *cdb,
+                     unsigned cdb_len) {
   memset(hdr, 0, host.hdr_size);
   hdr[0] = 1;
   hdr[1] = target;
@@ -216,7 +217,8 @@ static bool exec_cmd(unsigned vq, struct vscsi_req *req, uint8_t target, uint16_
   if (dir == VSCSI_DIR_TO_DEVICE && len) bufs[n++] = (struct virtq_buf){dma_addr(data), len, false};
   n_out = n;
   bufs[n++] = (struct virtq_buf){dma_addr(req->resp), host.resp_size, true};
-  if (dir == VSCSI_DIR_FROM_DEVICE && len) bufs[n++] = (struct virtq_buf){dma_addr(data), len, true};
+  if (dir == VSCSI_DIR_FROM_DEVICE && len)
+    bufs[n++] = (struct virtq_buf){dma_addr(data), len, true};
   if (!submit_bufs(vq, req, bufs, n_out, n - n_out)) return false;
   return wait_req(vq, req, timeout_us);
 }
@@ -225,8 +227,8 @@ static bool exec_cmd(unsigned vq, struct vscsi_req *req, uint8_t target, uint16_
  * Health checks
  */
 
-static uint64_t check_lba_write(void) { return disk.blocks * 3 / 8; }  /* rewritten after resets */
-static uint64_t check_lba_read(void) { return disk.blocks * 5 / 8; }   /* never written: pattern */
+static uint64_t check_lba_write(void) { return disk.blocks * 3 / 8; } /* rewritten after resets */
+static uint64_t check_lba_read(void) { return disk.blocks * 5 / 8; }  /* never written: pattern */
 #define CHECK_BLOCKS 8u
 
 /* READ of untouched blocks on `vq`, pattern-checked (with seed=) or header-checked. */
@@ -242,7 +244,8 @@ static bool read_check(unsigned vq, struct vscsi_req *req, const char *who) {
     return false;
   }
   /* A reset (or an LU reset) leaves a unit attention: take it and retry once. */
-  if (scsi_check(req, SENSE_UNIT_ATTENTION, 0x29, -1) || scsi_check(req, SENSE_UNIT_ATTENTION, 0x2a, -1)) {
+  if (scsi_check(req, SENSE_UNIT_ATTENTION, 0x29, -1) ||
+      scsi_check(req, SENSE_UNIT_ATTENTION, 0x2a, -1)) {
     if (!exec_cmd(vq, req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE, check_buf,
                   CHECK_BLOCKS * disk.block_size, CMD_TIMEOUT_US)) {
       bad("%s: READ on queue %u did not complete", who, vq);
@@ -255,7 +258,8 @@ static bool read_check(unsigned vq, struct vscsi_req *req, const char *who) {
   }
   char why[160];
   if (have_seed) {
-    if (!pattern_check(&image_key, check_buf, lba * per, (uint64_t)CHECK_BLOCKS * per, why, sizeof(why))) {
+    if (!pattern_check(&image_key, check_buf, lba * per, (uint64_t)CHECK_BLOCKS * per, why,
+                       sizeof(why))) {
       bad("%s: READ on queue %u returned wrong data: %s", who, vq, why);
       return false;
     }
@@ -295,10 +299,12 @@ static int ctrl_query(void) {
  * index, or -1). */
 static void check_survivors(int broken) {
   if (broken != (int)main_vq()) {
-    if (read_check(main_vq(), &check_req, "first request queue")) note("; queue %u READ verified", main_vq());
+    if (read_check(main_vq(), &check_req, "first request queue"))
+      note("; queue %u READ verified", main_vq());
   }
   if (have_other() && broken != (int)other_vq()) {
-    if (read_check(other_vq(), &other_req, "other request queue")) note("; queue %u READ verified", other_vq());
+    if (read_check(other_vq(), &other_req, "other request queue"))
+      note("; queue %u READ verified", other_vq());
   } else if (!have_other()) {
     note("; (one request queue: no other request queue to check)");
   }
@@ -328,7 +334,8 @@ static void reset_and_verify(void) {
   /* The reset is a bus reset for the LUNs: swallow the unit attention. */
   uint8_t tur[6] = {SCSI_TEST_UNIT_READY};
   for (unsigned i = 0; i < 4; i++) {
-    if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, tur, 6, VSCSI_DIR_NONE, NULL, 0, CMD_TIMEOUT_US)) {
+    if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, tur, 6, VSCSI_DIR_NONE, NULL, 0,
+                  CMD_TIMEOUT_US)) {
       bad("after reset: TEST UNIT READY did not complete");
       return;
     }
@@ -345,18 +352,20 @@ static void reset_and_verify(void) {
   uint8_t cdb[16];
   unsigned n = scsi_cdb_rw(cdb, true, 10, lba, CHECK_BLOCKS, true);
   pattern_fill(&key, check_buf, lba * per, (uint64_t)CHECK_BLOCKS * per);
-  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_TO_DEVICE, check_buf,
-                CHECK_BLOCKS * disk.block_size, CMD_TIMEOUT_US) ||
+  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_TO_DEVICE,
+                check_buf, CHECK_BLOCKS * disk.block_size, CMD_TIMEOUT_US) ||
       !scsi_good(&check_req)) {
-    bad("after reset: WRITE(10) FUA: %s", check_req.in_flight ? "no completion" : result_str(&check_req));
+    bad("after reset: WRITE(10) FUA: %s",
+        check_req.in_flight ? "no completion" : result_str(&check_req));
     return;
   }
   memset(check_buf, 0, CHECK_BLOCKS * disk.block_size);
   n = scsi_cdb_rw(cdb, false, 10, lba, CHECK_BLOCKS, false);
-  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE, check_buf,
-                CHECK_BLOCKS * disk.block_size, CMD_TIMEOUT_US) ||
+  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE,
+                check_buf, CHECK_BLOCKS * disk.block_size, CMD_TIMEOUT_US) ||
       !scsi_good(&check_req)) {
-    bad("after reset: READ(10): %s", check_req.in_flight ? "no completion" : result_str(&check_req));
+    bad("after reset: READ(10): %s",
+        check_req.in_flight ? "no completion" : result_str(&check_req));
     return;
   }
   char why[160];
@@ -371,7 +380,8 @@ static void reset_and_verify(void) {
     note("; NOTE: the reset took %lu ms%s", reset_us / 1000,
          tolerate_slow_reset ? " (it waited for a request the device had not submitted)" : "");
   }
-  if (have_other() && read_check(other_vq(), &other_req, "after reset")) note(", queue %u READ verified", other_vq());
+  if (have_other() && read_check(other_vq(), &other_req, "after reset"))
+    note(", queue %u READ verified", other_vq());
 }
 
 /* Waits for DEVICE_NEEDS_RESET; notes the status, the configuration-change interrupt and ISR. */
@@ -393,7 +403,8 @@ static bool expect_needs_reset(uint64_t irqs_before) {
   uint8_t isr = mmio_read8(host.vp.isr.address);
   note("NEEDS_RESET after %lu ms (status 0x%02x, config interrupt %s, ISR 0x%02x)", ms, st,
        host.config_msix_entry == VIRTIO_MSI_NO_VECTOR ? "n/a (no MSI-X)"
-                                                      : host.config_irqs != irqs_before ? "yes" : "no",
+       : host.config_irqs != irqs_before              ? "yes"
+                                                      : "no",
        isr);
   return true;
 }
@@ -403,7 +414,8 @@ static bool expect_needs_reset(uint64_t irqs_before) {
  * free list (the queue is thrown away by the reset that follows).
  */
 
-static void set_desc(struct virtq_desc *d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t next) {
+static void set_desc(struct virtq_desc *d, uint64_t addr, uint32_t len, uint16_t flags,
+                     uint16_t next) {
   d->addr = addr;
   d->len = len;
   d->flags = flags;
@@ -421,7 +433,9 @@ static void raw_publish(struct virtq *vq, uint16_t head, uint16_t advance) {
   mmio_write16(vq->notify_addr, vq->index);
 }
 
-static uint16_t used_idx(const struct virtq *vq) { return *(volatile const uint16_t *)&vq->used->idx; }
+static uint16_t used_idx(const struct virtq *vq) {
+  return *(volatile const uint16_t *)&vq->used->idx;
+}
 
 /* A TEST UNIT READY header for the disk in raw_hdr (the body of every raw chain). */
 static void raw_tur_hdr(void) {
@@ -453,12 +467,12 @@ static void finish_broken(struct virtq *vq, uint16_t used_before, uint64_t irqs_
 }
 
 /* Builds a chain with `build` on the first request queue and expects NEEDS_RESET. */
-#define BROKEN_CASE_BEGIN                                                                          \
-  struct virtq *vq = &host.q[main_vq()].vq;                                                        \
-  uint16_t used_before = used_idx(vq);                                                             \
-  uint64_t irqs_before = host.config_irqs;                                                         \
-  struct virtq_desc *d = vq->desc;                                                                 \
-  (void)d;                                                                                         \
+#define BROKEN_CASE_BEGIN                   \
+  struct virtq *vq = &host.q[main_vq()].vq; \
+  uint16_t used_before = used_idx(vq);      \
+  uint64_t irqs_before = host.config_irqs;  \
+  struct virtq_desc *d = vq->desc;          \
+  (void)d;                                  \
   raw_tur_hdr();
 #define BROKEN_CASE_END finish_broken(vq, used_before, irqs_before)
 
@@ -484,7 +498,8 @@ static void case_chain_too_long(void) {
   uint16_t n = vq->size;
   set_desc(&d[0], dma_addr(raw_hdr), host.hdr_size, VIRTQ_DESC_F_NEXT, 1);
   for (uint16_t i = 1; i < n; i++) {
-    set_desc(&d[i], dma_addr(raw_data), 16, VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT, (uint16_t)((i + 1) % n));
+    set_desc(&d[i], dma_addr(raw_data), 16, VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT,
+             (uint16_t)((i + 1) % n));
   }
   set_desc(&d[1], dma_addr(raw_resp), host.resp_size, VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT, 2);
   raw_publish(vq, 0, 1);
@@ -499,7 +514,8 @@ static void case_indirect_too_long(void) {
   set_desc(&t[0], dma_addr(raw_hdr), host.hdr_size, VIRTQ_DESC_F_NEXT, 1);
   set_desc(&t[1], dma_addr(raw_resp), host.resp_size, VIRTQ_DESC_F_WRITE | VIRTQ_DESC_F_NEXT, 2);
   for (uint32_t i = 2; i < n; i++) {
-    set_desc(&t[i], dma_addr(raw_data), 16, (uint16_t)(VIRTQ_DESC_F_WRITE | (i + 1 < n ? VIRTQ_DESC_F_NEXT : 0)),
+    set_desc(&t[i], dma_addr(raw_data), 16,
+             (uint16_t)(VIRTQ_DESC_F_WRITE | (i + 1 < n ? VIRTQ_DESC_F_NEXT : 0)),
              (uint16_t)(i + 1 < n ? i + 1 : 0));
   }
   set_desc(&d[0], dma_addr(t), n * 16, VIRTQ_DESC_F_INDIRECT, 0);
@@ -561,7 +577,8 @@ static void case_len_total_4g(void) {
     return;
   }
   set_desc(&d[0], dma_addr(raw_hdr), host.hdr_size, VIRTQ_DESC_F_NEXT, 1);
-  for (unsigned i = 1; i <= n; i++) set_desc(&d[i], big_base, chunk, VIRTQ_DESC_F_NEXT, (uint16_t)(i + 1));
+  for (unsigned i = 1; i <= n; i++)
+    set_desc(&d[i], big_base, chunk, VIRTQ_DESC_F_NEXT, (uint16_t)(i + 1));
   set_desc(&d[n + 1], dma_addr(raw_resp), host.resp_size, VIRTQ_DESC_F_WRITE, 0);
   raw_publish(vq, 0, 1);
   BROKEN_CASE_END;
@@ -686,7 +703,8 @@ static void case_head_twice(void) {
   reset_and_verify();
   tolerate_slow_reset = false;
   if (*old_used_idx != before_reset) {
-    note("; the reset completed the first READ into the old ring (used idx %u -> %u)", before_reset, *old_used_idx);
+    note("; the reset completed the first READ into the old ring (used idx %u -> %u)", before_reset,
+         *old_used_idx);
   }
   if (have_other() && ctrl_query() < 0) bad("control queue: no answer after the reset");
 }
@@ -708,8 +726,11 @@ static void case_dma_into_ring(void) {
     uint64_t deadline = deadline_after_us(nr_timeout_us);
     while (used_idx(vq) == used_before && !needs_reset() && !deadline_passed(deadline)) udelay(200);
     bool answered = used_idx(vq) != used_before;
-    note("%sREAD into the %s: %s", part ? "; " : "", part == 0 ? "descriptor table" : "available ring",
-         answered ? "completed" : needs_reset() ? "NEEDS_RESET" : "nothing");
+    note("%sREAD into the %s: %s", part ? "; " : "",
+         part == 0 ? "descriptor table" : "available ring",
+         answered        ? "completed"
+         : needs_reset() ? "NEEDS_RESET"
+                         : "nothing");
     if (answered) note(" (response %u status 0x%02x)", raw_resp[11], raw_resp[10]);
     if (answered && needs_reset()) note(", then NEEDS_RESET at once (status 0x%02x)", dev_status());
     if (!answered && !needs_reset()) bad("neither an answer nor NEEDS_RESET");
@@ -718,7 +739,8 @@ static void case_dma_into_ring(void) {
       raw_publish(vq, 0, 1);
       deadline = deadline_after_us(nr_timeout_us);
       while (!needs_reset() && !deadline_passed(deadline)) udelay(200);
-      note(", then head 0 again: %s (status 0x%02x)", needs_reset() ? "NEEDS_RESET" : "no reaction", dev_status());
+      note(", then head 0 again: %s (status 0x%02x)", needs_reset() ? "NEEDS_RESET" : "no reaction",
+           dev_status());
     }
     reset_and_verify();
   }
@@ -742,8 +764,9 @@ static void case_ring_overlap(void) {
     write64(VIRTIO_COMMON_Q_USEDLO, used);
     mmio_write16(common_addr(VIRTIO_COMMON_Q_ENABLE), 1);
     uint16_t enabled = mmio_read16(common_addr(VIRTIO_COMMON_Q_ENABLE));
-    uint64_t notify = host.vp.notify.address +
-                      (uint64_t)mmio_read16(common_addr(VIRTIO_COMMON_Q_NOFF)) * host.vp.notify_off_multiplier;
+    uint64_t notify =
+        host.vp.notify.address +
+        (uint64_t)mmio_read16(common_addr(VIRTIO_COMMON_Q_NOFF)) * host.vp.notify_off_multiplier;
     virtio_pci_add_status(&host.vp, VIRTIO_STATUS_DRIVER_OK);
     note("%sused ring = %s: queue_enable %u, status 0x%02x", part ? "; " : "",
          part == 0 ? "available ring" : "descriptor table", enabled, dev_status());
@@ -760,8 +783,10 @@ static void case_ring_overlap(void) {
       mmio_write16(notify, q);
       uint64_t deadline = deadline_after_us(200000);
       while (raw_resp[11] == POISON && !needs_reset() && !deadline_passed(deadline)) udelay(200);
-      note(", TUR %u: %s", i, raw_resp[11] != POISON ? (raw_resp[11] == 0 && raw_resp[10] == 0 ? "GOOD" : "answered")
-                                                   : needs_reset() ? "NEEDS_RESET" : "no answer");
+      note(", TUR %u: %s", i,
+           raw_resp[11] != POISON ? (raw_resp[11] == 0 && raw_resp[10] == 0 ? "GOOD" : "answered")
+           : needs_reset()        ? "NEEDS_RESET"
+                                  : "no answer");
     }
     note(" (status 0x%02x)", dev_status());
     reset_and_verify();
@@ -792,8 +817,8 @@ static void case_msix_junk(void) {
   pci_msix_disable(&host.vp.pci, m);
   pci_msix_enable_masked(&host.vp.pci, m);
   pci_msix_unmask_function(&host.vp.pci, m);
-  note("READ with queue %u's MSI-X entry at address 0xdeadbeef12345678 data 0xffffffff: %s", main_vq(),
-       ok1 ? "verified" : "failed");
+  note("READ with queue %u's MSI-X entry at address 0xdeadbeef12345678 data 0xffffffff: %s",
+       main_vq(), ok1 ? "verified" : "failed");
   /* The proper entry again: the next completion must interrupt. */
   pci_msix_set_entry(m, q->msix_entry, q->apic_id, q->vector, false);
   uint64_t irqs = q->irqs;
@@ -842,10 +867,13 @@ static void case_pci_junk(void) {
   pci_cfg_write32(p->bus, p->dev, p->fn, off, lo);
   if (bar0->is64) pci_cfg_write32(p->bus, p->dev, p->fn, off + 4, hi);
   pci_cfg_write16(p->bus, p->dev, p->fn, PCI_CFG_COMMAND, command);
-  note("BAR %u sized (mask 0x%08x), moved onto the MSI-X BAR (table word 2 reads 0x%08x), into RAM at "
-       "0x200000, decoding off/on, ID register written (reads 0x%08x); restored",
-       host.vp.common.bar, mask, msix_word, id);
-  if (id != ((uint32_t)p->device_id << 16 | p->vendor_id)) bad("vendor/device ID changed to 0x%08x", id);
+  note(
+      "BAR %u sized (mask 0x%08x), moved onto the MSI-X BAR (table word 2 reads 0x%08x), into RAM "
+      "at "
+      "0x200000, decoding off/on, ID register written (reads 0x%08x); restored",
+      host.vp.common.bar, mask, msix_word, id);
+  if (id != ((uint32_t)p->device_id << 16 | p->vendor_id))
+    bad("vendor/device ID changed to 0x%08x", id);
   uint8_t st = dev_status();
   note("; status 0x%02x", st);
   if (st & VIRTIO_STATUS_DEVICE_NEEDS_RESET) bad("NEEDS_RESET after PCI junk");
@@ -869,8 +897,10 @@ static bool send_custom(const struct virtq_buf *bufs, unsigned n_out, unsigned n
 /* After an answered malformed request: the same queue still works, no NEEDS_RESET. */
 static void still_working(void) {
   uint8_t st = dev_status();
-  if (st & VIRTIO_STATUS_DEVICE_NEEDS_RESET) bad("status 0x%02x: NEEDS_RESET after an answerable request", st);
-  if (read_check(main_vq(), &check_req, "same queue")) note("; queue %u still works (READ verified)", main_vq());
+  if (st & VIRTIO_STATUS_DEVICE_NEEDS_RESET)
+    bad("status 0x%02x: NEEDS_RESET after an answerable request", st);
+  if (read_check(main_vq(), &check_req, "same queue"))
+    note("; queue %u still works (READ verified)", main_vq());
 }
 
 static void expect_response(const char *what, uint8_t want) {
@@ -881,7 +911,8 @@ static void expect_response(const char *what, uint8_t want) {
   } else if (hreq.response != want) {
     bad("%s: %s, expected virtio response %s", what, result_str(&hreq), vscsi_response_name(want));
   } else {
-    note("%s%s -> %s (used len %u)", report_len ? "; " : "", what, result_str(&hreq), hreq.used_len);
+    note("%s%s -> %s (used len %u)", report_len ? "; " : "", what, result_str(&hreq),
+         hreq.used_len);
   }
 }
 
@@ -891,7 +922,8 @@ static void case_short_header(void) {
   char what[64];
   for (unsigned i = 0; i < 3; i++) {
     fill_hdr(hreq.hdr, disk.target, disk.lun, tur, 6);
-    struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), lens[i], false}, {dma_addr(hreq.resp), host.resp_size, true}};
+    struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), lens[i], false},
+                                {dma_addr(hreq.resp), host.resp_size, true}};
     if (lens[i] == 0) {
       /* A chain without any device-readable byte: only the response buffer. */
       snprintf(what, sizeof(what), "no header at all");
@@ -914,7 +946,8 @@ static void broken_response(uint32_t resp_len) {
   uint8_t tur[6] = {SCSI_TEST_UNIT_READY};
   fill_hdr(hreq.hdr, disk.target, disk.lun, tur, 6);
   memset(hreq.resp, POISON, 128);
-  struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), host.hdr_size, false}, {dma_addr(hreq.resp), resp_len, true}};
+  struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), host.hdr_size, false},
+                              {dma_addr(hreq.resp), resp_len, true}};
   if (!virtq_add(vq, bufs, 1, 1, &hreq)) bad("queue full");
   virtq_kick(vq);
   /* Either NEEDS_RESET, or (tolerated) an answer that fits. */
@@ -924,8 +957,9 @@ static void broken_response(uint32_t resp_len) {
     uint32_t len;
     virtq_get(vq, &len);
     decode_resp(&hreq, len);
-    bad("%u-byte response buffer answered (used len %u, bytes %02x %02x ...) instead of NEEDS_RESET", resp_len, len,
-        hreq.resp[0], hreq.resp[1]);
+    bad("%u-byte response buffer answered (used len %u, bytes %02x %02x ...) instead of "
+        "NEEDS_RESET",
+        resp_len, len, hreq.resp[0], hreq.resp[1]);
     for (unsigned i = resp_len; i < 128; i++) {
       if (hreq.resp[i] != POISON) {
         bad("device wrote byte %u past the %u-byte response buffer", i, resp_len);
@@ -962,7 +996,8 @@ static void case_bad_lun(void) {
   for (unsigned i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
     fill_hdr(hreq.hdr, variants[i].target, disk.lun, tur, 6);
     hreq.hdr[0] = variants[i].byte0;
-    struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), host.hdr_size, false}, {dma_addr(hreq.resp), host.resp_size, true}};
+    struct virtq_buf bufs[2] = {{dma_addr(hreq.hdr), host.hdr_size, false},
+                                {dma_addr(hreq.resp), host.resp_size, true}};
     send_custom(bufs, 1, 1);
     expect_response(variants[i].what, VIRTIO_SCSI_S_BAD_TARGET);
     if (hreq.in_flight) break;
@@ -1048,13 +1083,16 @@ static void case_sg_tiny(void) {
       bad("%s from %u pieces: no completion", write ? "WRITE(10) FUA" : "READ(10)", pieces);
       return;
     }
-    note("%s%s in %u descriptors: %s", dir ? "; " : "", write ? "WRITE(10) FUA" : "READ(10)", nb, result_str(&hreq));
-    if (!scsi_good(&hreq)) bad("%s from tiny pieces: %s", write ? "WRITE" : "READ", result_str(&hreq));
+    note("%s%s in %u descriptors: %s", dir ? "; " : "", write ? "WRITE(10) FUA" : "READ(10)", nb,
+         result_str(&hreq));
+    if (!scsi_good(&hreq))
+      bad("%s from tiny pieces: %s", write ? "WRITE" : "READ", result_str(&hreq));
     if (!write) {
       uint8_t got[512];
       for (unsigned i = 0; i < pieces; i++) memcpy(got + piece * i, area + 8 * i + 1, piece);
       char why[160];
-      if (!pattern_check(&key, got, lba, 1, why, sizeof(why))) bad("read back from tiny pieces: %s", why);
+      if (!pattern_check(&key, got, lba, 1, why, sizeof(why)))
+        bad("read back from tiny pieces: %s", why);
       for (unsigned i = 0; i < pieces; i++) {
         if (area[8 * i] != 0xee || area[8 * i + 5] != 0xee) {
           bad("the device wrote between the pieces (offset %u)", 8 * i);
@@ -1067,9 +1105,11 @@ static void case_sg_tiny(void) {
   uint8_t cdb[16];
   unsigned n = scsi_cdb_rw(cdb, false, 10, lba, 1, false);
   char why[160];
-  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE, check_buf, 512,
-                CMD_TIMEOUT_US) || !scsi_good(&check_req) || !pattern_check(&key, check_buf, lba, 1, why, sizeof(why))) {
-    bad("plain READ of the block written from pieces: %s", check_req.in_flight ? "no completion" : result_str(&check_req));
+  if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE,
+                check_buf, 512, CMD_TIMEOUT_US) ||
+      !scsi_good(&check_req) || !pattern_check(&key, check_buf, lba, 1, why, sizeof(why))) {
+    bad("plain READ of the block written from pieces: %s",
+        check_req.in_flight ? "no completion" : result_str(&check_req));
   } else {
     note("; plain READ agrees");
   }
@@ -1093,22 +1133,25 @@ static void case_read_overrun(void) {
   uint32_t len = 4096;
   for (unsigned i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
     uint8_t cdb[16];
-    unsigned n = scsi_cdb_rw(cdb, variants[i].write, variants[i].size, variants[i].lba + check_lba_read(),
-                             variants[i].blocks, false);
+    unsigned n = scsi_cdb_rw(cdb, variants[i].write, variants[i].size,
+                             variants[i].lba + check_lba_read(), variants[i].blocks, false);
     if (variants[i].write) {
       /* Never reaches the disk if the device is right; pattern data in case it does. */
-      pattern_fill(&image_key, raw_data, check_lba_read() * (disk.block_size / PATTERN_BLOCK), len / PATTERN_BLOCK);
+      pattern_fill(&image_key, raw_data, check_lba_read() * (disk.block_size / PATTERN_BLOCK),
+                   len / PATTERN_BLOCK);
     }
     if (!exec_cmd(main_vq(), &hreq, disk.target, disk.lun, cdb, n,
-                  variants[i].write ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE, raw_data, len, CMD_TIMEOUT_US)) {
+                  variants[i].write ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE, raw_data, len,
+                  CMD_TIMEOUT_US)) {
       bad("%s: no completion", variants[i].what);
       break;
     }
-    bool ok = hreq.response == VIRTIO_SCSI_S_OVERRUN || scsi_check(&hreq, SENSE_ILLEGAL_REQUEST, 0x24, 0) ||
+    bool ok = hreq.response == VIRTIO_SCSI_S_OVERRUN ||
+              scsi_check(&hreq, SENSE_ILLEGAL_REQUEST, 0x24, 0) ||
               scsi_check(&hreq, SENSE_ILLEGAL_REQUEST, 0x21, 0);
     if (!ok) {
-      bad("%s: %s, expected OVERRUN or CHECK CONDITION 05/24/00 (05/21/00 beyond the end)", variants[i].what,
-          result_str(&hreq));
+      bad("%s: %s, expected OVERRUN or CHECK CONDITION 05/24/00 (05/21/00 beyond the end)",
+          variants[i].what, result_str(&hreq));
     } else {
       note("%s%s -> %s", report_len ? "; " : "", variants[i].what, result_str(&hreq));
     }
@@ -1124,7 +1167,8 @@ static void case_read_overrun(void) {
  * used length, -1 on timeout. */
 static int ctrl_send(uint32_t req_len, uint32_t resp_len) {
   memset(ctrl_resp, POISON, 64);
-  struct virtq_buf bufs[2] = {{dma_addr(ctrl_req), req_len, false}, {dma_addr(ctrl_resp), resp_len, true}};
+  struct virtq_buf bufs[2] = {{dma_addr(ctrl_req), req_len, false},
+                              {dma_addr(ctrl_resp), resp_len, true}};
   struct virtq *vq = &host.q[VSCSI_CONTROL_QUEUE].vq;
   bool ok = resp_len ? virtq_add(vq, bufs, 1, 1, ctrl_req) : virtq_add(vq, bufs, 1, 0, ctrl_req);
   if (!ok) return -1;
@@ -1158,24 +1202,28 @@ static void case_ctrl(void) {
     uint32_t req_len, resp_len;
     int want; /* expected first response byte, -1: any answer */
   } variants[] = {
-      {"TMF ABORT TASK lun[0]=0", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_ABORT_TASK, 0, 0, 0, 24, 1, VIRTIO_SCSI_S_BAD_TARGET},
-      {"TMF LOGICAL UNIT RESET target 9", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET, 1, 9, 0, 24, 1,
+      {"TMF ABORT TASK lun[0]=0", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_ABORT_TASK, 0, 0, 0, 24, 1,
        VIRTIO_SCSI_S_BAD_TARGET},
-      {"TMF I_T NEXUS RESET lun[0]=0x80", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET, 0x80, 0, 0, 24, 1,
-       VIRTIO_SCSI_S_BAD_TARGET},
-      {"TMF LOGICAL UNIT RESET LUN 7 (absent)", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET, 1, 0, 7, 24, 1, -1},
+      {"TMF LOGICAL UNIT RESET target 9", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET,
+       1, 9, 0, 24, 1, VIRTIO_SCSI_S_BAD_TARGET},
+      {"TMF I_T NEXUS RESET lun[0]=0x80", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_I_T_NEXUS_RESET,
+       0x80, 0, 0, 24, 1, VIRTIO_SCSI_S_BAD_TARGET},
+      {"TMF LOGICAL UNIT RESET LUN 7 (absent)", VIRTIO_SCSI_T_TMF,
+       VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET, 1, 0, 7, 24, 1, -1},
       {"TMF subtype 99", VIRTIO_SCSI_T_TMF, 99, 1, 0, 0, 24, 1, -1},
       {"TMF CLEAR ACA", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_CLEAR_ACA, 1, 0, 0, 24, 1, -1},
       {"control type 0x77", 0x77, 0, 1, 0, 0, 24, 1, -1},
       {"control type 0xffffffff, 4 bytes", 0xffffffffu, 0, 1, 0, 0, 4, 16, -1},
       {"AN QUERY", VIRTIO_SCSI_T_AN_QUERY, 0xffffffffu, 1, 0, 0, 16, 5, -1},
       {"AN SUBSCRIBE to target 9", VIRTIO_SCSI_T_AN_SUBSCRIBE, 0xffffffffu, 1, 9, 0, 16, 5, -1},
-      {"TMF QUERY TASK with a 64-byte response buffer", VIRTIO_SCSI_T_TMF, VIRTIO_SCSI_T_TMF_QUERY_TASK, 1, 0, 0, 24, 64,
-       -1},
+      {"TMF QUERY TASK with a 64-byte response buffer", VIRTIO_SCSI_T_TMF,
+       VIRTIO_SCSI_T_TMF_QUERY_TASK, 1, 0, 0, 24, 64, -1},
   };
   for (unsigned i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
-    tmf_req(variants[i].type, variants[i].subtype, variants[i].byte0, variants[i].target, variants[i].lun);
-    if (variants[i].type == VIRTIO_SCSI_T_AN_QUERY || variants[i].type == VIRTIO_SCSI_T_AN_SUBSCRIBE) {
+    tmf_req(variants[i].type, variants[i].subtype, variants[i].byte0, variants[i].target,
+            variants[i].lun);
+    if (variants[i].type == VIRTIO_SCSI_T_AN_QUERY ||
+        variants[i].type == VIRTIO_SCSI_T_AN_SUBSCRIBE) {
       /* struct virtio_scsi_ctrl_an: type, lun[8], event_requested */
       memset(ctrl_req + 4, 0, 12);
       ctrl_req[4] = variants[i].byte0;
@@ -1191,16 +1239,18 @@ static void case_ctrl(void) {
     if (ctrl_resp[0] == POISON && len == 0) {
       bad("%s: completed without an answer", variants[i].what);
     } else if (variants[i].want >= 0 && ctrl_resp[0] != variants[i].want) {
-      bad("%s: response %u (%s), expected %u", variants[i].what, ctrl_resp[0], vscsi_response_name(ctrl_resp[0]),
-          variants[i].want);
+      bad("%s: response %u (%s), expected %u", variants[i].what, ctrl_resp[0],
+          vscsi_response_name(ctrl_resp[0]), variants[i].want);
     } else {
       note("%s%s -> %u (%s), used len %d", report_len ? "; " : "", variants[i].what, ctrl_resp[0],
            ctrl_resp[0] == 0 ? "OK/FUNCTION_COMPLETE" : vscsi_response_name(ctrl_resp[0]), len);
     }
   }
   uint8_t st = dev_status();
-  if (st & VIRTIO_STATUS_DEVICE_NEEDS_RESET) bad("status 0x%02x after answerable control requests", st);
-  if (read_check(main_vq(), &check_req, "request queue")) note("; queue %u READ verified", main_vq());
+  if (st & VIRTIO_STATUS_DEVICE_NEEDS_RESET)
+    bad("status 0x%02x after answerable control requests", st);
+  if (read_check(main_vq(), &check_req, "request queue"))
+    note("; queue %u READ verified", main_vq());
   int r = ctrl_query();
   if (r < 0) {
     bad("control queue stopped answering");
@@ -1259,7 +1309,8 @@ static void raw_to_features_ok(void) {
 }
 
 /* Sets up queue `q` by hand and enables it; notes what the device shows. */
-static void raw_queue_setup(uint16_t q, uint16_t size, uint64_t desc, uint64_t avail, uint64_t used) {
+static void raw_queue_setup(uint16_t q, uint16_t size, uint64_t desc, uint64_t avail,
+                            uint64_t used) {
   mmio_write16(common_addr(VIRTIO_COMMON_Q_SELECT), q);
   uint16_t max = mmio_read16(common_addr(VIRTIO_COMMON_Q_SIZE));
   mmio_write16(common_addr(VIRTIO_COMMON_Q_SIZE), size);
@@ -1271,9 +1322,11 @@ static void raw_queue_setup(uint16_t q, uint16_t size, uint64_t desc, uint64_t a
   uint16_t enabled = mmio_read16(common_addr(VIRTIO_COMMON_Q_ENABLE));
   uint16_t size_now = mmio_read16(common_addr(VIRTIO_COMMON_Q_SIZE));
   uint8_t after = dev_status();
-  note("queue %u (max size %u): size %u, desc 0x%lx, avail 0x%lx, used 0x%lx: queue_enable reads %u, "
-       "queue_size reads %u, status 0x%02x -> 0x%02x",
-       q, max, size, desc, avail, used, enabled, size_now, before, after);
+  note(
+      "queue %u (max size %u): size %u, desc 0x%lx, avail 0x%lx, used 0x%lx: queue_enable reads "
+      "%u, "
+      "queue_size reads %u, status 0x%02x -> 0x%02x",
+      q, max, size, desc, avail, used, enabled, size_now, before, after);
   if (enabled) bad("the device enabled the queue");
   if (!(after & VIRTIO_STATUS_DEVICE_NEEDS_RESET)) bad("no DEVICE_NEEDS_RESET after queue_enable");
   /* Carry on as a careless driver would: DRIVER_OK anyway. */
@@ -1319,9 +1372,11 @@ static void case_status_order(void) {
   virtio_pci_add_status(&host.vp, VIRTIO_STATUS_DRIVER_OK);
   uint8_t st = dev_status();
   note("DRIVER_OK without FEATURES_OK -> status 0x%02x", st);
-  if (!(st & VIRTIO_STATUS_DEVICE_NEEDS_RESET)) bad("no NEEDS_RESET for DRIVER_OK without FEATURES_OK");
+  if (!(st & VIRTIO_STATUS_DEVICE_NEEDS_RESET))
+    bad("no NEEDS_RESET for DRIVER_OK without FEATURES_OK");
   raw_to_features_ok();
-  mmio_write8(common_addr(VIRTIO_COMMON_STATUS), VIRTIO_STATUS_ACKNOWLEDGE); /* clears DRIVER, FEATURES_OK */
+  mmio_write8(common_addr(VIRTIO_COMMON_STATUS),
+              VIRTIO_STATUS_ACKNOWLEDGE); /* clears DRIVER, FEATURES_OK */
   st = dev_status();
   note("; clearing DRIVER and FEATURES_OK -> status 0x%02x", st);
   if (!(st & VIRTIO_STATUS_DEVICE_NEEDS_RESET)) bad("no NEEDS_RESET for clearing status bits");
@@ -1334,7 +1389,8 @@ static void case_status_order(void) {
   note("; driver_feature written after FEATURES_OK reads 0x%08x (negotiated 0x%08x)", lo,
        (uint32_t)host.vp.driver_features);
   if (lo != (uint32_t)host.vp.driver_features) bad("driver features changed after FEATURES_OK");
-  /* Features the device does not offer (RING_PACKED), and no VERSION_1: FEATURES_OK must not stick. */
+  /* Features the device does not offer (RING_PACKED), and no VERSION_1: FEATURES_OK must not stick.
+   */
   const uint64_t offered = host.vp.device_features;
   const struct {
     const char *what;
@@ -1400,9 +1456,11 @@ static void case_reset_in_flight(void) {
       if (!req->hdr) vscsi_req_init(&host, req);
       req->in_flight = false;
       uint8_t cdb[16];
-      unsigned n = scsi_cdb_rw(cdb, i & 1, 10, check_lba_write() + 256 + (uint64_t)(r * 16 + i) * blocks, blocks,
-                               i % 3 == 0);
-      vscsi_req_set(req, disk.target, disk.lun, cdb, n, (i & 1) ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE,
+      unsigned n =
+          scsi_cdb_rw(cdb, i & 1, 10, check_lba_write() + 256 + (uint64_t)(r * 16 + i) * blocks,
+                      blocks, i % 3 == 0);
+      vscsi_req_set(req, disk.target, disk.lun, cdb, n,
+                    (i & 1) ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE,
                     bufs + (size_t)(r * 16 + i) * 65536, blocks * disk.block_size);
       if (vscsi_submit(&host, vq, req)) submitted++;
     }
@@ -1411,13 +1469,15 @@ static void case_reset_in_flight(void) {
   uint64_t t0 = rdtsc();
   virtio_pci_reset(&host.vp);
   uint64_t us = tsc_to_us(rdtsc() - t0);
-  note("reset with %u READ/WRITE(10) of 64 KiB just submitted: status 0 after %lu ms", submitted, us / 1000);
+  note("reset with %u READ/WRITE(10) of 64 KiB just submitted: status 0 after %lu ms", submitted,
+       us / 1000);
   if (us > RESET_HANG_US) bad("the reset took %lu ms: it hung", us / 1000);
   reset_and_verify();
 }
 
 /* Junk on the transport that must change nothing: a queue that does not exist, wrong-width writes,
- * read-only fields, doorbells of nonexistent queues, a doorbell storm, MSI-X vectors out of range. */
+ * read-only fields, doorbells of nonexistent queues, a doorbell storm, MSI-X vectors out of range.
+ */
 static void case_transport_junk(void) {
   mmio_write16(common_addr(VIRTIO_COMMON_Q_SELECT), 0x1234);
   uint16_t size = mmio_read16(common_addr(VIRTIO_COMMON_Q_SIZE));
@@ -1425,7 +1485,8 @@ static void case_transport_junk(void) {
   write64(VIRTIO_COMMON_Q_DESCLO, 1ull << 50);
   uint16_t enable = mmio_read16(common_addr(VIRTIO_COMMON_Q_ENABLE));
   uint16_t vec = mmio_read16(common_addr(VIRTIO_COMMON_Q_MSIX));
-  note("queue_select 0x1234: queue_size %u, queue_enable %u, queue_msix_vector 0x%x", size, enable, vec);
+  note("queue_select 0x1234: queue_size %u, queue_enable %u, queue_msix_vector 0x%x", size, enable,
+       vec);
   if (size != 0) bad("nonexistent queue has size %u", size);
   if (enable != 0) bad("nonexistent queue enabled");
   /* Wrong widths and read-only fields. */
@@ -1439,19 +1500,21 @@ static void case_transport_junk(void) {
   uint64_t desc_before = mmio_read32(common_addr(VIRTIO_COMMON_Q_DESCLO));
   write64(VIRTIO_COMMON_Q_DESCLO, 1ull << 46);
   uint64_t desc_after = mmio_read32(common_addr(VIRTIO_COMMON_Q_DESCLO));
-  note("; moving the enabled queue %u's descriptor table: queue_desc 0x%lx -> 0x%lx", main_vq(), desc_before,
-       desc_after);
+  note("; moving the enabled queue %u's descriptor table: queue_desc 0x%lx -> 0x%lx", main_vq(),
+       desc_before, desc_after);
   if (desc_after != desc_before) write64(VIRTIO_COMMON_Q_DESCLO, desc_before);
   /* Out-of-range MSI-X vector for the config change: reads back NO_VECTOR; then restore. */
   uint16_t cv = virtio_pci_set_config_vector(&host.vp, 0x3ff);
   note("; config vector 0x3ff reads 0x%x", cv);
   if (cv != VIRTIO_MSI_NO_VECTOR) bad("config vector 0x3ff accepted (reads 0x%x)", cv);
-  if (host.config_msix_entry != VIRTIO_MSI_NO_VECTOR) virtio_pci_set_config_vector(&host.vp, host.config_msix_entry);
+  if (host.config_msix_entry != VIRTIO_MSI_NO_VECTOR)
+    virtio_pci_set_config_vector(&host.vp, host.config_msix_entry);
   /* Doorbells: beyond the last queue, of the event queue, and a storm on an idle queue. */
   const struct pci_bar *nbar = &host.vp.bars[host.vp.notify.bar];
   unsigned beyond_writes = 0;
   for (unsigned i = 0; i < 4; i++) {
-    uint64_t beyond = host.vp.notify.address + (uint64_t)(host.vp.num_queues + i) * host.vp.notify_off_multiplier;
+    uint64_t beyond =
+        host.vp.notify.address + (uint64_t)(host.vp.num_queues + i) * host.vp.notify_off_multiplier;
     if (beyond + 2 <= nbar->address + nbar->size) {
       mmio_write16(beyond, 0x7777);
       beyond_writes++;
@@ -1459,7 +1522,8 @@ static void case_transport_junk(void) {
   }
   note("; %u doorbell writes past the last queue", beyond_writes);
   mmio_write16(host.q[VSCSI_EVENT_QUEUE].vq.notify_addr, VSCSI_EVENT_QUEUE);
-  for (unsigned i = 0; i < 200; i++) mmio_write16(host.q[main_vq()].vq.notify_addr, (uint16_t)main_vq());
+  for (unsigned i = 0; i < 200; i++)
+    mmio_write16(host.q[main_vq()].vq.notify_addr, (uint16_t)main_vq());
   note("; 200 doorbells with nothing available");
   /* Writes into the ISR and device-config junk. */
   mmio_write8(host.vp.isr.address, 0xff);
@@ -1481,7 +1545,8 @@ static void case_cfg_sizes(void) {
     uint32_t cdb_size, sense_size;
     unsigned hdr_cdb; /* CDB bytes in our header */
     uint32_t resp_sense;
-    bool must_work; /* legal sizes, commands that fit: every command must be GOOD and data in place */
+    bool must_work; /* legal sizes, commands that fit: every command must be GOOD and data in place
+                     */
   } variants[] = {
       {6, 0, 6, 0, false},
       {0, 96, 0, 96, false},
@@ -1501,9 +1566,10 @@ static void case_cfg_sizes(void) {
   for (unsigned i = 0; i < nv; i++) {
     virtio_pci_cfg_write32(&host.vp, 24, variants[i].cdb_size);
     virtio_pci_cfg_write32(&host.vp, 20, variants[i].sense_size);
-    uint32_t cdb_rb = virtio_pci_cfg_read32(&host.vp, 24), sense_rb = virtio_pci_cfg_read32(&host.vp, 20);
-    note("%scdb_size %u (reads %u) sense_size %u (reads %u):", report_len ? "; " : "", variants[i].cdb_size, cdb_rb,
-         variants[i].sense_size, sense_rb);
+    uint32_t cdb_rb = virtio_pci_cfg_read32(&host.vp, 24),
+             sense_rb = virtio_pci_cfg_read32(&host.vp, 20);
+    note("%scdb_size %u (reads %u) sense_size %u (reads %u):", report_len ? "; " : "",
+         variants[i].cdb_size, cdb_rb, variants[i].sense_size, sense_rb);
     static const char *const names[3] = {"TUR", "READ(10)", "WRITE(10)"};
     for (unsigned c = 0; c < 3; c++) {
       uint8_t cdb[16] = {0};
@@ -1516,7 +1582,8 @@ static void case_cfg_sizes(void) {
       hreq.hdr[1] = disk.target;
       hreq.hdr[2] = (uint8_t)(0x40 | ((disk.lun >> 8) & 0x3f));
       hreq.hdr[3] = (uint8_t)disk.lun;
-      memcpy(hreq.hdr + REQ_HDR_FIXED, cdb, cdb_len < variants[i].hdr_cdb ? cdb_len : variants[i].hdr_cdb);
+      memcpy(hreq.hdr + REQ_HDR_FIXED, cdb,
+             cdb_len < variants[i].hdr_cdb ? cdb_len : variants[i].hdr_cdb);
       uint32_t resp_len = RESP_HDR_FIXED + variants[i].resp_sense;
       memset(resp, POISON, 1024);
       if (c == 2) {
@@ -1541,11 +1608,13 @@ static void case_cfg_sizes(void) {
       uint64_t deadline = deadline_after_us(nr_timeout_us);
       uint32_t len = 0;
       void *done = NULL;
-      while (!(done = virtq_get(vq, &len)) && !needs_reset() && !deadline_passed(deadline)) cpu_relax();
+      while (!(done = virtq_get(vq, &len)) && !needs_reset() && !deadline_passed(deadline))
+        cpu_relax();
       if (!done) {
         if (needs_reset() && !variants[i].must_work) {
           /* An out-of-range size: NEEDS_RESET is a fair answer (QEMU gives it at the write). */
-          note(" %s -> NEEDS_RESET (status 0x%02x), acceptable for these sizes", names[c], dev_status());
+          note(" %s -> NEEDS_RESET (status 0x%02x), acceptable for these sizes", names[c],
+               dev_status());
         } else {
           bad("%s: %s", names[c], needs_reset() ? "NEEDS_RESET" : "no completion");
         }
@@ -1553,11 +1622,13 @@ static void case_cfg_sizes(void) {
       }
       uint32_t sense_len = (uint32_t)get_le(resp, 4);
       uint8_t status = resp[10], response = resp[11];
-      note(" %s -> response %u status 0x%02x sense_len %u sense %02X/%02X/%02X used len %u%s", names[c], response,
-           status, sense_len, sense_len > 2 ? resp[12 + 2] & 0xf : 0, sense_len > 12 ? resp[12 + 12] : 0,
-           sense_len > 13 ? resp[12 + 13] : 0, len, c < 2 ? "," : "");
+      note(" %s -> response %u status 0x%02x sense_len %u sense %02X/%02X/%02X used len %u%s",
+           names[c], response, status, sense_len, sense_len > 2 ? resp[12 + 2] & 0xf : 0,
+           sense_len > 12 ? resp[12 + 12] : 0, sense_len > 13 ? resp[12 + 13] : 0, len,
+           c < 2 ? "," : "");
       if (response == POISON && sense_len == 0xffffffffu) bad("%s: no response written", names[c]);
-      if (sense_len > variants[i].resp_sense && response == 0) bad("sense_len %u beyond the sense buffer", sense_len);
+      if (sense_len > variants[i].resp_sense && response == 0)
+        bad("sense_len %u beyond the sense buffer", sense_len);
       for (unsigned b = resp_len; b < 1024 && c != 1; b++) {
         if (resp[b] != POISON) {
           bad("%s: wrote past the %u-byte response buffer (byte %u)", names[c], resp_len, b);
@@ -1566,9 +1637,11 @@ static void case_cfg_sizes(void) {
       }
       if (!variants[i].must_work) continue;
       if (response != 0 || status != 0) {
-        bad("%s -> response %u (%s) status 0x%02x with the legal cdb_size %u / sense_size %u: the device does not lay "
+        bad("%s -> response %u (%s) status 0x%02x with the legal cdb_size %u / sense_size %u: the "
+            "device does not lay "
             "out requests with the sizes the driver set",
-            names[c], response, vscsi_response_name(response), status, variants[i].cdb_size, variants[i].sense_size);
+            names[c], response, vscsi_response_name(response), status, variants[i].cdb_size,
+            variants[i].sense_size);
       }
       char why[160];
       if (c == 1 && response == 0 && status == 0 &&
@@ -1590,16 +1663,17 @@ static void case_cfg_sizes(void) {
     uint64_t lba = wbase + i;
     unsigned n = scsi_cdb_rw(cdb, false, 10, lba, 1, false);
     char why[160];
-    if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE, check_buf,
-                  disk.block_size, CMD_TIMEOUT_US) ||
+    if (!exec_cmd(main_vq(), &check_req, disk.target, disk.lun, cdb, n, VSCSI_DIR_FROM_DEVICE,
+                  check_buf, disk.block_size, CMD_TIMEOUT_US) ||
         !scsi_good(&check_req)) {
-      bad("reading back LBA %lu: %s", lba, check_req.in_flight ? "no completion" : result_str(&check_req));
+      bad("reading back LBA %lu: %s", lba,
+          check_req.in_flight ? "no completion" : result_str(&check_req));
     } else if (!pattern_check(&key, check_buf, lba * per, per, why, sizeof(why))) {
       bad("WRITE(10) with cdb_size %u / sense_size %u said GOOD but the disk holds other data: %s",
           variants[i].cdb_size, variants[i].sense_size, why);
     } else {
-      note("; block written with cdb_size %u / sense_size %u reads back right", variants[i].cdb_size,
-           variants[i].sense_size);
+      note("; block written with cdb_size %u / sense_size %u reads back right",
+           variants[i].cdb_size, variants[i].sense_size);
     }
   }
   still_working();
@@ -1643,7 +1717,8 @@ static void count_outcome(const char *key, uint8_t opcode) {
   char op[8];
   snprintf(op, sizeof(op), "%02x", opcode);
   if (o->ops_len + 4 < sizeof(o->ops) && !contains(o->ops, op)) {
-    o->ops_len += (size_t)snprintf(o->ops + o->ops_len, sizeof(o->ops) - o->ops_len, "%s%s", o->ops_len ? "," : "", op);
+    o->ops_len += (size_t)snprintf(o->ops + o->ops_len, sizeof(o->ops) - o->ops_len, "%s%s",
+                                   o->ops_len ? "," : "", op);
   }
 }
 
@@ -1663,7 +1738,9 @@ static void fuzz_lun(struct scsi_lun *l, const char *name, unsigned vq) {
         cdb[i] = v == 1 ? 0 : v == 2 ? 0xff : (uint8_t)xorshift64(&rng);
       }
       cdb[0] = (uint8_t)op;
-      enum vscsi_dir dir = v == 3 ? VSCSI_DIR_TO_DEVICE : v == 4 ? VSCSI_DIR_NONE : VSCSI_DIR_FROM_DEVICE;
+      enum vscsi_dir dir = v == 3   ? VSCSI_DIR_TO_DEVICE
+                           : v == 4 ? VSCSI_DIR_NONE
+                                    : VSCSI_DIR_FROM_DEVICE;
       if (dir == VSCSI_DIR_TO_DEVICE) {
         for (unsigned i = 0; i < len; i += 8) put_le(buf + i, xorshift64(&rng), 8);
       } else {
@@ -1672,10 +1749,11 @@ static void fuzz_lun(struct scsi_lun *l, const char *name, unsigned vq) {
       memset(raw_data2, 0xc3, 4096);
       commands++;
       unsigned cdb_len = host.cfg.cdb_size < sizeof(cdb) ? host.cfg.cdb_size : sizeof(cdb);
-      if (!exec_cmd(vq, &hreq, l->target, l->lun, cdb, cdb_len, dir, dir == VSCSI_DIR_NONE ? NULL : buf,
-                    dir == VSCSI_DIR_NONE ? 0 : len, CMD_TIMEOUT_US)) {
-        bad("%s opcode 0x%02x (%s): no completion within %lu ms (status 0x%02x)", name, op, variant_names[v],
-            (uint64_t)(CMD_TIMEOUT_US / 1000), dev_status());
+      if (!exec_cmd(vq, &hreq, l->target, l->lun, cdb, cdb_len, dir,
+                    dir == VSCSI_DIR_NONE ? NULL : buf, dir == VSCSI_DIR_NONE ? 0 : len,
+                    CMD_TIMEOUT_US)) {
+        bad("%s opcode 0x%02x (%s): no completion within %lu ms (status 0x%02x)", name, op,
+            variant_names[v], (uint64_t)(CMD_TIMEOUT_US / 1000), dev_status());
         return;
       }
       char key[24];
@@ -1704,8 +1782,8 @@ static void fuzz_lun(struct scsi_lun *l, const char *name, unsigned vq) {
           /* NOT READY (no medium after a garbage eject), ILLEGAL REQUEST, UNIT ATTENTION, DATA
            * PROTECT (CD writes). MEDIUM/HARDWARE ERROR, ABORTED COMMAND etc. would mean the garbage
            * reached the backend or broke something. */
-          if (s.key != SENSE_NOT_READY && s.key != SENSE_ILLEGAL_REQUEST && s.key != SENSE_UNIT_ATTENTION &&
-              s.key != SENSE_DATA_PROTECT) {
+          if (s.key != SENSE_NOT_READY && s.key != SENSE_ILLEGAL_REQUEST &&
+              s.key != SENSE_UNIT_ATTENTION && s.key != SENSE_DATA_PROTECT) {
             ok = false;
             why = "sense key";
           }
@@ -1732,10 +1810,13 @@ static void fuzz_lun(struct scsi_lun *l, const char *name, unsigned vq) {
       }
       count_outcome(key, (uint8_t)op);
       if (!ok || verbose) {
-        printf("hostile: %s opcode 0x%02x (%s) cdb %02x %02x %02x %02x %02x %02x %02x %02x %02x %02x -> %s, "
-               "residual %u, used len %u%s%s\n",
-               name, op, variant_names[v], cdb[0], cdb[1], cdb[2], cdb[3], cdb[4], cdb[5], cdb[6], cdb[7], cdb[8],
-               cdb[9], result_str(&hreq), hreq.residual, hreq.used_len, ok ? "" : "   <-- ", why);
+        printf(
+            "hostile: %s opcode 0x%02x (%s) cdb %02x %02x %02x %02x %02x %02x %02x %02x %02x %02x "
+            "-> %s, "
+            "residual %u, used len %u%s%s\n",
+            name, op, variant_names[v], cdb[0], cdb[1], cdb[2], cdb[3], cdb[4], cdb[5], cdb[6],
+            cdb[7], cdb[8], cdb[9], result_str(&hreq), hreq.residual, hreq.used_len,
+            ok ? "" : "   <-- ", why);
       }
       if (!ok) flagged++;
     }
@@ -1747,7 +1828,8 @@ static void fuzz_lun(struct scsi_lun *l, const char *name, unsigned vq) {
   note("%u commands in %lu ms:", commands, tsc_to_us(rdtsc() - t0) / 1000);
   for (unsigned i = 0; i < n_outcomes; i++) {
     note(" %s x%u (%s%s)%s", outcomes[i].key, outcomes[i].count, outcomes[i].ops,
-         outcomes[i].ops_len + 4 >= sizeof(outcomes[i].ops) ? ",..." : "", i + 1 < n_outcomes ? "," : "");
+         outcomes[i].ops_len + 4 >= sizeof(outcomes[i].ops) ? ",..." : "",
+         i + 1 < n_outcomes ? "," : "");
   }
   if (flagged) bad("%u answers out of line (printed above)", flagged);
 }
@@ -1767,11 +1849,14 @@ static void case_cdb_fuzz_cd(void) {
   uint8_t tur[6] = {SCSI_TEST_UNIT_READY};
   unsigned vq = have_other() ? other_vq() : main_vq();
   for (unsigned i = 0; i < 3; i++) {
-    if (!exec_cmd(vq, &check_req, cd.target, cd.lun, tur, 6, VSCSI_DIR_NONE, NULL, 0, CMD_TIMEOUT_US)) {
+    if (!exec_cmd(vq, &check_req, cd.target, cd.lun, tur, 6, VSCSI_DIR_NONE, NULL, 0,
+                  CMD_TIMEOUT_US)) {
       bad("cd: TEST UNIT READY did not complete");
       return;
     }
-    if (!scsi_check(&check_req, SENSE_UNIT_ATTENTION, 0x28, -1) && !scsi_check(&check_req, SENSE_UNIT_ATTENTION, 0x29, -1)) break;
+    if (!scsi_check(&check_req, SENSE_UNIT_ATTENTION, 0x28, -1) &&
+        !scsi_check(&check_req, SENSE_UNIT_ATTENTION, 0x29, -1))
+      break;
   }
   note("; cd TEST UNIT READY afterwards -> %s", result_str(&check_req));
   still_working();
@@ -1873,8 +1958,9 @@ static void run_case(unsigned index) {
   }
 }
 
-GUEST_TEST_NAMED(scsi_hostile, "scsi-hostile",
-                 "virtio-scsi: broken rings, bad buffers, malformed requests and CDBs (case=NAME|all|list)") {
+GUEST_TEST_NAMED(
+    scsi_hostile, "scsi-hostile",
+    "virtio-scsi: broken rings, bad buffers, malformed requests and CDBs (case=NAME|all|list)") {
   const char *which = arg_get("case");
   if (which && !strcmp(which, "list")) {
     printf("scsi-hostile: cases:");
@@ -1931,10 +2017,12 @@ GUEST_TEST_NAMED(scsi_hostile, "scsi-hostile",
   vscsi_req_init(&host, &other_req);
   vscsi_req_init(&host, &check_req);
 
-  printf("hostile: device: %u request queue(s), queue size %u, features 0x%lx, disk %u:%u (%lu blocks)%s, RAM top "
-         "0x%lx\n",
-         host.request_queues, host.q[main_vq()].vq.size, host.vp.driver_features, disk.target, disk.lun, disk.blocks,
-         cd.present ? ", CD present" : "", ram_top);
+  printf(
+      "hostile: device: %u request queue(s), queue size %u, features 0x%lx, disk %u:%u (%lu "
+      "blocks)%s, RAM top "
+      "0x%lx\n",
+      host.request_queues, host.q[main_vq()].vq.size, host.vp.driver_features, disk.target,
+      disk.lun, disk.blocks, cd.present ? ", CD present" : "", ram_top);
   unsigned ran = 0;
   for (unsigned i = 0; i < N_CASES; i++) {
     if (selected >= 0 && (unsigned)selected != i) continue;

@@ -49,7 +49,10 @@ static uint32_t arg_seed(const char *key, bool *given) {
 }
 
 /* Seed of an image's block 0 header, for when the command line does not give one. */
-static uint32_t header_seed(const uint8_t *block) { return (uint32_t)block[8] | (uint32_t)block[9] << 8 | (uint32_t)block[10] << 16 | (uint32_t)block[11] << 24; }
+static uint32_t header_seed(const uint8_t *block) {
+  return (uint32_t)block[8] | (uint32_t)block[9] << 8 | (uint32_t)block[10] << 16 |
+         (uint32_t)block[11] << 24;
+}
 
 static uint64_t xorshift64(uint64_t *state) {
   uint64_t x = *state;
@@ -70,12 +73,14 @@ static unsigned vpd_count;
 static struct vscsi_req *vpd_page(struct scsi_lun *l, uint8_t page, unsigned *length) {
   uint8_t cdb[6];
   memset(l->buf, 0, 512);
-  struct vscsi_req *r = scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, true, page, 4), VSCSI_DIR_FROM_DEVICE, l->buf, 4);
+  struct vscsi_req *r =
+      scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, true, page, 4), VSCSI_DIR_FROM_DEVICE, l->buf, 4);
   if (!scsi_good(r)) return r;
   unsigned len = be16(l->buf + 2) + 4u;
   if (len > 512) len = 512;
   memset(l->buf, 0, 512);
-  r = scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, true, page, (uint16_t)len), VSCSI_DIR_FROM_DEVICE, l->buf, len);
+  r = scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, true, page, (uint16_t)len), VSCSI_DIR_FROM_DEVICE,
+               l->buf, len);
   *length = len;
   return r;
 }
@@ -94,7 +99,8 @@ static void print_vpd(uint8_t page, const uint8_t *b, unsigned len) {
     case 0x80: {
       unsigned slen = be16(b + 2);
       if (slen > len - 4) slen = len - 4;
-      printf("scsi-probe: disk VPD 0x80 unit serial number \"%.*s\"\n", (int)slen, (const char *)b + 4);
+      printf("scsi-probe: disk VPD 0x80 unit serial number \"%.*s\"\n", (int)slen,
+             (const char *)b + 4);
       break;
     }
     case 0x83: {
@@ -102,34 +108,53 @@ static void print_vpd(uint8_t page, const uint8_t *b, unsigned len) {
       unsigned end = 4 + be16(b + 2);
       if (end > len) end = len;
       for (unsigned off = 4; off + 4 <= end && n < sizeof(line) - 40;) {
-        static const char *const types[] = {"vendor-specific", "T10", "EUI-64", "NAA", "relative-port",
-                                            "target-port-group", "LU-group", "MD5", "SCSI-name",
-                                            "protocol-port", "UUID"};
+        static const char *const types[] = {"vendor-specific",
+                                            "T10",
+                                            "EUI-64",
+                                            "NAA",
+                                            "relative-port",
+                                            "target-port-group",
+                                            "LU-group",
+                                            "MD5",
+                                            "SCSI-name",
+                                            "protocol-port",
+                                            "UUID"};
         unsigned type = b[off + 1] & 0xf, assoc = (b[off + 1] >> 4) & 3, dlen = b[off + 3];
         n += snprintf(line + n, sizeof(line) - n, " [%s%s %u bytes]",
-                      type < 11 ? types[type] : "reserved", assoc == 0 ? "" : assoc == 1 ? " port" : " target", dlen);
+                      type < 11 ? types[type] : "reserved",
+                      assoc == 0   ? ""
+                      : assoc == 1 ? " port"
+                                   : " target",
+                      dlen);
         off += 4 + dlen;
       }
       printf("%s\n", line);
       break;
     }
     case 0xb0:
-      printf("scsi-probe: disk VPD 0xb0 block limits: max transfer %u blocks, optimal transfer %u, "
-             "max unmap LBA count %u, max WRITE SAME length %lu\n",
-             len >= 12 ? be32(b + 8) : 0, len >= 16 ? be32(b + 12) : 0, len >= 24 ? be32(b + 20) : 0,
-             len >= 44 ? be64(b + 36) : 0);
+      printf(
+          "scsi-probe: disk VPD 0xb0 block limits: max transfer %u blocks, optimal transfer %u, "
+          "max unmap LBA count %u, max WRITE SAME length %lu\n",
+          len >= 12 ? be32(b + 8) : 0, len >= 16 ? be32(b + 12) : 0, len >= 24 ? be32(b + 20) : 0,
+          len >= 44 ? be64(b + 36) : 0);
       break;
     case 0xb1:
-      printf("scsi-probe: disk VPD 0xb1 block device characteristics: rotation rate %u (%s), form factor %u\n",
-             be16(b + 4), be16(b + 4) == 1 ? "non-rotating" : be16(b + 4) == 0 ? "not reported" : "rpm",
-             len > 7 ? b[7] & 0xf : 0);
+      printf(
+          "scsi-probe: disk VPD 0xb1 block device characteristics: rotation rate %u (%s), form "
+          "factor %u\n",
+          be16(b + 4),
+          be16(b + 4) == 1   ? "non-rotating"
+          : be16(b + 4) == 0 ? "not reported"
+                             : "rpm",
+          len > 7 ? b[7] & 0xf : 0);
       break;
     case 0xb2:
-      printf("scsi-probe: disk VPD 0xb2 logical block provisioning: LBPU=%u LBPWS=%u LBPWS10=%u "
-             "provisioning type %u\n", (b[5] >> 7) & 1, (b[5] >> 6) & 1, (b[5] >> 5) & 1, b[6] & 7);
+      printf(
+          "scsi-probe: disk VPD 0xb2 logical block provisioning: LBPU=%u LBPWS=%u LBPWS10=%u "
+          "provisioning type %u\n",
+          (b[5] >> 7) & 1, (b[5] >> 6) & 1, (b[5] >> 5) & 1, b[6] & 7);
       break;
-    default:
-      break;
+    default: break;
   }
 }
 
@@ -138,10 +163,11 @@ static void probe_disk(struct scsi_lun *l) {
   struct vscsi_req *r;
   /* 1. standard INQUIRY */
   if (!scsi_inquiry_std(l)) test_fail("disk: standard INQUIRY failed: %s", RES(&l->req));
-  printf("scsi-probe: disk %u:%u INQUIRY: type 0x%02x, %s, vendor \"%s\" product \"%s\" revision "
-         "\"%s\", version 0x%02x, response format %u\n", l->target, l->lun, l->type,
-         l->removable ? "removable" : "not removable", l->vendor, l->product, l->revision,
-         l->buf[2], l->buf[3] & 0xf);
+  printf(
+      "scsi-probe: disk %u:%u INQUIRY: type 0x%02x, %s, vendor \"%s\" product \"%s\" revision "
+      "\"%s\", version 0x%02x, response format %u\n",
+      l->target, l->lun, l->type, l->removable ? "removable" : "not removable", l->vendor,
+      l->product, l->revision, l->buf[2], l->buf[3] & 0xf);
   if (l->type != SCSI_TYPE_DISK) test_fail("disk: peripheral type 0x%02x", l->type);
 
   /* 2. VPD pages: 0x00 (twice, as Linux), then each page of interest */
@@ -169,7 +195,8 @@ static void probe_disk(struct scsi_lun *l) {
       continue;
     }
     if (!scsi_good(r)) test_fail("disk: listed VPD page 0x%02x: %s", page, RES(r));
-    if (l->buf[1] != page) test_fail("disk: VPD 0x%02x answer has page code 0x%02x", page, l->buf[1]);
+    if (l->buf[1] != page)
+      test_fail("disk: VPD 0x%02x answer has page code 0x%02x", page, l->buf[1]);
     print_vpd(page, l->buf, len);
   }
 
@@ -193,7 +220,8 @@ static void probe_disk(struct scsi_lun *l) {
     r = scsi_cmd(l, cdb, 6, VSCSI_DIR_NONE, NULL, 0);
     printf("scsi-probe: disk TEST UNIT READY -> %s\n", RES(r));
     if (scsi_good(r)) break;
-    if (!scsi_check(r, SENSE_UNIT_ATTENTION, 0x29, -1) && !scsi_check(r, SENSE_UNIT_ATTENTION, 0x2a, -1)) {
+    if (!scsi_check(r, SENSE_UNIT_ATTENTION, 0x29, -1) &&
+        !scsi_check(r, SENSE_UNIT_ATTENTION, 0x2a, -1)) {
       test_fail("disk: TEST UNIT READY: %s", RES(r));
     }
   }
@@ -202,9 +230,11 @@ static void probe_disk(struct scsi_lun *l) {
   /* 5. READ CAPACITY(16) */
   scsi_read_capacity(l, true);
   uint8_t prot = l->buf[12], exp = l->buf[13] & 0xf;
-  printf("scsi-probe: disk READ CAPACITY(16): %lu blocks of %u bytes (%lu MiB), protection 0x%02x, "
-         "%u logical per physical, LBPME=%u\n", l->blocks, l->block_size,
-         (l->blocks * l->block_size) >> 20, prot, 1u << exp, (l->buf[14] >> 7) & 1);
+  printf(
+      "scsi-probe: disk READ CAPACITY(16): %lu blocks of %u bytes (%lu MiB), protection 0x%02x, "
+      "%u logical per physical, LBPME=%u\n",
+      l->blocks, l->block_size, (l->blocks * l->block_size) >> 20, prot, 1u << exp,
+      (l->buf[14] >> 7) & 1);
   uint64_t want_blocks = arg_u64("disk_blocks", 0);
   if (want_blocks && l->blocks != want_blocks) {
     test_fail("disk: %lu blocks, expected %lu", l->blocks, want_blocks);
@@ -217,7 +247,8 @@ static void probe_disk(struct scsi_lun *l) {
   cdb[4] = 4;
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, l->buf, 4);
   if (!scsi_good(r)) test_fail("disk: MODE SENSE(6) page 0x3f: %s", RES(r));
-  printf("scsi-probe: disk Mode Sense: %02x %02x %02x %02x\n", l->buf[0], l->buf[1], l->buf[2], l->buf[3]);
+  printf("scsi-probe: disk Mode Sense: %02x %02x %02x %02x\n", l->buf[0], l->buf[1], l->buf[2],
+         l->buf[3]);
   bool wp = l->buf[2] & 0x80, dpofua = l->buf[2] & 0x10;
   cdb[2] = 0x08;
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, l->buf, 4);
@@ -229,15 +260,18 @@ static void probe_disk(struct scsi_lun *l) {
   unsigned bdlen = l->buf[3];
   const uint8_t *page = l->buf + 4 + bdlen;
   if (4 + bdlen + 3 > 32 || (page[0] & 0x3f) != 0x08) {
-    test_fail("disk: caching mode page missing (block descriptors %u bytes, page code 0x%02x)", bdlen, page[0] & 0x3f);
+    test_fail("disk: caching mode page missing (block descriptors %u bytes, page code 0x%02x)",
+              bdlen, page[0] & 0x3f);
   }
   bool wce = page[2] & 0x04, rcd = page[2] & 0x01;
   printf("scsi-probe: disk caching page: length %u, WCE=%u RCD=%u; header: WP=%u DPOFUA=%u\n",
          page[1], wce, rcd, wp, dpofua);
   if (l->buf[2] & 0x10) dpofua = true;
   const char *want;
-  if ((want = arg_get("dpofua")) && (want[0] == '1') != dpofua) test_fail("disk: DPOFUA=%u, expected %s", dpofua, want);
-  if ((want = arg_get("wce")) && (want[0] == '1') != wce) test_fail("disk: WCE=%u, expected %s", wce, want);
+  if ((want = arg_get("dpofua")) && (want[0] == '1') != dpofua)
+    test_fail("disk: DPOFUA=%u, expected %s", dpofua, want);
+  if ((want = arg_get("wce")) && (want[0] == '1') != wce)
+    test_fail("disk: WCE=%u, expected %s", wce, want);
 
   /* 7. REPORT SUPPORTED OPERATION CODES for INQUIRY (Linux asks; QEMU rejects) */
   memset(cdb, 0, sizeof(cdb));
@@ -249,21 +283,27 @@ static void probe_disk(struct scsi_lun *l) {
   r = scsi_cmd(l, cdb, 12, VSCSI_DIR_FROM_DEVICE, l->buf, 10);
   printf("scsi-probe: disk REPORT SUPPORTED OPERATION CODES (INQUIRY) -> %s\n", RES(r));
 
-  printf("scsi-probe: disk %u:%u \"%s\" \"%s\": %lu x %u-byte blocks, WCE=%u, DPOFUA=%u, WP=%u, VPD pages:%s\n",
-         l->target, l->lun, l->vendor, l->product, l->blocks, l->block_size, wce, dpofua, wp, vpd_text);
+  printf(
+      "scsi-probe: disk %u:%u \"%s\" \"%s\": %lu x %u-byte blocks, WCE=%u, DPOFUA=%u, WP=%u, VPD "
+      "pages:%s\n",
+      l->target, l->lun, l->vendor, l->product, l->blocks, l->block_size, wce, dpofua, wp,
+      vpd_text);
 }
 
 static void cd_cmd(struct scsi_lun *l, const char *what, const uint8_t *cdb, unsigned len,
                    uint32_t alloc, bool must_succeed) {
   memset(l->buf, 0, alloc ? alloc : 1);
-  struct vscsi_req *r = scsi_cmd(l, cdb, len, alloc ? VSCSI_DIR_FROM_DEVICE : VSCSI_DIR_NONE, l->buf, alloc);
+  struct vscsi_req *r =
+      scsi_cmd(l, cdb, len, alloc ? VSCSI_DIR_FROM_DEVICE : VSCSI_DIR_NONE, l->buf, alloc);
   char hex[3 * 16 + 1];
   size_t n = 0;
   uint32_t shown = alloc - r->residual;
   if (shown > alloc) shown = alloc;
-  for (uint32_t i = 0; i < shown && i < 16; i++) n += snprintf(hex + n, sizeof(hex) - n, " %02x", l->buf[i]);
+  for (uint32_t i = 0; i < shown && i < 16; i++)
+    n += snprintf(hex + n, sizeof(hex) - n, " %02x", l->buf[i]);
   hex[n] = 0;
-  printf("scsi-cd: %s -> %s%s%s\n", what, RES(r), scsi_good(r) && alloc ? ":" : "", scsi_good(r) && alloc ? hex : "");
+  printf("scsi-cd: %s -> %s%s%s\n", what, RES(r), scsi_good(r) && alloc ? ":" : "",
+         scsi_good(r) && alloc ? hex : "");
   if (must_succeed && !scsi_good(r)) test_fail("CD: %s: %s", what, RES(r));
 }
 
@@ -271,9 +311,11 @@ static void cd_cmd(struct scsi_lun *l, const char *what, const uint8_t *cdb, uns
 static void probe_cd(struct scsi_lun *l, bool verbose_sequence) {
   uint8_t cdb[12];
   if (!scsi_inquiry_std(l)) test_fail("CD: standard INQUIRY failed: %s", RES(&l->req));
-  printf("scsi-probe: cd %u:%u INQUIRY: type 0x%02x, %s, vendor \"%s\" product \"%s\" revision \"%s\"\n",
-         l->target, l->lun, l->type, l->removable ? "removable" : "not removable", l->vendor,
-         l->product, l->revision);
+  printf(
+      "scsi-probe: cd %u:%u INQUIRY: type 0x%02x, %s, vendor \"%s\" product \"%s\" revision "
+      "\"%s\"\n",
+      l->target, l->lun, l->type, l->removable ? "removable" : "not removable", l->vendor,
+      l->product, l->revision);
   if (l->type != SCSI_TYPE_ROM) test_fail("CD: peripheral type 0x%02x, expected 0x05", l->type);
   if (!l->removable) test_fail("CD: RMB is not set");
   scsi_wait_ready(l, 5000000, verbose_sequence);
@@ -286,9 +328,10 @@ static void probe_cd(struct scsi_lun *l, bool verbose_sequence) {
   struct vscsi_req *r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, l->buf, 128);
   if (scsi_good(r)) {
     const uint8_t *p = l->buf + 4 + l->buf[3];
-    printf("scsi-cd: MODE SENSE(6) page 0x2a -> GOOD: page 0x%02x length %u, read CD-R/RW %u/%u, "
-           "lock %u, eject %u, loading mechanism %u\n", p[0] & 0x3f, p[1], p[2] & 1, (p[2] >> 1) & 1,
-           p[6] & 1, (p[6] >> 3) & 1, p[6] >> 5);
+    printf(
+        "scsi-cd: MODE SENSE(6) page 0x2a -> GOOD: page 0x%02x length %u, read CD-R/RW %u/%u, "
+        "lock %u, eject %u, loading mechanism %u\n",
+        p[0] & 0x3f, p[1], p[2] & 1, (p[2] >> 1) & 1, p[6] & 1, (p[6] >> 3) & 1, p[6] >> 5);
   } else {
     printf("scsi-cd: MODE SENSE(6) page 0x2a -> %s\n", RES(r));
   }
@@ -322,10 +365,13 @@ static void probe_cd(struct scsi_lun *l, bool verbose_sequence) {
   toc_lo[1] = 0x02;
   cd_cmd(l, "READ TOC format 0 MSF track 0xaa", toc_lo, 10, 12, true);
   unsigned m = l->buf[9], s = l->buf[10], f = l->buf[11];
-  printf("scsi-cd: TOC: tracks %u-%u, track %u (ADR/control 0x%02x) at LBA %u, lead-out at LBA %u "
-         "= MSF %02u:%02u:%02u\n", first, last, track1, adr_ctl, track1_lba, leadout, m, s, f);
+  printf(
+      "scsi-cd: TOC: tracks %u-%u, track %u (ADR/control 0x%02x) at LBA %u, lead-out at LBA %u "
+      "= MSF %02u:%02u:%02u\n",
+      first, last, track1, adr_ctl, track1_lba, leadout, m, s, f);
   if (first != 1 || last < 1 || track1 != 1 || track1_lba != 0) {
-    test_fail("CD: TOC track 1 is not a first track at LBA 0 (tracks %u-%u, track %u at %u)", first, last, track1, track1_lba);
+    test_fail("CD: TOC track 1 is not a first track at LBA 0 (tracks %u-%u, track %u at %u)", first,
+              last, track1, track1_lba);
   }
   if (leadout != l->blocks) test_fail("CD: TOC lead-out %u != capacity %lu", leadout, l->blocks);
   if ((m * 60 + s) * 75 + f != leadout + 150) {
@@ -341,11 +387,14 @@ static void probe_cd(struct scsi_lun *l, bool verbose_sequence) {
   cd_cmd(l, "GET CONFIGURATION start 0", gc0, 10, 32, true);
   unsigned profile = be16(l->buf + 6);
   printf("scsi-cd: current profile 0x%04x (%s)\n", profile,
-         profile == 0x0008 ? "CD-ROM" : profile == 0x0010 ? "DVD-ROM" : "other");
+         profile == 0x0008   ? "CD-ROM"
+         : profile == 0x0010 ? "DVD-ROM"
+                             : "other");
   if (profile != 0x0008 && profile != 0x0010) test_fail("CD: current profile 0x%04x", profile);
 }
 
-GUEST_TEST_NAMED(scsi_probe, "scsi-probe", "virtio-scsi: probes the disk and the CD the way Linux does") {
+GUEST_TEST_NAMED(scsi_probe, "scsi-probe",
+                 "virtio-scsi: probes the disk and the CD the way Linux does") {
   setup(true);
   bool want_disk = arg_u64("expect_disk", 1), want_cd = arg_u64("expect_cd", 1);
   if (want_disk) need_disk();
@@ -363,17 +412,19 @@ GUEST_TEST_NAMED(scsi_probe, "scsi-probe", "virtio-scsi: probes the disk and the
  */
 
 struct rw_case {
-  uint64_t lba;     /* < 0 from the end: see resolve */
+  uint64_t lba; /* < 0 from the end: see resolve */
   uint32_t blocks;
-  unsigned wsize;   /* WRITE(10) or (16) */
+  unsigned wsize; /* WRITE(10) or (16) */
   bool wfua;
   unsigned rsize;
   bool rfua;
-  int sync;         /* 0, 10 or 16: SYNCHRONIZE CACHE after the write */
+  int sync;          /* 0, 10 or 16: SYNCHRONIZE CACHE after the write */
   unsigned segments; /* data split into this many separate buffers */
 };
 
-static bool overlaps(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) { return a < b + bn && b < a + an; }
+static bool overlaps(uint64_t a, uint64_t an, uint64_t b, uint64_t bn) {
+  return a < b + bn && b < a + an;
+}
 
 /* Verifies `blocks` device blocks at `lba` hold the pre-existing pattern. */
 static void check_existing(struct scsi_lun *l, const struct pattern_key *key, uint64_t lba,
@@ -387,7 +438,9 @@ static void check_existing(struct scsi_lun *l, const struct pattern_key *key, ui
   }
 }
 
-GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/without FUA), read back, pre-existing pattern") {
+GUEST_TEST_NAMED(
+    scsi_rw, "scsi-rw",
+    "virtio-scsi: patterned writes (with/without FUA), read back, pre-existing pattern") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   struct scsi_lun *l = &disk;
@@ -403,12 +456,9 @@ GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/withou
   printf("scsi-rw: disk %u:%u, %lu blocks of %u bytes, write seed %u%s\n", l->target, l->lun, cap,
          l->block_size, wseed, have_seed ? "" : " (no seed=: pre-existing data not checked)");
   struct rw_case cases[] = {
-      {1, 1, 10, false, 10, false, 10, 1},
-      {8, 8, 10, true, 10, false, 0, 1},
-      {100, 64, 16, false, 16, false, 16, 1},
-      {1000, 256, 16, true, 10, true, 0, 32},
-      {cap / 2 - 3, 7, 10, true, 16, false, 0, 7},
-      {cap - 8, 8, 16, true, 16, true, 0, 2},
+      {1, 1, 10, false, 10, false, 10, 1},         {8, 8, 10, true, 10, false, 0, 1},
+      {100, 64, 16, false, 16, false, 16, 1},      {1000, 256, 16, true, 10, true, 0, 32},
+      {cap / 2 - 3, 7, 10, true, 16, false, 0, 7}, {cap - 8, 8, 16, true, 16, true, 0, 2},
       {2048, 128, 10, false, 10, false, 10, 4},
   };
   unsigned ncases = sizeof(cases) / sizeof(cases[0]);
@@ -452,31 +502,41 @@ GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/withou
     }
     unsigned used_segs = req->nsg;
     vscsi_exec(&host, l->vq, req, SCSI_TIMEOUT_US);
-    if (!scsi_good(req)) test_fail("WRITE(%u)%s at %lu x%u: %s", k->wsize, k->wfua ? " FUA" : "", k->lba, k->blocks, RES(req));
+    if (!scsi_good(req))
+      test_fail("WRITE(%u)%s at %lu x%u: %s", k->wsize, k->wfua ? " FUA" : "", k->lba, k->blocks,
+                RES(req));
     if (k->sync) {
-      struct vscsi_req *r = scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, (unsigned)k->sync, k->lba, k->blocks), VSCSI_DIR_NONE, NULL, 0);
-      if (k->sync == 16 && scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x20, 0x00) && !arg_u64("need_sync16", 0)) {
+      struct vscsi_req *r =
+          scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, (unsigned)k->sync, k->lba, k->blocks),
+                   VSCSI_DIR_NONE, NULL, 0);
+      if (k->sync == 16 && scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x20, 0x00) &&
+          !arg_u64("need_sync16", 0)) {
         /* QEMU 7.2's scsi-hd has no SYNCHRONIZE CACHE(16); Linux only sends the 10-byte one. */
         printf("scsi-rw: SYNCHRONIZE CACHE(16) -> %s; using SYNCHRONIZE CACHE(10)\n", RES(r));
         k->sync = 10;
-        r = scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, 10, k->lba, k->blocks), VSCSI_DIR_NONE, NULL, 0);
+        r = scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, 10, k->lba, k->blocks), VSCSI_DIR_NONE, NULL,
+                     0);
       }
       if (!scsi_good(r)) test_fail("SYNCHRONIZE CACHE(%d): %s", k->sync, RES(r));
     }
     memset(rbuf, 0xee, bytes);
     struct vscsi_req *r = scsi_rw(l, false, k->rsize, k->lba, k->blocks, k->rfua, rbuf);
     if (!scsi_good(r)) test_fail("READ(%u) at %lu x%u: %s", k->rsize, k->lba, k->blocks, RES(r));
-    if (r->residual) test_fail("READ(%u) at %lu x%u: residual %u", k->rsize, k->lba, k->blocks, r->residual);
+    if (r->residual)
+      test_fail("READ(%u) at %lu x%u: residual %u", k->rsize, k->lba, k->blocks, r->residual);
     if (!pattern_check(&wkey, rbuf, k->lba * per, (uint64_t)k->blocks * per, why, sizeof(why))) {
       test_fail("read back after WRITE(%u) at %lu: %s", k->wsize, k->lba, why);
     }
     printf("scsi-rw: WRITE(%u)%s LBA %lu x%u in %u segment(s)%s, READ(%u)%s: verified\n", k->wsize,
            k->wfua ? " FUA" : "", k->lba, k->blocks, used_segs,
-           k->sync == 10 ? " + SYNCHRONIZE CACHE(10)" : k->sync == 16 ? " + SYNCHRONIZE CACHE(16)" : "",
+           k->sync == 10   ? " + SYNCHRONIZE CACHE(10)"
+           : k->sync == 16 ? " + SYNCHRONIZE CACHE(16)"
+                           : "",
            k->rsize, k->rfua ? " FUA" : "");
   }
   /* Whole-device flush, as Linux sends it (LBA 0, 0 blocks). */
-  struct vscsi_req *r = scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0), VSCSI_DIR_NONE, NULL, 0);
+  struct vscsi_req *r =
+      scsi_cmd(l, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0), VSCSI_DIR_NONE, NULL, 0);
   if (!scsi_good(r)) test_fail("SYNCHRONIZE CACHE(10) of the whole device: %s", RES(r));
 
   if (have_seed) {
@@ -489,7 +549,8 @@ GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/withou
         if (cases[c].lba == 0 && i == 0) continue;
         if (lba >= cap) continue;
         bool written = false;
-        for (unsigned o = 0; o < ncases; o++) written |= overlaps(lba, 1, cases[o].lba, cases[o].blocks);
+        for (unsigned o = 0; o < ncases; o++)
+          written |= overlaps(lba, 1, cases[o].lba, cases[o].blocks);
         if (written) continue;
         check_existing(l, &okey, lba, 1, rbuf);
         checked++;
@@ -501,7 +562,8 @@ GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/withou
     for (unsigned i = 0; i < 32; i++) {
       uint64_t lba = (xorshift64(&state) % (cap - nb));
       bool written = false;
-      for (unsigned o = 0; o < ncases; o++) written |= overlaps(lba, nb, cases[o].lba, cases[o].blocks);
+      for (unsigned o = 0; o < ncases; o++)
+        written |= overlaps(lba, nb, cases[o].lba, cases[o].blocks);
       if (written) continue;
       check_existing(l, &okey, lba, nb, rbuf);
       checked++;
@@ -518,15 +580,18 @@ GUEST_TEST_NAMED(scsi_rw, "scsi-rw", "virtio-scsi: patterned writes (with/withou
         if (!scsi_good(r)) test_fail("READ(16) at %lu x%u: %s", lba, n, RES(r));
         for (uint32_t b = 0; b < n; b++) {
           bool written = false;
-          for (unsigned o = 0; o < ncases; o++) written |= overlaps(lba + b, 1, cases[o].lba, cases[o].blocks);
+          for (unsigned o = 0; o < ncases; o++)
+            written |= overlaps(lba + b, 1, cases[o].lba, cases[o].blocks);
           const struct pattern_key *key = written ? &wkey : &okey;
-          if (!pattern_check(key, rbuf + (size_t)b * l->block_size, (lba + b) * per, per, why, sizeof(why))) {
+          if (!pattern_check(key, rbuf + (size_t)b * l->block_size, (lba + b) * per, per, why,
+                             sizeof(why))) {
             test_fail("full check: %s", why);
           }
           verified++;
         }
       }
-      printf("scsi-rw: full check: %lu blocks verified in %lu ms\n", verified, tsc_to_us(rdtsc() - t0) / 1000);
+      printf("scsi-rw: full check: %lu blocks verified in %lu ms\n", verified,
+             tsc_to_us(rdtsc() - t0) / 1000);
     }
   }
   printf("scsi-rw: queue %u: %lu requests, %lu notifications, %lu suppressed\n", l->vq,
@@ -543,7 +608,8 @@ static uint32_t cd_read_verify(struct scsi_lun *l, uint64_t start, uint64_t coun
                                uint32_t seed, const char *who) {
   uint32_t chunk = (uint32_t)arg_u64("chunk", 64);
   if (chunk == 0) chunk = 1;
-  if (host.cfg.max_sectors && (uint64_t)chunk * 4 > host.cfg.max_sectors) chunk = host.cfg.max_sectors / 4;
+  if (host.cfg.max_sectors && (uint64_t)chunk * 4 > host.cfg.max_sectors)
+    chunk = host.cfg.max_sectors / 4;
   if (chunk > 64) chunk = 64;
   static uint8_t *buf;
   if (!buf) buf = dma_alloc(64 * 2048);
@@ -558,7 +624,8 @@ static uint32_t cd_read_verify(struct scsi_lun *l, uint64_t start, uint64_t coun
     if (lba == start) {
       if (!have_seed) {
         seed = header_seed(buf);
-        printf("%s: no seed given: using seed %u from the header of block %lu\n", who, seed, lba * 4);
+        printf("%s: no seed given: using seed %u from the header of block %lu\n", who, seed,
+               lba * 4);
       }
       pattern_key_init(&key, seed);
     }
@@ -567,12 +634,15 @@ static uint32_t cd_read_verify(struct scsi_lun *l, uint64_t start, uint64_t coun
     }
   }
   uint64_t us = tsc_to_us(rdtsc() - t0);
-  printf("%s: read and verified %lu sectors (%lu KiB) from LBA %lu in %lu ms (%lu KiB/s), seed %u\n",
-         who, count, count * 2, start, us / 1000, us ? count * 2 * 1000000 / us : 0, seed);
+  printf(
+      "%s: read and verified %lu sectors (%lu KiB) from LBA %lu in %lu ms (%lu KiB/s), seed %u\n",
+      who, count, count * 2, start, us / 1000, us ? count * 2 * 1000000 / us : 0, seed);
   return seed;
 }
 
-GUEST_TEST_NAMED(scsi_cd, "scsi-cd", "virtio-scsi: reads the CD (all sectors or count=N) and verifies the pattern and TOC") {
+GUEST_TEST_NAMED(
+    scsi_cd, "scsi-cd",
+    "virtio-scsi: reads the CD (all sectors or count=N) and verifies the pattern and TOC") {
   setup(arg_u64("verbose", 0) != 0);
   need_cd();
   struct scsi_lun *l = &cd;
@@ -662,15 +732,17 @@ static bool qw_fill(struct qworker *w) {
     unsigned op = w->submitted;
     uint64_t lba = w->base + (uint64_t)op * w->blocks;
     uint8_t cdb[16];
-    unsigned n = scsi_cdb_rw(cdb, w->write, (op & 1) ? 16 : 10, lba, w->blocks, w->write && (op % 3 == 0));
+    unsigned n =
+        scsi_cdb_rw(cdb, w->write, (op & 1) ? 16 : 10, lba, w->blocks, w->write && (op % 3 == 0));
     if (w->write) {
       pattern_fill(&w->key, w->bufs[s], lba * w->per, (uint64_t)w->blocks * w->per);
     } else {
       memset(w->bufs[s], 0, (size_t)w->blocks * disk.block_size);
     }
     struct vscsi_req *req = &w->reqs[s];
-    vscsi_req_set(req, disk.target, disk.lun, cdb, n, w->write ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE,
-                  w->bufs[s], w->blocks * disk.block_size);
+    vscsi_req_set(req, disk.target, disk.lun, cdb, n,
+                  w->write ? VSCSI_DIR_TO_DEVICE : VSCSI_DIR_FROM_DEVICE, w->bufs[s],
+                  w->blocks * disk.block_size);
     if (!vscsi_submit(&host, w->vq, req)) break;
     w->slot_op[s] = (int)op;
     w->submitted++;
@@ -683,7 +755,8 @@ static bool qw_fill(struct qworker *w) {
 static void qw_complete(struct qworker *w, struct vscsi_req *req) {
   char result[160], why[160];
   unsigned s = req->user_index;
-  if (s >= w->qd || req != &w->reqs[s]) test_fail("queue %u: completion of a request that is not ours", w->vq);
+  if (s >= w->qd || req != &w->reqs[s])
+    test_fail("queue %u: completion of a request that is not ours", w->vq);
   if (w->slot_op[s] < 0) test_fail("queue %u: slot %u completed twice", w->vq, s);
   unsigned op = (unsigned)w->slot_op[s];
   w->slot_op[s] = -1;
@@ -694,7 +767,8 @@ static void qw_complete(struct qworker *w, struct vscsi_req *req) {
     test_fail("queue %u: %s LBA %lu: %s", w->vq, w->write ? "WRITE" : "READ", lba,
               scsi_result_str(req, result, sizeof(result)));
   }
-  if (!w->write && !pattern_check(&w->key, w->bufs[s], lba * w->per, (uint64_t)w->blocks * w->per, why, sizeof(why))) {
+  if (!w->write && !pattern_check(&w->key, w->bufs[s], lba * w->per, (uint64_t)w->blocks * w->per,
+                                  why, sizeof(why))) {
     test_fail("queue %u: READ LBA %lu returned the wrong data: %s", w->vq, lba, why);
   }
 }
@@ -772,14 +846,17 @@ static void qw_ap_entry(unsigned apic_id) {
   qw_cpu_main(&qworkers[1]);
 }
 
-GUEST_TEST_NAMED(scsi_queues, "scsi-queues", "virtio-scsi: two request queues at once (two CPUs, or one alternating)") {
+GUEST_TEST_NAMED(scsi_queues, "scsi-queues",
+                 "virtio-scsi: two request queues at once (two CPUs, or one alternating)") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   scsi_wait_ready(&disk, 5000000, false);
   scsi_read_capacity(&disk, true);
-  if (host.request_queues < 2) test_fail("the device has %u request queue(s); need 2", host.request_queues);
+  if (host.request_queues < 2)
+    test_fail("the device has %u request queue(s); need 2", host.request_queues);
   unsigned qd = (unsigned)arg_u64("qd", 8), count = (unsigned)arg_u64("count", 1000);
-  unsigned blocks = (unsigned)arg_u64("blocks", 4096 / disk.block_size ? 4096 / disk.block_size : 1);
+  unsigned blocks =
+      (unsigned)arg_u64("blocks", 4096 / disk.block_size ? 4096 / disk.block_size : 1);
   bool irq = arg_u64("irq", 0) != 0;
   if (qd == 0 || qd > QW_MAX_QD) test_fail("qd must be 1..%u", QW_MAX_QD);
   uint64_t span = (uint64_t)count * blocks;
@@ -792,9 +869,11 @@ GUEST_TEST_NAMED(scsi_queues, "scsi-queues", "virtio-scsi: two request queues at
   qw_timeout_us = arg_u64("timeout_ms", 60000) * 1000;
   unsigned cpus = cpu_count();
   bool smp = cpus >= 2 && arg_u64("smp", 1);
-  printf("scsi-queues: queues %u and %u, qd %u each, %u x %u-block writes then reads per queue, %s, %s\n",
-         qworkers[0].vq, qworkers[1].vq, qd, count, blocks,
-         smp ? "one CPU per queue" : "one CPU alternating", irq ? "interrupt-driven" : "polled");
+  printf(
+      "scsi-queues: queues %u and %u, qd %u each, %u x %u-block writes then reads per queue, %s, "
+      "%s\n",
+      qworkers[0].vq, qworkers[1].vq, qd, count, blocks,
+      smp ? "one CPU per queue" : "one CPU alternating", irq ? "interrupt-driven" : "polled");
   uint64_t irqs0 = host.q[qworkers[0].vq].irqs, irqs1 = host.q[qworkers[1].vq].irqs;
   uint64_t t0 = rdtsc();
   if (smp) {
@@ -825,22 +904,29 @@ GUEST_TEST_NAMED(scsi_queues, "scsi-queues", "virtio-scsi: two request queues at
   for (unsigned i = 0; i < 2; i++) {
     struct qworker *w = &qworkers[i];
     struct vscsi_queue *q = &host.q[w->vq];
-    printf("scsi-queues: queue %u: %u writes + %u reads verified, %lu notifications (%lu suppressed), "
-           "%lu interrupts, %lu waits\n", w->vq, w->count, w->count, q->vq.notifications,
-           q->vq.notifications_suppressed, q->irqs - (i ? irqs1 : irqs0), q->waits);
+    printf(
+        "scsi-queues: queue %u: %u writes + %u reads verified, %lu notifications (%lu suppressed), "
+        "%lu interrupts, %lu waits\n",
+        w->vq, w->count, w->count, q->vq.notifications, q->vq.notifications_suppressed,
+        q->irqs - (i ? irqs1 : irqs0), q->waits);
   }
   /* Overlap of the two queues' busy periods (they must have been in use at the same time). */
-  uint64_t s = qworkers[0].start_tsc > qworkers[1].start_tsc ? qworkers[0].start_tsc : qworkers[1].start_tsc;
-  uint64_t e = qworkers[0].end_tsc < qworkers[1].end_tsc ? qworkers[0].end_tsc : qworkers[1].end_tsc;
+  uint64_t s =
+      qworkers[0].start_tsc > qworkers[1].start_tsc ? qworkers[0].start_tsc : qworkers[1].start_tsc;
+  uint64_t e =
+      qworkers[0].end_tsc < qworkers[1].end_tsc ? qworkers[0].end_tsc : qworkers[1].end_tsc;
   uint64_t overlap_us = e > s ? tsc_to_us(e - s) : 0;
   printf("scsi-queues: %u requests in %lu ms (%lu per second), queues busy together for %lu ms\n",
-         4 * count, total_us / 1000, total_us ? (uint64_t)4 * count * 1000000 / total_us : 0, overlap_us / 1000);
+         4 * count, total_us / 1000, total_us ? (uint64_t)4 * count * 1000000 / total_us : 0,
+         overlap_us / 1000);
   if (irq && (host.q[qworkers[0].vq].irqs == irqs0 || host.q[qworkers[1].vq].irqs == irqs1)) {
     test_fail("a queue completed without any interrupt in irq mode");
   }
   for (unsigned i = 0; i < 2; i++) {
     const struct vscsi_queue *q = &host.q[qworkers[i].vq];
-    if (q->misrouted) test_fail("queue %u: %lu interrupts arrived on another CPU than APIC %u", qworkers[i].vq, q->misrouted, q->apic_id);
+    if (q->misrouted)
+      test_fail("queue %u: %lu interrupts arrived on another CPU than APIC %u", qworkers[i].vq,
+                q->misrouted, q->apic_id);
   }
   if (overlap_us == 0) test_fail("the two queues were never busy at the same time");
 }
@@ -849,7 +935,8 @@ GUEST_TEST_NAMED(scsi_queues, "scsi-queues", "virtio-scsi: two request queues at
  * scsi-irq
  */
 
-GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completions (MSI-X), masking and the PBA") {
+GUEST_TEST_NAMED(scsi_irq, "scsi-irq",
+                 "virtio-scsi: interrupt-driven completions (MSI-X), masking and the PBA") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   struct scsi_lun *l = &disk;
@@ -861,7 +948,8 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
   vscsi_wake_timer_start(arg_u64("wake_ms", 20) * 1000);
   vscsi_set_irq_mode(&host, vq, true);
   unsigned count = (unsigned)arg_u64("count", 40);
-  uint32_t per = l->block_size / PATTERN_BLOCK, nb = 4096 / l->block_size ? 4096 / l->block_size : 1;
+  uint32_t per = l->block_size / PATTERN_BLOCK,
+           nb = 4096 / l->block_size ? 4096 / l->block_size : 1;
   uint64_t base = l->blocks / 4;
   struct pattern_key key;
   pattern_key_init(&key, 0x1e0e0000u);
@@ -878,15 +966,19 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
     memset(buf, 0, 4096);
     r = scsi_rw(l, false, 10, lba, nb, false, buf);
     if (!scsi_good(r)) test_fail("READ(10) LBA %lu: %s", lba, RES(r));
-    if (!pattern_check(&key, buf, lba * per, (uint64_t)nb * per, why, sizeof(why))) test_fail("%s", why);
+    if (!pattern_check(&key, buf, lba * per, (uint64_t)nb * per, why, sizeof(why)))
+      test_fail("%s", why);
   }
   uint64_t us = tsc_to_us(rdtsc() - t0);
   uint64_t irqs1 = q->irqs;
-  printf("scsi-irq: %u writes + %u reads one at a time: %lu interrupts, %lu HLT waits, %lu woken by "
-         "the device, %lu us per command\n", count, count, irqs1 - irqs0, q->waits, q->wakeups - wake0,
-         us / (count ? 2 * count : 1));
+  printf(
+      "scsi-irq: %u writes + %u reads one at a time: %lu interrupts, %lu HLT waits, %lu woken by "
+      "the device, %lu us per command\n",
+      count, count, irqs1 - irqs0, q->waits, q->wakeups - wake0, us / (count ? 2 * count : 1));
   if (irqs1 == irqs0) test_fail("no MSI-X interrupt arrived for queue %u", vq);
-  if (q->misrouted) test_fail("queue %u: %lu interrupts arrived on another CPU than APIC %u", vq, q->misrouted, q->apic_id);
+  if (q->misrouted)
+    test_fail("queue %u: %lu interrupts arrived on another CPU than APIC %u", vq, q->misrouted,
+              q->apic_id);
 
   /* 2. a burst of 16 reads completed by interrupts */
   static struct vscsi_req burst[16];
@@ -894,7 +986,8 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
     if (!burst[i].hdr) vscsi_req_init(&host, &burst[i]);
     uint8_t cdb[16];
     unsigned n = scsi_cdb_rw(cdb, false, 10, base + (uint64_t)(i % count) * nb, nb, false);
-    vscsi_req_set(&burst[i], l->target, l->lun, cdb, n, VSCSI_DIR_FROM_DEVICE, buf + 4096 * i, 4096);
+    vscsi_req_set(&burst[i], l->target, l->lun, cdb, n, VSCSI_DIR_FROM_DEVICE, buf + 4096 * i,
+                  4096);
     burst[i].user_index = i;
     if (!vscsi_submit(&host, vq, &burst[i])) test_fail("queue full");
   }
@@ -903,12 +996,14 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
   uint64_t deadline = deadline_after_us(10000000);
   while (seen < 16) {
     struct vscsi_req *r = vscsi_wait(&host, vq, deadline);
-    if (r->user_index >= 16 || (mask & (1u << r->user_index))) test_fail("burst: bad or duplicate completion");
+    if (r->user_index >= 16 || (mask & (1u << r->user_index)))
+      test_fail("burst: bad or duplicate completion");
     mask |= 1u << r->user_index;
     seen++;
     if (!scsi_good(r)) test_fail("burst READ: %s", RES(r));
     uint64_t lba = base + (uint64_t)(r->user_index % count) * nb;
-    if (!pattern_check(&key, buf + 4096 * r->user_index, lba * per, (uint64_t)nb * per, why, sizeof(why))) {
+    if (!pattern_check(&key, buf + 4096 * r->user_index, lba * per, (uint64_t)nb * per, why,
+                       sizeof(why))) {
       test_fail("burst: %s", why);
     }
   }
@@ -929,7 +1024,8 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
   vscsi_kick(&host, vq);
   deadline = deadline_after_us(5000000);
   while (!virtq_has_used(&q->vq)) {
-    if (deadline_passed(deadline)) test_fail("TEST UNIT READY did not complete while the vector was masked");
+    if (deadline_passed(deadline))
+      test_fail("TEST UNIT READY did not complete while the vector was masked");
     cpu_relax();
   }
   udelay(2000);
@@ -938,7 +1034,8 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
   cpu_wait_for_interrupt();
   uint64_t while_masked = q->irqs - before;
   struct vscsi_req *r = vscsi_poll(&host, vq);
-  if (r != &l->req || !scsi_good(r)) test_fail("TEST UNIT READY while masked: %s", r ? RES(r) : "lost");
+  if (r != &l->req || !scsi_good(r))
+    test_fail("TEST UNIT READY while masked: %s", r ? RES(r) : "lost");
   pci_msix_mask_entry(msix, q->msix_entry, false);
   deadline = deadline_after_us(2000000);
   while (q->irqs == before + while_masked) {
@@ -946,8 +1043,10 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
     cpu_wait_for_interrupt();
   }
   uint64_t after_unmask = q->irqs - before - while_masked;
-  printf("scsi-irq: masked vector: %lu interrupts while masked, PBA pending bit %s, %lu delivered after unmask\n",
-         while_masked, pending ? "set" : "clear", after_unmask);
+  printf(
+      "scsi-irq: masked vector: %lu interrupts while masked, PBA pending bit %s, %lu delivered "
+      "after unmask\n",
+      while_masked, pending ? "set" : "clear", after_unmask);
   vscsi_set_irq_mode(&host, vq, false);
   vscsi_wake_timer_stop();
   if (while_masked) test_fail("an interrupt arrived through a masked MSI-X entry");
@@ -962,11 +1061,14 @@ GUEST_TEST_NAMED(scsi_irq, "scsi-irq", "virtio-scsi: interrupt-driven completion
 static unsigned error_failures;
 
 static void expect(const char *what, struct vscsi_req *r, bool ok, const char *expected) {
-  printf("scsi-errors: %s -> %s%s%s\n", what, RES(r), ok ? "" : "   <-- expected ", ok ? "" : expected);
+  printf("scsi-errors: %s -> %s%s%s\n", what, RES(r), ok ? "" : "   <-- expected ",
+         ok ? "" : expected);
   if (!ok) error_failures++;
 }
 
-GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of range, bad opcode, read-only CD, bad LUN/target, TMF)") {
+GUEST_TEST_NAMED(
+    scsi_errors, "scsi-errors",
+    "virtio-scsi: error senses (out of range, bad opcode, read-only CD, bad LUN/target, TMF)") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   struct scsi_lun *l = &disk;
@@ -988,7 +1090,8 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
   snprintf(what, sizeof(what), "disk WRITE(10) FUA LBA %lu", cap);
   expect(what, r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x21, 0x00), "05/21/00");
   r = scsi_rw(l, false, 16, 0xffffffff00000000ull, 1, false, buf);
-  expect("disk READ(16) LBA 0xffffffff00000000", r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x21, 0x00), "05/21/00");
+  expect("disk READ(16) LBA 0xffffffff00000000", r,
+         scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x21, 0x00), "05/21/00");
 
   static const uint8_t opcodes[] = {0xff, 0x0c, 0xc0};
   for (unsigned i = 0; i < sizeof(opcodes); i++) {
@@ -1000,13 +1103,15 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
   }
   /* INQUIRY with EVPD = 0 and a page code: invalid field in CDB. */
   r = scsi_cmd(l, cdb, scsi_cdb_inquiry(cdb, false, 0x83, 36), VSCSI_DIR_FROM_DEVICE, buf, 36);
-  expect("disk INQUIRY EVPD=0 page 0x83", r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x24, 0x00), "05/24/00");
+  expect("disk INQUIRY EVPD=0 page 0x83", r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x24, 0x00),
+         "05/24/00");
   memset(cdb, 0, sizeof(cdb));
   cdb[0] = SCSI_MODE_SENSE_6;
   cdb[2] = 0x3e; /* vendor page nobody implements */
   cdb[4] = 64;
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, buf, 64);
-  expect("disk MODE SENSE(6) page 0x3e", r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x24, 0x00), "05/24/00");
+  expect("disk MODE SENSE(6) page 0x3e", r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x24, 0x00),
+         "05/24/00");
 
   /* After a CHECK CONDITION the sense came with the response (autosense). REQUEST SENSE then
    * returns either NO SENSE (the sense was consumed) or the same sense again (QEMU 7.2 keeps the
@@ -1016,8 +1121,10 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
   cdb[4] = 18;
   memset(buf, 0xcc, 18);
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, buf, 18);
-  printf("scsi-errors: disk REQUEST SENSE after the 05/24/00 -> %s: response code 0x%02x, sense %02X/%02X/%02X (%u bytes)\n",
-         RES(r), buf[0], buf[2] & 0xf, buf[12], buf[13], 18 - r->residual);
+  printf(
+      "scsi-errors: disk REQUEST SENSE after the 05/24/00 -> %s: response code 0x%02x, sense "
+      "%02X/%02X/%02X (%u bytes)\n",
+      RES(r), buf[0], buf[2] & 0xf, buf[12], buf[13], 18 - r->residual);
   bool no_sense = (buf[2] & 0xf) == SENSE_NO_SENSE && buf[12] == 0;
   bool same = (buf[2] & 0xf) == SENSE_ILLEGAL_REQUEST && buf[12] == 0x24;
   if (!scsi_good(r) || (buf[0] & 0x7f) != 0x70 || !(no_sense || same)) {
@@ -1026,7 +1133,8 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
   }
   memset(buf, 0xcc, 18);
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_FROM_DEVICE, buf, 18);
-  printf("scsi-errors: disk REQUEST SENSE again -> %s: sense %02X/%02X/%02X\n", RES(r), buf[2] & 0xf, buf[12], buf[13]);
+  printf("scsi-errors: disk REQUEST SENSE again -> %s: sense %02X/%02X/%02X\n", RES(r),
+         buf[2] & 0xf, buf[12], buf[13]);
   if (!scsi_good(r) || (buf[2] & 0xf) != SENSE_NO_SENSE) {
     printf("scsi-errors:   <-- expected NO SENSE\n");
     error_failures++;
@@ -1040,7 +1148,8 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
          page_len, r->residual);
   /* virtio 1.2 5.6.6.1: residual = data length - bytes transferred. QEMU 7.2 reports 0 for
    * short answers of emulated commands, so 0 is accepted too. */
-  if (!scsi_good(r) || (r->residual != 255 - (page_len > 255 ? 255 : page_len) && r->residual != 0)) {
+  if (!scsi_good(r) ||
+      (r->residual != 255 - (page_len > 255 ? 255 : page_len) && r->residual != 0)) {
     printf("scsi-errors:   <-- expected GOOD with residual = 255 - page length (or 0)\n");
     error_failures++;
   }
@@ -1050,13 +1159,15 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
                 VSCSI_DIR_FROM_DEVICE, buf, 2048);
   vscsi_exec(&host, l->vq, &l->req, SCSI_TIMEOUT_US);
   r = &l->req;
-  expect("disk READ(10) 8 blocks into a 2048-byte buffer", r, r->response == VIRTIO_SCSI_S_OVERRUN, "virtio OVERRUN");
+  expect("disk READ(10) 8 blocks into a 2048-byte buffer", r, r->response == VIRTIO_SCSI_S_OVERRUN,
+         "virtio OVERRUN");
   uint64_t scratch_lba = cap - 64;
   vscsi_req_set(&l->req, l->target, l->lun, cdb, scsi_cdb_rw(cdb, true, 10, scratch_lba, 8, false),
                 VSCSI_DIR_TO_DEVICE, buf, 2048);
   vscsi_exec(&host, l->vq, &l->req, SCSI_TIMEOUT_US);
   r = &l->req;
-  snprintf(what, sizeof(what), "disk WRITE(10) 8 blocks at %lu from a 2048-byte buffer", scratch_lba);
+  snprintf(what, sizeof(what), "disk WRITE(10) 8 blocks at %lu from a 2048-byte buffer",
+           scratch_lba);
   expect(what, r, r->response == VIRTIO_SCSI_S_OVERRUN, "virtio OVERRUN");
 
   /* A LUN that does not exist on the disk's target, and a target that does not exist. */
@@ -1065,8 +1176,10 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
   uint16_t nolun = 7;
   while (nolun == disk.lun || (cd.present && cd.target == disk.target && nolun == cd.lun)) nolun++;
   memset(buf, 0, 36);
-  r = scsi_cmd_at(&host, &other, l->vq, l->target, nolun, cdb, scsi_cdb_inquiry(cdb, false, 0, 36), VSCSI_DIR_FROM_DEVICE, buf, 36);
-  printf("scsi-errors: INQUIRY %u:%u (no such LUN) -> %s, peripheral byte 0x%02x\n", l->target, nolun, RES(r), buf[0]);
+  r = scsi_cmd_at(&host, &other, l->vq, l->target, nolun, cdb, scsi_cdb_inquiry(cdb, false, 0, 36),
+                  VSCSI_DIR_FROM_DEVICE, buf, 36);
+  printf("scsi-errors: INQUIRY %u:%u (no such LUN) -> %s, peripheral byte 0x%02x\n", l->target,
+         nolun, RES(r), buf[0]);
   if (scsi_good(r) && (buf[0] >> 5) == 0) {
     printf("scsi-errors:   <-- expected peripheral qualifier 3 (or an error)\n");
     error_failures++;
@@ -1078,8 +1191,10 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
     printf("scsi-errors: TEST UNIT READY %u:%u (no such LUN) -> %s\n", l->target, nolun, RES(r));
   }
   snprintf(what, sizeof(what), "TEST UNIT READY %u:%u (no such LUN)", l->target, nolun);
-  expect(what, r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x25, 0x00) || r->response == VIRTIO_SCSI_S_INCORRECT_LUN ||
-                      r->response == VIRTIO_SCSI_S_BAD_TARGET, "05/25/00 or virtio INCORRECT_LUN/BAD_TARGET");
+  expect(what, r,
+         scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x25, 0x00) ||
+             r->response == VIRTIO_SCSI_S_INCORRECT_LUN || r->response == VIRTIO_SCSI_S_BAD_TARGET,
+         "05/25/00 or virtio INCORRECT_LUN/BAD_TARGET");
   unsigned notarget = l->target + 1;
   while (cd.present && notarget == cd.target) notarget++;
   if (notarget <= host.cfg.max_target) {
@@ -1094,8 +1209,10 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
     scsi_read_capacity(&cd, false);
     memset(buf, 0, 2048);
     r = scsi_rw(&cd, true, 10, 0, 1, false, buf);
-    expect("cd WRITE(10) LBA 0", r, scsi_check(r, SENSE_DATA_PROTECT, 0x27, 0x00) ||
-                                    scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x20, 0x00), "07/27/00 or 05/20/00");
+    expect("cd WRITE(10) LBA 0", r,
+           scsi_check(r, SENSE_DATA_PROTECT, 0x27, 0x00) ||
+               scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x20, 0x00),
+           "07/27/00 or 05/20/00");
     r = scsi_rw(&cd, false, 10, cd.blocks, 1, false, buf);
     snprintf(what, sizeof(what), "cd READ(10) LBA %lu (= capacity)", cd.blocks);
     expect(what, r, scsi_check(r, SENSE_ILLEGAL_REQUEST, 0x21, 0x00), "05/21/00");
@@ -1103,17 +1220,23 @@ GUEST_TEST_NAMED(scsi_errors, "scsi-errors", "virtio-scsi: error senses (out of 
 
   /* Task management on the control queue. */
   uint8_t resp = vscsi_tmf(&host, VIRTIO_SCSI_T_TMF_ABORT_TASK, l->target, l->lun, 0x7fffffff);
-  printf("scsi-errors: TMF ABORT TASK (unknown tag) -> %s (%u)\n", resp == 0 ? "FUNCTION_COMPLETE" : vscsi_response_name(resp), resp);
-  if (resp != VIRTIO_SCSI_S_FUNCTION_COMPLETE && resp != VIRTIO_SCSI_S_FUNCTION_SUCCEEDED) error_failures++;
+  printf("scsi-errors: TMF ABORT TASK (unknown tag) -> %s (%u)\n",
+         resp == 0 ? "FUNCTION_COMPLETE" : vscsi_response_name(resp), resp);
+  if (resp != VIRTIO_SCSI_S_FUNCTION_COMPLETE && resp != VIRTIO_SCSI_S_FUNCTION_SUCCEEDED)
+    error_failures++;
   resp = vscsi_tmf(&host, VIRTIO_SCSI_T_TMF_LOGICAL_UNIT_RESET, l->target, l->lun, 0);
-  printf("scsi-errors: TMF LOGICAL UNIT RESET -> %s (%u)\n", resp == 0 ? "FUNCTION_COMPLETE" : vscsi_response_name(resp), resp);
-  if (resp != VIRTIO_SCSI_S_FUNCTION_COMPLETE && resp != VIRTIO_SCSI_S_FUNCTION_SUCCEEDED) error_failures++;
+  printf("scsi-errors: TMF LOGICAL UNIT RESET -> %s (%u)\n",
+         resp == 0 ? "FUNCTION_COMPLETE" : vscsi_response_name(resp), resp);
+  if (resp != VIRTIO_SCSI_S_FUNCTION_COMPLETE && resp != VIRTIO_SCSI_S_FUNCTION_SUCCEEDED)
+    error_failures++;
   memset(cdb, 0, sizeof(cdb));
   r = scsi_cmd(l, cdb, 6, VSCSI_DIR_NONE, NULL, 0);
-  expect("disk TEST UNIT READY after the LU reset", r, scsi_check(r, SENSE_UNIT_ATTENTION, 0x29, -1), "06/29/xx");
+  expect("disk TEST UNIT READY after the LU reset", r,
+         scsi_check(r, SENSE_UNIT_ATTENTION, 0x29, -1), "06/29/xx");
   scsi_wait_ready(l, 2000000, false);
   printf("scsi-errors: disk ready again after the reset\n");
-  if (error_failures) test_fail("%u error case(s) answered differently than expected", error_failures);
+  if (error_failures)
+    test_fail("%u error case(s) answered differently than expected", error_failures);
 }
 
 /* ============================================================================================
@@ -1133,14 +1256,15 @@ static struct tur_state tur_once(struct scsi_lun *l) {
 }
 
 /* Polls TEST UNIT READY, printing every change, until done(state) or the timeout. */
-static struct tur_state poll_tur(struct scsi_lun *l, bool (*done)(const struct tur_state *), uint64_t timeout_us,
-                                 uint64_t poll_us, const char *waiting_for) {
+static struct tur_state poll_tur(struct scsi_lun *l, bool (*done)(const struct tur_state *),
+                                 uint64_t timeout_us, uint64_t poll_us, const char *waiting_for) {
   uint64_t deadline = deadline_after_us(timeout_us), t0 = rdtsc();
   struct tur_state last = {0xff, 0xff, 0xff, 0xff, 0xff};
   for (;;) {
     struct tur_state t = tur_once(l);
     if (memcmp(&t, &last, sizeof(t)) != 0) {
-      printf("scsi-media: +%lu ms TEST UNIT READY -> %s\n", tsc_to_us(rdtsc() - t0) / 1000, RES(&l->req));
+      printf("scsi-media: +%lu ms TEST UNIT READY -> %s\n", tsc_to_us(rdtsc() - t0) / 1000,
+             RES(&l->req));
       last = t;
     }
     if (done(&t)) return t;
@@ -1150,12 +1274,16 @@ static struct tur_state poll_tur(struct scsi_lun *l, bool (*done)(const struct t
 }
 
 static bool is_not_ready_no_medium(const struct tur_state *t) {
-  return t->response == 0 && t->status == SCSI_STATUS_CHECK_CONDITION && t->key == SENSE_NOT_READY && t->asc == 0x3a;
+  return t->response == 0 && t->status == SCSI_STATUS_CHECK_CONDITION &&
+         t->key == SENSE_NOT_READY && t->asc == 0x3a;
 }
 static bool is_medium_changed(const struct tur_state *t) {
-  return t->response == 0 && t->status == SCSI_STATUS_CHECK_CONDITION && t->key == SENSE_UNIT_ATTENTION && t->asc == 0x28;
+  return t->response == 0 && t->status == SCSI_STATUS_CHECK_CONDITION &&
+         t->key == SENSE_UNIT_ATTENTION && t->asc == 0x28;
 }
-static bool is_good(const struct tur_state *t) { return t->response == 0 && t->status == SCSI_STATUS_GOOD; }
+static bool is_good(const struct tur_state *t) {
+  return t->response == 0 && t->status == SCSI_STATUS_GOOD;
+}
 
 static void print_gesn(struct scsi_lun *l, const char *when) {
   uint8_t gesn[10] = {SCSI_GET_EVENT_STATUS, 1, 0, 0, 0x10, 0, 0, 0, 8, 0};
@@ -1163,7 +1291,8 @@ static void print_gesn(struct scsi_lun *l, const char *when) {
   struct vscsi_req *r = scsi_cmd(l, gesn, 10, VSCSI_DIR_FROM_DEVICE, l->buf, 8);
   if (scsi_good(r)) {
     printf("scsi-media: GESN %s: event %u, media status 0x%02x (door %s, medium %s)\n", when,
-           l->buf[4] & 0xf, l->buf[5], (l->buf[5] & 1) ? "open" : "closed", (l->buf[5] & 2) ? "present" : "absent");
+           l->buf[4] & 0xf, l->buf[5], (l->buf[5] & 1) ? "open" : "closed",
+           (l->buf[5] & 2) ? "present" : "absent");
   } else {
     printf("scsi-media: GESN %s -> %s\n", when, RES(r));
   }
@@ -1176,16 +1305,18 @@ static void request_media_change(const char *marker) { printf("%s\n", marker); }
 static void drain_events(const char *when) {
   struct vscsi_event ev;
   while (vscsi_get_event(&host, &ev)) {
-    printf("scsi-media: event queue %s: event 0x%x reason %u lun %02x %02x %02x %02x\n", when, ev.event,
-           ev.reason, ev.lun[0], ev.lun[1], ev.lun[2], ev.lun[3]);
+    printf("scsi-media: event queue %s: event 0x%x reason %u lun %02x %02x %02x %02x\n", when,
+           ev.event, ev.reason, ev.lun[0], ev.lun[1], ev.lun[2], ev.lun[3]);
   }
 }
 
-GUEST_TEST_NAMED(scsi_media, "scsi-media", "virtio-scsi: CD medium change (@@EJECT cd / @@INSERT cd markers for the host)") {
+GUEST_TEST_NAMED(scsi_media, "scsi-media",
+                 "virtio-scsi: CD medium change (@@EJECT cd / @@INSERT cd markers for the host)") {
   setup(arg_u64("verbose", 0) != 0);
   need_cd();
   struct scsi_lun *l = &cd;
-  uint64_t timeout_us = arg_u64("timeout_ms", 30000) * 1000, poll_us = arg_u64("poll_ms", 20) * 1000;
+  uint64_t timeout_us = arg_u64("timeout_ms", 30000) * 1000,
+           poll_us = arg_u64("poll_ms", 20) * 1000;
   scsi_wait_ready(l, 5000000, true);
   scsi_read_capacity(l, false);
   bool have_seed, have_new;
@@ -1218,7 +1349,8 @@ GUEST_TEST_NAMED(scsi_media, "scsi-media", "virtio-scsi: CD medium change (@@EJE
   uint64_t n = arg_u64("newcount", l->blocks);
   if (n > l->blocks) n = l->blocks;
   uint32_t used = cd_read_verify(l, 0, n, have_new, newseed, "scsi-media");
-  if (have_seed && !have_new && used == seed) test_fail("the new medium has the old medium's seed %u", seed);
+  if (have_seed && !have_new && used == seed)
+    test_fail("the new medium has the old medium's seed %u", seed);
 }
 
 /* ============================================================================================
@@ -1228,11 +1360,14 @@ GUEST_TEST_NAMED(scsi_media, "scsi-media", "virtio-scsi: CD medium change (@@EJE
 
 static bool is_not_ready(const struct tur_state *t) { return is_not_ready_no_medium(t); }
 
-GUEST_TEST_NAMED(scsi_lock, "scsi-lock", "virtio-scsi: PREVENT MEDIUM REMOVAL, prints @@LOCKED cd, then runs host commands from the serial input") {
+GUEST_TEST_NAMED(scsi_lock, "scsi-lock",
+                 "virtio-scsi: PREVENT MEDIUM REMOVAL, prints @@LOCKED cd, then runs host commands "
+                 "from the serial input") {
   setup(arg_u64("verbose", 0) != 0);
   need_cd();
   struct scsi_lun *l = &cd;
-  uint64_t hold_us = arg_u64("hold_ms", 30000) * 1000, timeout_us = arg_u64("timeout_ms", 10000) * 1000;
+  uint64_t hold_us = arg_u64("hold_ms", 30000) * 1000,
+           timeout_us = arg_u64("timeout_ms", 10000) * 1000;
   uint64_t poll_us = arg_u64("poll_ms", 10) * 1000;
   scsi_wait_ready(l, 5000000, false);
   uint8_t prevent[6] = {SCSI_PREVENT_ALLOW, 0, 0, 0, 1, 0};
@@ -1253,7 +1388,8 @@ GUEST_TEST_NAMED(scsi_lock, "scsi-lock", "virtio-scsi: PREVENT MEDIUM REMOVAL, p
     if (n < 0) test_fail("no host command within %lu ms", hold_us / 1000);
     if (n == 0) continue;
     if (!strcmp(line, "loej") || !strcmp(line, "load")) {
-      uint8_t ssu[6] = {SCSI_START_STOP_UNIT, 0, 0, 0, (uint8_t)(!strcmp(line, "load") ? 0x03 : 0x02), 0};
+      uint8_t ssu[6] = {
+          SCSI_START_STOP_UNIT, 0, 0, 0, (uint8_t)(!strcmp(line, "load") ? 0x03 : 0x02), 0};
       r = scsi_cmd(l, ssu, 6, VSCSI_DIR_NONE, NULL, 0);
       printf("scsi-lock: %s -> %s\n", line, RES(r));
     } else if (!strcmp(line, "tur")) {
@@ -1287,7 +1423,8 @@ GUEST_TEST_NAMED(scsi_lock, "scsi-lock", "virtio-scsi: PREVENT MEDIUM REMOVAL, p
  */
 
 #define BENCH_MAX_QD 64
-#define BENCH_HIST (1u << 20) /* 1-us latency buckets (about 1 s); the last one collects everything above */
+#define BENCH_HIST \
+  (1u << 20) /* 1-us latency buckets (about 1 s); the last one collects everything above */
 
 struct bench_worker {
   unsigned vq, qd;
@@ -1296,8 +1433,8 @@ struct bench_worker {
   uint64_t rng;
   struct vscsi_req reqs[BENCH_MAX_QD];
   uint8_t *bufs[BENCH_MAX_QD];
-  uint8_t phase[BENCH_MAX_QD];      /* 1 write in flight, 2 its flush in flight */
-  uint64_t op_start[BENCH_MAX_QD];  /* TSC when the slot's write was queued */
+  uint8_t phase[BENCH_MAX_QD];     /* 1 write in flight, 2 its flush in flight */
+  uint64_t op_start[BENCH_MAX_QD]; /* TSC when the slot's write was queued */
   uint32_t *hist;
   uint64_t lat_sum_us, lat_max_us, lat_min_us;
   uint64_t start_tsc, end_tsc;
@@ -1305,21 +1442,23 @@ struct bench_worker {
 };
 
 static struct bench_worker bench_workers[2];
-static unsigned bench_nb;      /* blocks per write */
-static uint64_t bench_span;    /* random LBAs in [bench_base, bench_base + bench_span * nb) */
+static unsigned bench_nb;   /* blocks per write */
+static uint64_t bench_span; /* random LBAs in [bench_base, bench_base + bench_span * nb) */
 static uint64_t bench_base;
-static int bench_mode;         /* 0 FUA, 1 write + SYNCHRONIZE CACHE, 2 plain write */
+static int bench_mode; /* 0 FUA, 1 write + SYNCHRONIZE CACHE, 2 plain write */
 
 static void bench_submit(struct bench_worker *w, unsigned s, bool flush) {
   uint8_t cdb[16];
   struct vscsi_req *req = &w->reqs[s];
   if (flush) {
-    vscsi_req_set(req, disk.target, disk.lun, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0), VSCSI_DIR_NONE, NULL, 0);
+    vscsi_req_set(req, disk.target, disk.lun, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0),
+                  VSCSI_DIR_NONE, NULL, 0);
     w->phase[s] = 2;
   } else {
     uint64_t lba = bench_base + (xorshift64(&w->rng) % bench_span) * bench_nb;
     unsigned n = scsi_cdb_rw(cdb, true, 10, lba, bench_nb, bench_mode == 0);
-    vscsi_req_set(req, disk.target, disk.lun, cdb, n, VSCSI_DIR_TO_DEVICE, w->bufs[s], bench_nb * disk.block_size);
+    vscsi_req_set(req, disk.target, disk.lun, cdb, n, VSCSI_DIR_TO_DEVICE, w->bufs[s],
+                  bench_nb * disk.block_size);
     w->phase[s] = 1;
     w->op_start[s] = rdtsc();
   }
@@ -1394,7 +1533,8 @@ static uint64_t percentile(const uint32_t *hist, uint64_t total, unsigned pct) {
   return BENCH_HIST - 1;
 }
 
-GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA writes at qd=N for count=N or seconds=S") {
+GUEST_TEST_NAMED(scsi_bench, "scsi-bench",
+                 "virtio-scsi: polled 4 KiB random FUA writes at qd=N for count=N or seconds=S") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   scsi_wait_ready(&disk, 5000000, false);
@@ -1404,12 +1544,17 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA
   uint64_t seconds = arg_u64("seconds", 0), count = arg_u64("count", 2000);
   unsigned bs = (unsigned)arg_u64("bs", 4096);
   const char *mode = arg_get("mode");
-  bench_mode = !mode || !strcmp(mode, "fua") ? 0 : !strcmp(mode, "flush") ? 1 : !strcmp(mode, "none") ? 2 : -1;
+  bench_mode = !mode || !strcmp(mode, "fua") ? 0
+               : !strcmp(mode, "flush")      ? 1
+               : !strcmp(mode, "none")       ? 2
+                                             : -1;
   if (arg_get("fua") && !mode) bench_mode = arg_u64("fua", 1) ? 0 : 2;
   if (bench_mode < 0) test_fail("mode must be fua, flush or none");
   if (qd == 0 || qd > BENCH_MAX_QD) test_fail("qd must be 1..%u", BENCH_MAX_QD);
-  if (queues < 1 || queues > 2 || queues > host.request_queues) test_fail("queues must be 1..%u", host.request_queues < 2 ? host.request_queues : 2);
-  if (bs % disk.block_size || bs == 0 || bs > 65536) test_fail("bs must be a multiple of %u up to 64 KiB", disk.block_size);
+  if (queues < 1 || queues > 2 || queues > host.request_queues)
+    test_fail("queues must be 1..%u", host.request_queues < 2 ? host.request_queues : 2);
+  if (bs % disk.block_size || bs == 0 || bs > 65536)
+    test_fail("bs must be a multiple of %u up to 64 KiB", disk.block_size);
   bench_nb = bs / disk.block_size;
   bench_base = arg_u64("start", 0);
   uint64_t region = arg_u64("span", disk.blocks - bench_base);
@@ -1433,8 +1578,11 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA
     w->target_ops = count / queues;
   }
   const char *mode_name = bench_mode == 0 ? "fua" : bench_mode == 1 ? "flush" : "none";
-  printf("scsi-bench: %u-byte random writes (%s), qd %u per queue, %u queue(s)%s, %s, LBA %lu + %lu x %u blocks\n",
-         bs, mode_name, qd, queues, smp ? " on 2 CPUs" : "", seconds ? "timed" : "counted", bench_base, bench_span, bench_nb);
+  printf(
+      "scsi-bench: %u-byte random writes (%s), qd %u per queue, %u queue(s)%s, %s, LBA %lu + %lu x "
+      "%u blocks\n",
+      bs, mode_name, qd, queues, smp ? " on 2 CPUs" : "", seconds ? "timed" : "counted", bench_base,
+      bench_span, bench_nb);
   uint64_t now_deadline = seconds ? deadline_after_us(seconds * 1000000 + (smp ? 200000 : 0)) : 0;
   for (unsigned i = 0; i < queues; i++) bench_workers[i].deadline = now_deadline;
   uint64_t t0 = rdtsc();
@@ -1468,10 +1616,12 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA
   (void)t0;
   uint64_t us = tsc_to_us(end - start);
   if (!us) us = 1;
-  printf("scsi-bench: qd=%u queues=%u mode=%s bs=%u ops=%lu iops=%lu lat_avg_us=%lu lat_min_us=%lu "
-         "lat_p50_us=%lu lat_p99_us=%lu lat_max_us=%lu elapsed_ms=%lu notifications=%lu suppressed=%lu\n",
-         qd, queues, mode_name, bs, ops, ops * 1000000 / us, ops ? sum / ops : 0, ops ? min : 0,
-         percentile(hist, ops, 50), percentile(hist, ops, 99), max, us / 1000, notif, supp);
+  printf(
+      "scsi-bench: qd=%u queues=%u mode=%s bs=%u ops=%lu iops=%lu lat_avg_us=%lu lat_min_us=%lu "
+      "lat_p50_us=%lu lat_p99_us=%lu lat_max_us=%lu elapsed_ms=%lu notifications=%lu "
+      "suppressed=%lu\n",
+      qd, queues, mode_name, bs, ops, ops * 1000000 / us, ops ? sum / ops : 0, ops ? min : 0,
+      percentile(hist, ops, 50), percentile(hist, ops, 99), max, us / 1000, notif, supp);
 }
 
 /* ============================================================================================
@@ -1484,14 +1634,17 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench", "virtio-scsi: polled 4 KiB random FUA
  * builds the machine again and boots the guest anew, which reads 1 from the same disk, writes 2
  * and passes. boots=N (default 2) is how many boots the test expects in all.
  */
-GUEST_TEST_NAMED(scsi_restart, "scsi-restart", "virtio-scsi: boots counted on the disk; resets until boots=N (--on-reboot=restart)") {
+GUEST_TEST_NAMED(
+    scsi_restart, "scsi-restart",
+    "virtio-scsi: boots counted on the disk; resets until boots=N (--on-reboot=restart)") {
   static const char kMarker[16] = "microvm-restart";
   setup(false);
   need_disk();
   struct scsi_lun *l = &disk;
-  uint8_t cdb[16] = {0};  /* TEST UNIT READY */
+  uint8_t cdb[16] = {0}; /* TEST UNIT READY */
   struct vscsi_req *r = scsi_cmd(l, cdb, 6, VSCSI_DIR_NONE, NULL, 0);
-  if (!scsi_check(r, 0x6, 0x29, -1)) test_fail("the first TEST UNIT READY gave %s, not the power-on unit attention 06/29", RES(r));
+  if (!scsi_check(r, 0x6, 0x29, -1))
+    test_fail("the first TEST UNIT READY gave %s, not the power-on unit attention 06/29", RES(r));
   scsi_wait_ready(l, 5000000, false);
   scsi_read_capacity(l, true);
   uint8_t *buf = dma_alloc(l->block_size);
@@ -1526,7 +1679,9 @@ GUEST_TEST_NAMED(scsi_restart, "scsi-restart", "virtio-scsi: boots counted on th
  * misaligned=0 sends the same writes page-aligned, with nothing to bounce: the integration test
  * compares the VMM's peak RSS of the two runs. Every write must complete GOOD, and the first and
  * last block read back as written. */
-GUEST_TEST_NAMED(scsi_big_writes, "scsi-big-writes", "virtio-scsi: large writes from a misaligned buffer on every request queue at once (per_queue=N mib=M misaligned=0|1)") {
+GUEST_TEST_NAMED(scsi_big_writes, "scsi-big-writes",
+                 "virtio-scsi: large writes from a misaligned buffer on every request queue at "
+                 "once (per_queue=N mib=M misaligned=0|1)") {
   setup(arg_u64("verbose", 0) != 0);
   need_disk();
   scsi_wait_ready(&disk, 5000000, false);
@@ -1535,10 +1690,12 @@ GUEST_TEST_NAMED(scsi_big_writes, "scsi-big-writes", "virtio-scsi: large writes 
   const unsigned per_queue = (unsigned)arg_u64("per_queue", 4);
   const uint64_t mib = arg_u64("mib", 8);
   const uint64_t lba = arg_u64("lba", 8192);
-  if (per_queue == 0 || per_queue > BIG_MAX_PER_QUEUE) test_fail("per_queue must be 1..%u", BIG_MAX_PER_QUEUE);
+  if (per_queue == 0 || per_queue > BIG_MAX_PER_QUEUE)
+    test_fail("per_queue must be 1..%u", BIG_MAX_PER_QUEUE);
   if (mib == 0 || mib > 31) test_fail("mib must be 1..31 (a WRITE(10) of 512-byte blocks)");
   const uint32_t bytes = (uint32_t)(mib << 20), blocks = bytes / disk.block_size;
-  if (lba + blocks > disk.blocks) test_fail("the disk (%lu blocks) is too small for lba=%lu mib=%lu", disk.blocks, lba, mib);
+  if (lba + blocks > disk.blocks)
+    test_fail("the disk (%lu blocks) is too small for lba=%lu mib=%lu", disk.blocks, lba, mib);
   static struct vscsi_req reqs[VSCSI_MAX_REQUEST_QUEUES][BIG_MAX_PER_QUEUE];
   uint8_t *area = dma_alloc(bytes + 4096);
   uint8_t *data = area + (misaligned ? 1 : 0);
@@ -1559,8 +1716,11 @@ GUEST_TEST_NAMED(scsi_big_writes, "scsi-big-writes", "virtio-scsi: large writes 
     }
     vscsi_kick(&host, vq);
   }
-  printf("scsi-big-writes: %u WRITE(10) of %lu MiB from a %s buffer, %u on each of %u request queue(s)\n",
-         submitted, mib, misaligned ? "misaligned (page + 1)" : "page-aligned", per_queue, host.request_queues);
+  printf(
+      "scsi-big-writes: %u WRITE(10) of %lu MiB from a %s buffer, %u on each of %u request "
+      "queue(s)\n",
+      submitted, mib, misaligned ? "misaligned (page + 1)" : "page-aligned", per_queue,
+      host.request_queues);
   const uint64_t deadline = deadline_after_us(arg_u64("timeout_ms", 240000) * 1000);
   unsigned good = 0;
   for (unsigned r = 0; r < host.request_queues; r++) {
@@ -1581,7 +1741,8 @@ GUEST_TEST_NAMED(scsi_big_writes, "scsi-big-writes", "virtio-scsi: large writes 
     struct vscsi_req *req = scsi_rw(&disk, false, 10, ends[e], 1, false, check);
     char why[160];
     if (!scsi_good(req)) test_fail("READ(10) of block %lu: %s", ends[e], RES(req));
-    if (!pattern_check(&key, check, ends[e], 1, why, sizeof(why))) test_fail("block %lu: %s", ends[e], why);
+    if (!pattern_check(&key, check, ends[e], 1, why, sizeof(why)))
+      test_fail("block %lu: %s", ends[e], why);
   }
   printf("scsi-big-writes: %u writes GOOD; first and last block read back as written\n", good);
 }

@@ -14,7 +14,8 @@ GUEST_TEST(hello, "greets from ring 3 and echoes the command line") {
 GUEST_TEST(list, "lists the available tests") {
   const struct guest_test *tests[128];
   unsigned count = sorted_tests(tests, 128);
-  for (unsigned i = 0; i < count; i++) printf("test %-12s %s\n", tests[i]->name, tests[i]->description);
+  for (unsigned i = 0; i < count; i++)
+    printf("test %-12s %s\n", tests[i]->name, tests[i]->description);
 }
 
 GUEST_TEST(exit, "exits with status code=N without printing PASS") {
@@ -43,7 +44,9 @@ static void smp_report(unsigned apic_id) {
 GUEST_TEST(smp, "starts every AP; each reports from ring 3") {
   unsigned cpus = cpu_count();
   printf("smp: %u cpus (%s)\n", cpus,
-         boot_dtb() ? "from the FDT" : arg_get("cpus") ? "from cpus=N" : "default");
+         boot_dtb()        ? "from the FDT"
+         : arg_get("cpus") ? "from cpus=N"
+                           : "default");
   printf("cpu %u: running in ring %u (boot cpu)\n", this_cpu(), current_ring());
   if (cpus <= 1) return;
   uint64_t timeout_us = arg_u64("timeout_ms", 10000) * 1000;
@@ -144,8 +147,8 @@ GUEST_TEST(timer, "LAPIC timer interrupts reach a ring-0 handler while ring 3 wa
   lapic_write(LAPIC_TIMER_INITIAL, 0);
   irq_unregister(TIMER_VECTOR);
   uint64_t ticks = timer_ticks;
-  printf("timer: %lu ticks in %lu us (programmed period %lu us, tsc %lu MHz)\n", ticks,
-         elapsed_us, period_us, tsc_hz() / 1000000);
+  printf("timer: %lu ticks in %lu us (programmed period %lu us, tsc %lu MHz)\n", ticks, elapsed_us,
+         period_us, tsc_hz() / 1000000);
   if (ticks < wanted) test_fail("only %lu of %lu timer interrupts arrived", ticks, wanted);
 }
 
@@ -238,16 +241,18 @@ GUEST_TEST(probe, "reports ring-3 privileges and the cost of I/O, MMIO, syscalls
   uint64_t t4 = rdtsc();
   for (unsigned i = 0; i < n; i++) vmm_cpuid(1, 0, &ring0[0], &ring0[1], &ring0[2], &ring0[3]);
   uint64_t t5 = rdtsc();
-  printf("probe: ns per call: inb %lu, syscall %lu, LAPIC MMIO read %lu, cpuid in ring 3 %lu, "
-         "in ring 0 %lu\n",
-         tsc_to_us((t1 - t0) * 1000 / n), tsc_to_us((t2 - t1) * 1000 / n),
-         tsc_to_us((t3 - t2) * 1000 / n), tsc_to_us((t4 - t3) * 1000 / n),
-         tsc_to_us((t5 - t4) * 1000 / n));
+  printf(
+      "probe: ns per call: inb %lu, syscall %lu, LAPIC MMIO read %lu, cpuid in ring 3 %lu, "
+      "in ring 0 %lu\n",
+      tsc_to_us((t1 - t0) * 1000 / n), tsc_to_us((t2 - t1) * 1000 / n),
+      tsc_to_us((t3 - t2) * 1000 / n), tsc_to_us((t4 - t3) * 1000 / n),
+      tsc_to_us((t5 - t4) * 1000 / n));
   /* Where ring-3 CPUID is not trapped it returns the host's leaf 1 (another APIC ID, the host's
    * hypervisor bit and features). Diagnostic only: which one a host does is not a guest failure. */
   bool same = true;
   for (int i = 0; i < 4; i++) same &= ring3[i] == ring0[i];
-  printf("probe: CPUID leaf 1 in ring 3 %s the VMM's (ring 0)\n", same ? "matches" : "differs from");
+  printf("probe: CPUID leaf 1 in ring 3 %s the VMM's (ring 0)\n",
+         same ? "matches" : "differs from");
 
   lapic_enable();
   irq_register(PROBE_VECTOR, probe_tick, NULL);

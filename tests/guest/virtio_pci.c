@@ -9,7 +9,9 @@
 
 #define MAPPED_LIMIT 0x100000000ull
 
-static inline uint64_t common(const struct virtio_pci *vp, unsigned off) { return vp->common.address + off; }
+static inline uint64_t common(const struct virtio_pci *vp, unsigned off) {
+  return vp->common.address + off;
+}
 
 bool virtio_pci_find(unsigned virtio_type, uint16_t transitional_id, unsigned index,
                      struct pci_device *out) {
@@ -46,8 +48,8 @@ static bool map_region(struct virtio_pci *vp, struct virtio_pci_region *r, unsig
               bar, b->address);
   }
   if (length < min_length) {
-    test_fail("virtio-pci: %s structure is %u bytes, need at least %u", cap_type_name(type),
-              length, min_length);
+    test_fail("virtio-pci: %s structure is %u bytes, need at least %u", cap_type_name(type), length,
+              min_length);
   }
   if ((uint64_t)offset + length > b->size) {
     test_fail("virtio-pci: %s structure (offset 0x%x, 0x%x bytes) overruns BAR %u (0x%lx bytes)",
@@ -67,7 +69,9 @@ void virtio_pci_open(struct virtio_pci *vp, const struct pci_device *dev, bool v
     pci_read_bar(dev, i, &vp->bars[i]);
     if (vp->bars[i].present && verbose) {
       printf("virtio-pci: BAR %u: %s%s at 0x%lx, 0x%lx bytes\n", i,
-             vp->bars[i].io ? "I/O" : vp->bars[i].is64 ? "64-bit memory" : "32-bit memory",
+             vp->bars[i].io     ? "I/O"
+             : vp->bars[i].is64 ? "64-bit memory"
+                                : "32-bit memory",
              vp->bars[i].prefetchable ? " (prefetchable)" : "", vp->bars[i].address,
              vp->bars[i].size);
     }
@@ -83,7 +87,8 @@ void virtio_pci_open(struct virtio_pci *vp, const struct pci_device *dev, bool v
     unsigned cap_len = (w0 >> 16) & 0xff, type = w0 >> 24;
     uint8_t bar = (uint8_t)w1;
     if (cap_len < 16) {
-      if (verbose) printf("virtio-pci: vendor capability at 0x%x is %u bytes: ignored\n", cap, cap_len);
+      if (verbose)
+        printf("virtio-pci: vendor capability at 0x%x is %u bytes: ignored\n", cap, cap_len);
       continue;
     }
     uint32_t offset = pci_cfg_read32(dev->bus, dev->dev, dev->fn, cap + 8);
@@ -106,15 +111,15 @@ void virtio_pci_open(struct virtio_pci *vp, const struct pci_device *dev, bool v
       case VIRTIO_PCI_CAP_DEVICE_CFG:
         used = map_region(vp, &vp->device, type, bar, offset, length, 1);
         break;
-      default:
-        break; /* PCI cfg access, shared memory, vendor: not used */
+      default: break; /* PCI cfg access, shared memory, vendor: not used */
     }
     if (verbose) {
       printf("virtio-pci: cap 0x%02x: %-6s bar %u offset 0x%x length 0x%x%s\n", cap,
              cap_type_name(type), bar, offset, length, used ? "" : " (not used)");
     }
   }
-  if (!vp->common.address) test_fail("virtio-pci: no common configuration capability (legacy-only device?)");
+  if (!vp->common.address)
+    test_fail("virtio-pci: no common configuration capability (legacy-only device?)");
   if (!vp->notify.address) test_fail("virtio-pci: no notify capability");
   if (!vp->isr.address) test_fail("virtio-pci: no ISR capability");
   /* Device configuration is optional in general; virtio-scsi needs it (its caller checks). */
@@ -150,7 +155,8 @@ void virtio_pci_reset(struct virtio_pci *vp) {
   mmio_write8(common(vp, VIRTIO_COMMON_STATUS), 0);
   uint64_t deadline = deadline_after_us(1000000);
   while (virtio_pci_status(vp) != 0) {
-    if (deadline_passed(deadline)) test_fail("virtio-pci: device status stays 0x%x after reset", virtio_pci_status(vp));
+    if (deadline_passed(deadline))
+      test_fail("virtio-pci: device status stays 0x%x after reset", virtio_pci_status(vp));
     udelay(100);
   }
 }

@@ -60,9 +60,18 @@ static void wake_tick(unsigned vector, void *context) {
 }
 
 const char *vscsi_response_name(uint8_t response) {
-  static const char *const names[] = {"OK", "OVERRUN", "ABORTED", "BAD_TARGET", "RESET", "BUSY",
-                                      "TRANSPORT_FAILURE", "TARGET_FAILURE", "NEXUS_FAILURE",
-                                      "FAILURE", "FUNCTION_SUCCEEDED", "FUNCTION_REJECTED",
+  static const char *const names[] = {"OK",
+                                      "OVERRUN",
+                                      "ABORTED",
+                                      "BAD_TARGET",
+                                      "RESET",
+                                      "BUSY",
+                                      "TRANSPORT_FAILURE",
+                                      "TARGET_FAILURE",
+                                      "NEXUS_FAILURE",
+                                      "FAILURE",
+                                      "FUNCTION_SUCCEEDED",
+                                      "FUNCTION_REJECTED",
                                       "INCORRECT_LUN"};
   return response < sizeof(names) / sizeof(names[0]) ? names[response] : "unknown";
 }
@@ -102,8 +111,11 @@ void vscsi_init(struct vscsi *h, const struct vscsi_options *opt) {
   }
   if (opt->verbose) {
     printf("virtio-scsi: PCI 00:%02x.%u %04x:%04x (%s) class %06x\n", dev.dev, dev.fn,
-           dev.vendor_id, dev.device_id, dev.device_id == VIRTIO_SCSI_TRANSITIONAL_ID ?
-           "transitional, driven through its modern interface" : "modern", dev.class_code);
+           dev.vendor_id, dev.device_id,
+           dev.device_id == VIRTIO_SCSI_TRANSITIONAL_ID
+               ? "transitional, driven through its modern interface"
+               : "modern",
+           dev.class_code);
   }
   struct virtio_pci *vp = &h->vp;
   virtio_pci_open(vp, &dev, opt->verbose);
@@ -123,15 +135,18 @@ void vscsi_init(struct vscsi *h, const struct vscsi_options *opt) {
   read_config(h);
   struct vscsi_config *c = &h->cfg;
   if (c->num_queues == 0) test_fail("virtio-scsi: num_queues is 0");
-  if (c->cdb_size < 16) test_fail("virtio-scsi: cdb_size %u < 16 (READ(16) would not fit)", c->cdb_size);
+  if (c->cdb_size < 16)
+    test_fail("virtio-scsi: cdb_size %u < 16 (READ(16) would not fit)", c->cdb_size);
   if (c->cdb_size > 256 || c->sense_size > 256) {
     test_fail("virtio-scsi: implausible cdb_size %u / sense_size %u", c->cdb_size, c->sense_size);
   }
   h->hdr_size = REQ_HDR_FIXED + c->cdb_size;
   h->resp_size = RESP_HDR_FIXED + c->sense_size;
   if (vp->num_queues < VSCSI_FIRST_REQUEST_QUEUE + 1) {
-    test_fail("virtio-scsi: the common configuration has %u queues, need control, event and one "
-              "request queue", vp->num_queues);
+    test_fail(
+        "virtio-scsi: the common configuration has %u queues, need control, event and one "
+        "request queue",
+        vp->num_queues);
   }
   unsigned available = vp->num_queues - VSCSI_FIRST_REQUEST_QUEUE;
   if (available != c->num_queues && opt->verbose) {
@@ -174,7 +189,7 @@ void vscsi_init(struct vscsi *h, const struct vscsi_options *opt) {
 
   /* Event buffers (5.6.6.3: the driver should keep the event queue supplied). */
   h->event_size = c->event_info_size > sizeof(struct vscsi_event) ? c->event_info_size
-                                                                    : sizeof(struct vscsi_event);
+                                                                  : sizeof(struct vscsi_event);
   h->events = dma_alloc((size_t)h->event_size * VSCSI_EVENT_BUFFERS);
   for (unsigned i = 0; i < VSCSI_EVENT_BUFFERS; i++) {
     uint8_t *buf = (uint8_t *)h->events + (size_t)i * h->event_size;
@@ -202,15 +217,19 @@ void vscsi_print_info(const struct vscsi *h) {
          vp->driver_features & (1ull << VIRTIO_F_EVENT_IDX) ? " EVENT_IDX" : "",
          vp->driver_features & (1ull << VIRTIO_F_INDIRECT_DESC) ? " INDIRECT_DESC" : "",
          vp->driver_features & (1ull << VIRTIO_F_ACCESS_PLATFORM) ? " ACCESS_PLATFORM" : "");
-  printf("virtio-scsi: config num_queues=%u seg_max=%u max_sectors=%u cmd_per_lun=%u "
-         "event_info_size=%u sense_size=%u cdb_size=%u max_channel=%u max_target=%u max_lun=%u\n",
-         c->num_queues, c->seg_max, c->max_sectors, c->cmd_per_lun, c->event_info_size,
-         c->sense_size, c->cdb_size, c->max_channel, c->max_target, c->max_lun);
+  printf(
+      "virtio-scsi: config num_queues=%u seg_max=%u max_sectors=%u cmd_per_lun=%u "
+      "event_info_size=%u sense_size=%u cdb_size=%u max_channel=%u max_target=%u max_lun=%u\n",
+      c->num_queues, c->seg_max, c->max_sectors, c->cmd_per_lun, c->event_info_size, c->sense_size,
+      c->cdb_size, c->max_channel, c->max_target, c->max_lun);
   for (unsigned q = 0; q < VSCSI_FIRST_REQUEST_QUEUE + h->request_queues; q++) {
     const struct vscsi_queue *vq = &h->q[q];
     printf("virtio-scsi: queue %u (%s): size %u, MSI-X entry %d vector 0x%x\n", q,
-           q == 0 ? "control" : q == 1 ? "event" : "request", vq->vq.size,
-           vq->msix_entry == VIRTIO_MSI_NO_VECTOR ? -1 : (int)vq->msix_entry, vq->vector);
+           q == 0   ? "control"
+           : q == 1 ? "event"
+                    : "request",
+           vq->vq.size, vq->msix_entry == VIRTIO_MSI_NO_VECTOR ? -1 : (int)vq->msix_entry,
+           vq->vector);
   }
 }
 
@@ -224,7 +243,8 @@ void vscsi_route_queue(struct vscsi *h, unsigned vq_index, unsigned apic_id) {
 void vscsi_set_irq_mode(struct vscsi *h, unsigned vq_index, bool irq) {
   struct vscsi_queue *q = &h->q[vq_index];
   if (irq && q->msix_entry == VIRTIO_MSI_NO_VECTOR) {
-    test_fail("virtio-scsi: queue %u has no MSI-X vector (msix=0 or too few table entries)", vq_index);
+    test_fail("virtio-scsi: queue %u has no MSI-X vector (msix=0 or too few table entries)",
+              vq_index);
   }
   q->irq_mode = irq;
   if (irq) {
@@ -300,12 +320,14 @@ bool vscsi_submit(struct vscsi *h, unsigned vq_index, struct vscsi_req *req) {
   unsigned n = 0, n_out;
   bufs[n++] = (struct virtq_buf){dma_addr(hdr), h->hdr_size, false};
   if (req->dir == VSCSI_DIR_TO_DEVICE) {
-    for (unsigned i = 0; i < req->nsg; i++) bufs[n++] = (struct virtq_buf){dma_addr(req->sg[i].addr), req->sg[i].len, false};
+    for (unsigned i = 0; i < req->nsg; i++)
+      bufs[n++] = (struct virtq_buf){dma_addr(req->sg[i].addr), req->sg[i].len, false};
   }
   n_out = n;
   bufs[n++] = (struct virtq_buf){dma_addr(req->resp), h->resp_size, true};
   if (req->dir == VSCSI_DIR_FROM_DEVICE) {
-    for (unsigned i = 0; i < req->nsg; i++) bufs[n++] = (struct virtq_buf){dma_addr(req->sg[i].addr), req->sg[i].len, true};
+    for (unsigned i = 0; i < req->nsg; i++)
+      bufs[n++] = (struct virtq_buf){dma_addr(req->sg[i].addr), req->sg[i].len, true};
   }
   req->submit_tsc = rdtsc();
   if (!virtq_add(&h->q[vq_index].vq, bufs, n_out, n - n_out, req)) return false;
@@ -333,8 +355,8 @@ struct vscsi_req *vscsi_poll(struct vscsi *h, unsigned vq_index) {
               vq_index, req->tag, len);
   }
   if (req->sense_len > h->cfg.sense_size) {
-    test_fail("virtio-scsi: queue %u: sense_len %u exceeds sense_size %u", vq_index,
-              req->sense_len, h->cfg.sense_size);
+    test_fail("virtio-scsi: queue %u: sense_len %u exceeds sense_size %u", vq_index, req->sense_len,
+              h->cfg.sense_size);
   }
   uint32_t copy = req->sense_len < VSCSI_MAX_SENSE ? req->sense_len : VSCSI_MAX_SENSE;
   memset(req->sense, 0, sizeof(req->sense));
@@ -348,9 +370,10 @@ struct vscsi_req *vscsi_wait(struct vscsi *h, unsigned vq_index, uint64_t deadli
     struct vscsi_req *req = vscsi_poll(h, vq_index);
     if (req) return req;
     if (deadline_passed(deadline)) {
-      test_fail("virtio-scsi: queue %u: no completion before the deadline (%u in flight, %s, "
-                "%lu interrupts)", vq_index, virtq_in_flight(&q->vq),
-                q->irq_mode ? "interrupt-driven" : "polled", q->irqs);
+      test_fail(
+          "virtio-scsi: queue %u: no completion before the deadline (%u in flight, %s, "
+          "%lu interrupts)",
+          vq_index, virtq_in_flight(&q->vq), q->irq_mode ? "interrupt-driven" : "polled", q->irqs);
     }
     if (!q->irq_mode) {
       cpu_relax();
@@ -373,7 +396,8 @@ void vscsi_exec(struct vscsi *h, unsigned vq_index, struct vscsi_req *req, uint6
   if (!vscsi_submit(h, vq_index, req)) test_fail("virtio-scsi: queue %u is full", vq_index);
   vscsi_kick(h, vq_index);
   struct vscsi_req *done = vscsi_wait(h, vq_index, deadline_after_us(timeout_us));
-  if (done != req) test_fail("virtio-scsi: queue %u completed another request than submitted", vq_index);
+  if (done != req)
+    test_fail("virtio-scsi: queue %u completed another request than submitted", vq_index);
 }
 
 uint8_t vscsi_tmf(struct vscsi *h, uint32_t subtype, uint8_t target, uint16_t lun, uint64_t id) {

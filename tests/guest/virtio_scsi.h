@@ -80,11 +80,11 @@ struct vscsi_queue {
   struct virtq vq;
   uint16_t msix_entry; /* VIRTIO_MSI_NO_VECTOR when none */
   uint8_t vector;
-  uint8_t apic_id;           /* where its MSI-X entry sends */
-  bool irq_mode;             /* wait with HLT for the MSI-X interrupt (else spin) */
-  volatile uint64_t irqs;    /* counted by the ring-0 handler */
+  uint8_t apic_id;             /* where its MSI-X entry sends */
+  bool irq_mode;               /* wait with HLT for the MSI-X interrupt (else spin) */
+  volatile uint64_t irqs;      /* counted by the ring-0 handler */
   volatile uint64_t misrouted; /* interrupts handled on another CPU than apic_id */
-  uint64_t waits, wakeups;   /* HLTs, and those that found work */
+  uint64_t waits, wakeups;     /* HLTs, and those that found work */
 };
 
 enum vscsi_dir { VSCSI_DIR_NONE, VSCSI_DIR_TO_DEVICE, VSCSI_DIR_FROM_DEVICE };
@@ -107,21 +107,22 @@ struct vscsi_req {
   unsigned nsg;
   uint8_t task_attr;
   /* out */
-  uint8_t response;          /* VIRTIO_SCSI_S_* */
-  uint8_t status;            /* SCSI status (0 GOOD, 2 CHECK CONDITION, ...) */
+  uint8_t response; /* VIRTIO_SCSI_S_* */
+  uint8_t status;   /* SCSI status (0 GOOD, 2 CHECK CONDITION, ...) */
   uint16_t status_qualifier;
   uint32_t residual;
   uint32_t sense_len;
   uint8_t sense[VSCSI_MAX_SENSE];
-  uint32_t used_len;         /* bytes the device says it wrote */
-  uint64_t tag;              /* the request id sent in the header */
+  uint32_t used_len; /* bytes the device says it wrote */
+  uint64_t tag;      /* the request id sent in the header */
   uint64_t submit_tsc, complete_tsc;
   bool in_flight;
-  void *user;                /* free for the caller */
+  void *user; /* free for the caller */
   unsigned user_index;
   /* DMA */
   uint8_t *hdr;  /* struct virtio_scsi_req_cmd: lun[8] id u64 task_attr prio crn cdb[cdb_size] */
-  uint8_t *resp; /* struct virtio_scsi_resp_cmd: sense_len resid status_qualifier status response sense[] */
+  uint8_t *resp; /* struct virtio_scsi_resp_cmd: sense_len resid status_qualifier status response
+                    sense[] */
 };
 
 struct vscsi_event {
@@ -131,10 +132,10 @@ struct vscsi_event {
 };
 
 struct vscsi_options {
-  bool indirect;        /* offer to negotiate VIRTIO_F_INDIRECT_DESC */
-  bool event_idx;       /* offer to negotiate VIRTIO_F_EVENT_IDX */
-  bool msix;            /* set up MSI-X vectors (handlers registered) */
-  unsigned queue_size;  /* upper bound for every queue */
+  bool indirect;       /* offer to negotiate VIRTIO_F_INDIRECT_DESC */
+  bool event_idx;      /* offer to negotiate VIRTIO_F_EVENT_IDX */
+  bool msix;           /* set up MSI-X vectors (handlers registered) */
+  unsigned queue_size; /* upper bound for every queue */
   unsigned max_request_queues;
   unsigned device_index; /* which virtio-scsi function on bus 0 */
   bool verbose;

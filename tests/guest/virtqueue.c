@@ -12,7 +12,8 @@
 
 #define USED_EVENT(vq) ((vq)->avail->ring[(vq)->size])
 /* used->ring[size] is where the avail_event field sits (after 4 header bytes and size entries). */
-#define AVAIL_EVENT(vq) (*(volatile uint16_t *)((uint8_t *)(vq)->used + 4 + 8 * (uint64_t)(vq)->size))
+#define AVAIL_EVENT(vq) \
+  (*(volatile uint16_t *)((uint8_t *)(vq)->used + 4 + 8 * (uint64_t)(vq)->size))
 
 static inline uint16_t read_used_idx(const struct virtq *vq) {
   return *(volatile const uint16_t *)&vq->used->idx;
@@ -56,7 +57,8 @@ bool virtq_add(struct virtq *vq, const struct virtq_buf *bufs, unsigned n_out, u
   /* 2.7.5.3.1: no chain (an indirect table included) longer than the queue size. */
   bool use_indirect = vq->indirect && total > 1 && total <= VIRTQ_MAX_INDIRECT && total <= vq->size;
   unsigned needed = use_indirect ? 1 : total;
-  if (needed > vq->size) guest_panic("virtq_add: %u descriptors exceed queue size %u", needed, vq->size);
+  if (needed > vq->size)
+    guest_panic("virtq_add: %u descriptors exceed queue size %u", needed, vq->size);
   if (vq->num_free < needed) return false;
 
   uint16_t head = vq->free_head;
@@ -126,15 +128,18 @@ void *virtq_get(struct virtq *vq, uint32_t *len) {
   uint16_t used_idx = read_used_idx(vq);
   if (used_idx == vq->last_used) return NULL;
   if ((uint16_t)(used_idx - vq->last_used) > vq->size) {
-    test_fail("virtqueue %u: used idx %u is %u entries ahead of the driver (%u), more than the "
-              "queue size %u", vq->index, used_idx, (uint16_t)(used_idx - vq->last_used),
-              vq->last_used, vq->size);
+    test_fail(
+        "virtqueue %u: used idx %u is %u entries ahead of the driver (%u), more than the "
+        "queue size %u",
+        vq->index, used_idx, (uint16_t)(used_idx - vq->last_used), vq->last_used, vq->size);
   }
   rmb(); /* the entry after the index */
   struct virtq_used_elem elem = vq->used->ring[vq->last_used & (vq->size - 1)];
   if (elem.id >= vq->size || !vq->cookies[elem.id]) {
-    test_fail("virtqueue %u: device returned head %u (used entry %u) that is not outstanding: "
-              "a duplicated or invented completion", vq->index, elem.id, vq->last_used);
+    test_fail(
+        "virtqueue %u: device returned head %u (used entry %u) that is not outstanding: "
+        "a duplicated or invented completion",
+        vq->index, elem.id, vq->last_used);
   }
   uint16_t head = (uint16_t)elem.id;
   void *cookie = vq->cookies[head];

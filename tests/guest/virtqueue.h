@@ -94,6 +94,8 @@ bool virtq_enable_interrupts(struct virtq *vq);
 /* Asks the device not to interrupt (polled mode). */
 void virtq_disable_interrupts(struct virtq *vq);
 /* Outstanding requests (added, not yet returned). */
-static inline unsigned virtq_in_flight(const struct virtq *vq) { return (unsigned)(vq->added - vq->completed); }
+static inline unsigned virtq_in_flight(const struct virtq *vq) {
+  return (unsigned)(vq->added - vq->completed);
+}
 
 #endif /* TESTS_GUEST_VIRTQUEUE_H_ */

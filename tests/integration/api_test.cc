@@ -1,9 +1,10 @@
 // The control API end to end (docs/api.md): boots the test guest (tests/guest) in microvm with
-// --api-socket and drives the VMM through a real gRPC client (the generated vmm.v1 stubs) and through
-// vmmctl as a subprocess, while the guest runs:
+// --api-socket and drives the VMM through a real gRPC client (the generated vmm.v1 stubs) and
+// through vmmctl as a subprocess, while the guest runs:
 // - eject and insert while the guest reads (virtio-scsi and IDE CD-ROMs): the guest's scsi-media /
 //   ide-media tests print "@@EJECT cd" and "@@INSERT cd", the test answers with Eject(cd0) and
-//   Insert(cd0, new.iso), and the guest must see NOT READY, UNIT ATTENTION 06/28/00 and the new data;
+//   Insert(cd0, new.iso), and the guest must see NOT READY, UNIT ATTENTION 06/28/00 and the new
+//   data;
 // - eject while the guest holds the lock (guest test scsi-lock): refused (FAILED_PRECONDITION)
 //   without force, and nothing changes; forced, the guest sees the medium gone;
 // - guest-initiated ejects (START STOP UNIT LoEj) reach the Watch stream (EJECT_REQUESTED while
@@ -11,8 +12,9 @@
 // - 8 threads x 100 mixed calls on an idle CD-ROM while the guest reads another one: no deadlock,
 //   the final state matches the last successful change, and the Watch stream saw every change;
 // - malformed and hostile requests (unknown and empty drive names, overlong paths, directories,
-//   FIFOs, missing or unreadable files, garbage bytes, a flood of watchers), the socket's mode 0600,
-//   and socket paths that exist (a file, a directory, a live socket: refused; a stale socket: reused);
+//   FIFOs, missing or unreadable files, garbage bytes, a flood of watchers), the socket's mode
+//   0600, and socket paths that exist (a file, a directory, a live socket: refused; a stale socket:
+//   reused);
 // - vmmctl from the shell: media list/status/eject/insert/tray/watch, vm info --json, vm stats,
 //   pause/resume, shutdown.
 // Skips without /dev/kvm or python3 (tools/make-pattern-image).
@@ -92,7 +94,8 @@ constexpr uint64_t kDiskBytes = 16ull << 20;
 std::string SocketPath(const std::string& name) {
   static const std::string* dir = [] {
     const char* base = getenv("MICROVM_SOCKET_DIR");
-    std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/api-test-XXXXXX";
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/api-test-XXXXXX";
     const char* made = mkdtemp(pattern.data());
     if (made == nullptr) return new std::string("/tmp");
     atexit([] { std::filesystem::remove_all(*dir); });
@@ -102,10 +105,23 @@ std::string SocketPath(const std::string& name) {
 }
 
 std::string CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {
-      "OK",           "CANCELLED",       "UNKNOWN",  "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-      "OUT_OF_RANGE", "UNIMPLEMENTED",   "INTERNAL", "UNAVAILABLE",      "DATA_LOSS",         "UNAUTHENTICATED"};
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
   const int value = static_cast<int>(code);
   return value >= 0 && value < 17 ? kNames[value] : absl::StrCat("CODE_", value);
 }
@@ -127,11 +143,13 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration d) {
 // The generated stubs over one channel; every unary call has a deadline.
 class Client {
  public:
-  explicit Client(const std::string& socket_path, absl::Duration deadline = absl::Seconds(10)) : deadline_(deadline) {
+  explicit Client(const std::string& socket_path, absl::Duration deadline = absl::Seconds(10))
+      : deadline_(deadline) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
-    channel_ = grpc::CreateCustomChannel("unix:" + socket_path, grpc::InsecureChannelCredentials(), args);
+    channel_ =
+        grpc::CreateCustomChannel("unix:" + socket_path, grpc::InsecureChannelCredentials(), args);
     media = pb::MediaService::NewStub(channel_);
     vm = pb::VmService::NewStub(channel_);
   }
@@ -242,12 +260,13 @@ class EventLog {
 
   bool WaitSubscribed(absl::Duration timeout = absl::Seconds(10)) {
     absl::MutexLock lock(&mutex_);
-    return mutex_.AwaitWithTimeout(absl::Condition(this, &EventLog::SubscribedOrFinished), timeout) && subscribed_ &&
-           !finished_;
+    return mutex_.AwaitWithTimeout(absl::Condition(this, &EventLog::SubscribedOrFinished),
+                                   timeout) &&
+           subscribed_ && !finished_;
   }
   // Index of the first event at or after `from` that matches, waiting up to `timeout`; -1 if none.
-  int WaitFor(const std::function<bool(const pb::MediaEvent&)>& match, absl::Duration timeout = absl::Seconds(10),
-              size_t from = 0) {
+  int WaitFor(const std::function<bool(const pb::MediaEvent&)>& match,
+              absl::Duration timeout = absl::Seconds(10), size_t from = 0) {
     const absl::Time deadline = absl::Now() + timeout;
     absl::MutexLock lock(&mutex_);
     size_t next = from;
@@ -283,7 +302,9 @@ class EventLog {
   }
 
  private:
-  bool SubscribedOrFinished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return subscribed_ || finished_; }
+  bool SubscribedOrFinished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return subscribed_ || finished_;
+  }
 
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<pb::MediaEvent>> reader_;
@@ -305,12 +326,15 @@ std::function<bool(const pb::MediaEvent&)> Is(pb::MediaEvent::Type type, const s
 // A process in the background, as `cmd > out 2> err &` in a shell; stopped with a signal.
 class Background {
  public:
-  Background(const std::vector<std::string>& argv, const std::string& out_path, const std::string& err_path) {
+  Background(const std::vector<std::string>& argv, const std::string& out_path,
+             const std::string& err_path) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     std::vector<char*> args;
     for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
@@ -360,7 +384,8 @@ class Listener {
     sockaddr_un sun{};
     sun.sun_family = AF_UNIX;
     strncpy(sun.sun_path, path.c_str(), sizeof(sun.sun_path) - 1);
-    ok_ = fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0 && listen(fd_, 4) == 0;
+    ok_ = fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&sun), sizeof(sun)) == 0 &&
+          listen(fd_, 4) == 0;
   }
   ~Listener() {
     if (fd_ >= 0) close(fd_);
@@ -424,8 +449,8 @@ class ApiTest : public ::testing::Test {
       };
       for (auto& w : wanted) {
         *w.path = TempPath(w.name);
-        ProcessResult r = RunProcess(
-            {im.python, kPatternTool, "--seed", std::to_string(w.seed), "--size", std::to_string(w.bytes), *w.path});
+        ProcessResult r = RunProcess({im.python, kPatternTool, "--seed", std::to_string(w.seed),
+                                      "--size", std::to_string(w.bytes), *w.path});
         if (!r.exited || r.exit_status != 0) {
           im.error = absl::StrCat("make-pattern-image for ", w.name, " failed: ", r.err);
           break;
@@ -436,8 +461,8 @@ class ApiTest : public ::testing::Test {
     ASSERT_TRUE(im.error.empty()) << im.error;
   }
 
-  // Boots the guest with `cmdline`; `on_line` sees every line of the console (and its answer goes to
-  // the guest's serial input).
+  // Boots the guest with `cmdline`; `on_line` sees every line of the console (and its answer goes
+  // to the guest's serial input).
   static ProcessResult RunVm(const std::string& cmdline, const std::vector<std::string>& flags,
                              std::function<std::string(const std::string&)> on_line = nullptr,
                              absl::Duration timeout = absl::Seconds(60),
@@ -445,8 +470,8 @@ class ApiTest : public ::testing::Test {
     // Outside the jail: these tests insert media from anywhere (a FIFO, /dev/null, unreadable
     // files) to check the API's answers; jailed, only --media-dir is reachable (the jail's own
     // tests: vmm/sandbox:jail_test, the nested tier's "jail" and media scenarios).
-    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest, "--cmdline=" + cmdline,
-                                     "--memory=128M", "--jail=off"};
+    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest,
+                                     "--cmdline=" + cmdline, "--memory=128M", "--jail=off"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     ProcessOptions options;
     options.timeout = timeout;
@@ -457,7 +482,9 @@ class ApiTest : public ::testing::Test {
   }
 
   static void ExpectPassed(const ProcessResult& r, const std::string& test) {
-    EXPECT_FALSE(r.timed_out) << "microvm did not finish\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
+    EXPECT_FALSE(r.timed_out) << "microvm did not finish\nstdout:\n"
+                              << r.out << "\nstderr:\n"
+                              << r.err;
     EXPECT_TRUE(r.exited) << "killed by signal " << r.term_signal << "\nstderr:\n" << r.err;
     EXPECT_EQ(r.exit_status, 0) << "stdout:\n" << r.out << "\nstderr:\n" << r.err;
     EXPECT_THAT(r.out, HasSubstr("TEST " + test + ": PASS")) << r.out << "\nstderr:\n" << r.err;
@@ -469,8 +496,8 @@ class ApiTest : public ::testing::Test {
   // Its limits are generous: they catch a hang, and the test may run in L1, under emulation, where
   // a busy moment lasts seconds (vmmctl's own 5 s connect limit was reached there once).
   static ProcessResult Vmmctl(const std::string& socket, const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket, "--connect-timeout", "60",
-                                     "--timeout", "60"};
+    std::vector<std::string> argv = {
+        kVmmctl, "--api", "unix:" + socket, "--connect-timeout", "60", "--timeout", "60"};
     argv.insert(argv.end(), args.begin(), args.end());
     ProcessOptions options;
     options.timeout = absl::Seconds(180);
@@ -478,7 +505,8 @@ class ApiTest : public ::testing::Test {
   }
 };
 
-// ---- Eject and insert while the guest reads ------------------------------------------------------
+// ---- Eject and insert while the guest reads
+// ------------------------------------------------------
 
 TEST_F(ApiTest, EjectAndInsertWhileTheGuestReadsScsi) {
   const std::string sock = SocketPath("scsi-media.sock");
@@ -544,7 +572,8 @@ TEST_F(ApiTest, EjectAndInsertWhileTheGuestReadsScsi) {
   EXPECT_FALSE(seen[removed].status().medium_present());
   EXPECT_EQ(seen[added].status().source(), images().new_cd);
   EXPECT_GT(seen[added].time_unix_nanos(), 0);
-  EXPECT_GE(events->WaitFor(Is(pb::MediaEvent::TRAY_CLOSED, "cd0", false), absl::Seconds(5), added), 0)
+  EXPECT_GE(events->WaitFor(Is(pb::MediaEvent::TRAY_CLOSED, "cd0", false), absl::Seconds(5), added),
+            0)
       << events->Dump();
   auto finished = events->WaitFinished(absl::Seconds(5));
   ASSERT_TRUE(finished.has_value()) << "the Watch stream outlived the VMM";
@@ -586,7 +615,8 @@ TEST_F(ApiTest, EjectAndInsertWhileTheGuestReadsIde) {
   EXPECT_THAT(r.out, HasSubstr("seed 33"));
 }
 
-// ---- The guest's lock ----------------------------------------------------------------------------
+// ---- The guest's lock
+// ----------------------------------------------------------------------------
 
 TEST_F(ApiTest, EjectWhileLockedIsRefusedUnlessForced) {
   const std::string sock = SocketPath("locked.sock");
@@ -643,14 +673,16 @@ TEST_F(ApiTest, EjectWhileLockedIsRefusedUnlessForced) {
     if (absl::StartsWith(line, "scsi-lock: ready -> ")) return "done\n";
     return "";
   };
-  ProcessResult r = RunVm("test=scsi-lock hold_ms=20000", {"--cdrom=" + images().cd, "--api-socket=" + sock}, on_line);
+  ProcessResult r = RunVm("test=scsi-lock hold_ms=20000",
+                          {"--cdrom=" + images().cd, "--api-socket=" + sock}, on_line);
   ExpectPassed(r, "scsi-lock");
   EXPECT_TRUE(forced);
   EXPECT_TRUE(inserted);
   EXPECT_THAT(r.out, HasSubstr("06/28/00")) << "the guest saw no UNIT ATTENTION after the insert";
 }
 
-// ---- Guest-initiated eject -----------------------------------------------------------------------
+// ---- Guest-initiated eject
+// -----------------------------------------------------------------------
 
 TEST_F(ApiTest, GuestInitiatedEjectReachesTheWatchStream) {
   const std::string sock = SocketPath("guest-eject.sock");
@@ -726,11 +758,13 @@ TEST_F(ApiTest, GuestInitiatedEjectReachesTheWatchStream) {
   EXPECT_EQ(absl::StrJoin(steps, " "), "EJECT_REQUESTED LOCK_CHANGED TRAY_OPENED TRAY_CLOSED");
   ASSERT_NE(only_cd0, nullptr);
   // A Watch for cd0 sees cd0's events and nothing else.
-  EXPECT_GE(only_cd0->WaitFor(Is(pb::MediaEvent::EJECT_REQUESTED, "cd0", true)), 0) << only_cd0->Dump();
+  EXPECT_GE(only_cd0->WaitFor(Is(pb::MediaEvent::EJECT_REQUESTED, "cd0", true)), 0)
+      << only_cd0->Dump();
   for (const pb::MediaEvent& e : only_cd0->Events()) EXPECT_EQ(e.drive(), "cd0") << Show(e);
 }
 
-// ---- Many concurrent calls -----------------------------------------------------------------------
+// ---- Many concurrent calls
+// -----------------------------------------------------------------------
 
 struct Observation {
   uint64_t generation;
@@ -746,7 +780,8 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
   bool hammered = false;
   std::optional<grpc::Status> shutdown_status;
   auto on_line = [&](const std::string& line) -> std::string {
-    // The guest reads cd0 (IDE) in a loop; each pass prints a line. After the first, cd1 is hammered.
+    // The guest reads cd0 (IDE) in a loop; each pass prints a line. After the first, cd1 is
+    // hammered.
     if (hammered || !absl::StrContains(line, "kib_per_s=")) return "";
     hammered = true;
     Client client(sock);
@@ -833,7 +868,8 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
     const absl::Duration took = absl::Now() - start;
     EXPECT_EQ(finished.load(), kThreads);
     EXPECT_LT(took, absl::Seconds(60)) << "8 x 100 calls took " << took;
-    std::cerr << "api_test: " << kThreads << " x " << kCallsPerThread << " mixed calls in " << took << "\n";
+    std::cerr << "api_test: " << kThreads << " x " << kCallsPerThread << " mixed calls in " << took
+              << "\n";
 
     int inserts = 0, ejects = 0, refused = 0;
     uint64_t max_generation = initial.generation();
@@ -901,14 +937,16 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
     bool expect_insert = true;
     uint64_t last_generation = initial.generation();
     for (const auto& e : seen) {
-      if (e.type() != pb::MediaEvent::MEDIUM_INSERTED && e.type() != pb::MediaEvent::MEDIUM_REMOVED) continue;
+      if (e.type() != pb::MediaEvent::MEDIUM_INSERTED && e.type() != pb::MediaEvent::MEDIUM_REMOVED)
+        continue;
       EXPECT_EQ(e.type() == pb::MediaEvent::MEDIUM_INSERTED, expect_insert) << Show(e);
       EXPECT_GT(e.status().generation(), last_generation) << Show(e);
       expect_insert = !expect_insert;
       last_generation = e.status().generation();
     }
-    std::cerr << "api_test: " << inserts << " inserts (" << refused << " refused: a medium was in), " << ejects
-              << " ejects, " << seen.size() << " events\n";
+    std::cerr << "api_test: " << inserts << " inserts (" << refused
+              << " refused: a medium was in), " << ejects << " ejects, " << seen.size()
+              << " events\n";
 
     // Still serving, and the guest still reading: a graceful shutdown ends the VMM (the test guest
     // ignores the request, so the VMM stops it after the grace period).
@@ -920,14 +958,15 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
   };
   const absl::Time boot = absl::Now();
   ProcessResult r = RunVm("test=ide-bench passes=100000 verify=1",
-                          {"--ide-cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock}, on_line,
-                          absl::Seconds(90));
+                          {"--ide-cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock},
+                          on_line, absl::Seconds(90));
   EXPECT_TRUE(hammered) << r.out << r.err;
   EXPECT_FALSE(r.timed_out) << "the VMM did not stop after Shutdown\n" << r.err;
   EXPECT_TRUE(r.exited) << "killed by signal " << r.term_signal;
   ASSERT_TRUE(shutdown_status.has_value());
   // The VMM may close the connection before its answer arrives.
-  EXPECT_THAT(shutdown_status->error_code(), AnyOf(grpc::StatusCode::OK, grpc::StatusCode::UNAVAILABLE))
+  EXPECT_THAT(shutdown_status->error_code(),
+              AnyOf(grpc::StatusCode::OK, grpc::StatusCode::UNAVAILABLE))
       << Describe(*shutdown_status);
   EXPECT_THAT(r.out, Not(HasSubstr("FAIL"))) << "the guest's reads went wrong under the API load";
   EXPECT_THAT(r.out, HasSubstr("verified"));
@@ -936,7 +975,8 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
             << (absl::Now() - boot) << " after boot\n";
 }
 
-// ---- Malformed and hostile requests --------------------------------------------------------------
+// ---- Malformed and hostile requests
+// --------------------------------------------------------------
 
 TEST_F(ApiTest, MalformedAndHostileRequests) {
   const std::string sock = SocketPath("hostile.sock");
@@ -962,26 +1002,31 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
       ADD_FAILURE() << "GetStatus of cd0 or cd1 failed";
       return "bye\n";
     }
-    auto expect_code = [&](const grpc::Status& status, std::set<grpc::StatusCode> allowed, const std::string& what,
-                           const std::string& mentions = "") {
+    auto expect_code = [&](const grpc::Status& status, std::set<grpc::StatusCode> allowed,
+                           const std::string& what, const std::string& mentions = "") {
       std::vector<std::string> names;
       for (grpc::StatusCode code : allowed) names.push_back(CodeName(code));
-      EXPECT_TRUE(allowed.count(status.error_code())) << what << ": got " << Describe(status) << ", expected "
-                                                      << absl::StrJoin(names, " or ");
+      EXPECT_TRUE(allowed.count(status.error_code()))
+          << what << ": got " << Describe(status) << ", expected " << absl::StrJoin(names, " or ");
       if (!mentions.empty()) {
         EXPECT_THAT(status.error_message(), HasSubstr(mentions)) << what;
       }
-      EXPECT_LT(status.error_message().size(), 4096u) << what << ": the error echoes the whole request";
+      EXPECT_LT(status.error_message().size(), 4096u)
+          << what << ": the error echoes the whole request";
     };
     using C = grpc::StatusCode;
 
     // Unknown, empty and overlong drive names.
     const std::string long_name(64 * 1024, 'x');
-    for (const std::string& name : {std::string("cd9"), std::string(""), long_name, std::string("cd0\n"),
-                                    std::string("cd0 "), std::string("../cd0")}) {
-      const std::string what = absl::StrCat("drive '", name.substr(0, 16), "' (", name.size(), " bytes)");
-      const std::set<C> codes = name.empty() ? std::set<C>{C::INVALID_ARGUMENT, C::NOT_FOUND} : std::set<C>{C::NOT_FOUND};
-      expect_code(client.Status(name, &out), codes, "GetStatus " + what, name == "cd9" ? "cd9" : "");
+    for (const std::string& name :
+         {std::string("cd9"), std::string(""), long_name, std::string("cd0\n"), std::string("cd0 "),
+          std::string("../cd0")}) {
+      const std::string what =
+          absl::StrCat("drive '", name.substr(0, 16), "' (", name.size(), " bytes)");
+      const std::set<C> codes =
+          name.empty() ? std::set<C>{C::INVALID_ARGUMENT, C::NOT_FOUND} : std::set<C>{C::NOT_FOUND};
+      expect_code(client.Status(name, &out), codes, "GetStatus " + what,
+                  name == "cd9" ? "cd9" : "");
       expect_code(client.Eject(name, true, &out), codes, "Eject " + what);
       expect_code(client.Insert(name, images().new_cd, &out), codes, "Insert " + what);
       expect_code(client.Tray(name, true, true, &out), codes, "SetTray " + what);
@@ -1008,13 +1053,17 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
     while (deep_path.size() < 5000) deep_path += "deep/";
     deep_path += "x.iso";
     expect_code(client.Insert("cd1", "", &out), {C::INVALID_ARGUMENT}, "empty path");
-    expect_code(client.Insert("cd1", deep_path, &out), {C::INVALID_ARGUMENT, C::NOT_FOUND}, "5000-byte path");
+    expect_code(client.Insert("cd1", deep_path, &out), {C::INVALID_ARGUMENT, C::NOT_FOUND},
+                "5000-byte path");
     expect_code(client.Insert("cd1", long_component, &out), {C::INVALID_ARGUMENT, C::NOT_FOUND},
                 "a 300-byte file name");
-    expect_code(client.Insert("cd1", std::string(images().new_cd) + std::string(1, '\0') + "junk", &out),
-                {C::INVALID_ARGUMENT}, "a path with a NUL byte");
-    expect_code(client.Insert("cd1", missing, &out), {C::NOT_FOUND, C::INVALID_ARGUMENT}, "a missing file", missing);
-    expect_code(client.Insert("cd1", directory, &out), {C::INVALID_ARGUMENT}, "a directory", directory);
+    expect_code(
+        client.Insert("cd1", std::string(images().new_cd) + std::string(1, '\0') + "junk", &out),
+        {C::INVALID_ARGUMENT}, "a path with a NUL byte");
+    expect_code(client.Insert("cd1", missing, &out), {C::NOT_FOUND, C::INVALID_ARGUMENT},
+                "a missing file", missing);
+    expect_code(client.Insert("cd1", directory, &out), {C::INVALID_ARGUMENT}, "a directory",
+                directory);
     const absl::Time fifo_start = absl::Now();
     expect_code(client.Insert("cd1", fifo, &out), {C::INVALID_ARGUMENT}, "a FIFO", fifo);
     EXPECT_LT(absl::Now() - fifo_start, absl::Seconds(5)) << "inserting a FIFO blocked the server";
@@ -1023,8 +1072,10 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
       const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
       if (fd >= 0) close(fd);
     }
-    expect_code(client.Insert("cd1", "/dev/null", &out), {C::INVALID_ARGUMENT}, "a character device");
-    expect_code(client.Insert("cd1", images().new_cd, &out, "qcow2"), {C::INVALID_ARGUMENT}, "format qcow2");
+    expect_code(client.Insert("cd1", "/dev/null", &out), {C::INVALID_ARGUMENT},
+                "a character device");
+    expect_code(client.Insert("cd1", images().new_cd, &out, "qcow2"), {C::INVALID_ARGUMENT},
+                "format qcow2");
     // 8 MiB of path: beyond gRPC's 4 MiB message limit.
     expect_code(client.Insert("cd1", "/" + std::string(8 << 20, 'p'), &out),
                 {C::RESOURCE_EXHAUSTED, C::INVALID_ARGUMENT}, "an 8 MiB path");
@@ -1032,24 +1083,29 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
     // Permissions: an unreadable file, a file in a directory without search permission. The VMM
     // runs without the capabilities that let root read both (without_file_capabilities below).
     const std::string unreadable = TempPath("unreadable.iso");
-    std::filesystem::copy_file(images().new_cd, unreadable, std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(images().new_cd, unreadable,
+                               std::filesystem::copy_options::overwrite_existing);
     chmod(unreadable.c_str(), 0000);
     const std::string locked_dir = TempPath("no-search");
     std::filesystem::create_directories(locked_dir);
-    std::filesystem::copy_file(images().new_cd, locked_dir + "/in.iso", std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(images().new_cd, locked_dir + "/in.iso",
+                               std::filesystem::copy_options::overwrite_existing);
     chmod(locked_dir.c_str(), 0600);
     for (const std::string& path : {unreadable, locked_dir + "/in.iso"}) {
-      expect_code(client.Insert("cd1", path, &out), {C::PERMISSION_DENIED}, "an unreadable file", path);
+      expect_code(client.Insert("cd1", path, &out), {C::PERMISSION_DENIED}, "an unreadable file",
+                  path);
     }
     chmod(locked_dir.c_str(), 0700);
 
     // Media rules: a disk has no removable medium; a drive with a medium takes no other.
-    expect_code(client.Insert("disk0", images().new_cd, &out), {C::FAILED_PRECONDITION, C::ALREADY_EXISTS},
-                "Insert into a disk");
-    expect_code(client.Eject("disk0", true, &out), {C::FAILED_PRECONDITION, C::INVALID_ARGUMENT}, "Eject a disk");
-    expect_code(client.Tray("disk0", true, true, &out), {C::FAILED_PRECONDITION, C::INVALID_ARGUMENT},
-                "SetTray on a disk");
-    expect_code(client.Insert("cd0", images().new_cd, &out), {C::FAILED_PRECONDITION}, "Insert over a medium");
+    expect_code(client.Insert("disk0", images().new_cd, &out),
+                {C::FAILED_PRECONDITION, C::ALREADY_EXISTS}, "Insert into a disk");
+    expect_code(client.Eject("disk0", true, &out), {C::FAILED_PRECONDITION, C::INVALID_ARGUMENT},
+                "Eject a disk");
+    expect_code(client.Tray("disk0", true, true, &out),
+                {C::FAILED_PRECONDITION, C::INVALID_ARGUMENT}, "SetTray on a disk");
+    expect_code(client.Insert("cd0", images().new_cd, &out), {C::FAILED_PRECONDITION},
+                "Insert over a medium");
 
     // Bytes that are no protobuf at all, and a method that does not exist.
     {
@@ -1064,7 +1120,8 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
                           [&](grpc::Status s) { done.set_value(s); });
         return done.get_future().get();
       };
-      grpc::Status garbage = raw_call("/vmm.v1.MediaService/Insert", std::string("\xff\xff\xff\xff\x0f garbage", 13));
+      grpc::Status garbage =
+          raw_call("/vmm.v1.MediaService/Insert", std::string("\xff\xff\xff\xff\x0f garbage", 13));
       EXPECT_FALSE(garbage.ok()) << "garbage bytes were accepted as an InsertRequest";
       std::string bad_utf8;
       bad_utf8 += '\x0a';  // field 1 (drive), length-delimited
@@ -1080,8 +1137,10 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
     // keep working meanwhile.
     {
       std::vector<std::unique_ptr<EventLog>> watchers;
-      for (int i = 0; i < 48; ++i) watchers.push_back(std::make_unique<EventLog>(client, i % 2 ? "cd0" : ""));
-      for (auto& w : watchers) w->WaitSubscribed(absl::Seconds(10));  // answered, one way or the other
+      for (int i = 0; i < 48; ++i)
+        watchers.push_back(std::make_unique<EventLog>(client, i % 2 ? "cd0" : ""));
+      for (auto& w : watchers)
+        w->WaitSubscribed(absl::Seconds(10));  // answered, one way or the other
       absl::SleepFor(absl::Milliseconds(500));
       int subscribed = 0, refused = 0;
       for (auto& w : watchers) {
@@ -1093,11 +1152,12 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
           ++refused;
         }
       }
-      std::cerr << "api_test: 48 Watch streams at once: " << subscribed << " subscribed, " << refused
-                << " refused\n";
+      std::cerr << "api_test: 48 Watch streams at once: " << subscribed << " subscribed, "
+                << refused << " refused\n";
       EXPECT_GT(subscribed, 0);
       Client fresh(sock, absl::Seconds(5));
-      EXPECT_TRUE(fresh.Status("cd0", &out).ok()) << "unary calls starve while many streams are open";
+      EXPECT_TRUE(fresh.Status("cd0", &out).ok())
+          << "unary calls starve while many streams are open";
     }
 
     // Nothing changed; the server still serves.
@@ -1112,15 +1172,17 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
     EXPECT_EQ(list.drives_size(), 3);
     return "bye\n";
   };
-  ProcessResult r = RunVm("test=echo timeout_ms=60000",
-                          {"--disk=" + disk, "--cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock}, on_line,
-                          absl::Seconds(60), /*without_file_capabilities=*/true);
+  ProcessResult r =
+      RunVm("test=echo timeout_ms=60000",
+            {"--disk=" + disk, "--cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock},
+            on_line, absl::Seconds(60), /*without_file_capabilities=*/true);
   EXPECT_TRUE(checked) << r.out << r.err;
   ExpectPassed(r, "echo");
   EXPECT_THAT(r.out, HasSubstr("echo: bye"));
 }
 
-// ---- The socket path -----------------------------------------------------------------------------
+// ---- The socket path
+// -----------------------------------------------------------------------------
 
 TEST_F(ApiTest, SocketPathThatExistsIsRefusedStaleSocketIsReused) {
   auto refused = [&](const std::string& path, const std::string& what) {
@@ -1131,7 +1193,8 @@ TEST_F(ApiTest, SocketPathThatExistsIsRefusedStaleSocketIsReused) {
     EXPECT_TRUE(r.exited);
     EXPECT_NE(r.exit_status, 0) << "the VMM started on " << what << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(path)) << "the error does not name the path";
-    EXPECT_THAT(r.out, Not(HasSubstr("TEST hello: PASS"))) << "the guest ran although the API could not start";
+    EXPECT_THAT(r.out, Not(HasSubstr("TEST hello: PASS")))
+        << "the guest ran although the API could not start";
     EXPECT_LT(absl::Now() - start, absl::Seconds(10));
     std::cerr << "api_test: " << what << ": " << r.err;
   };
@@ -1162,27 +1225,29 @@ TEST_F(ApiTest, SocketPathThatExistsIsRefusedStaleSocketIsReused) {
   ASSERT_TRUE(MakeStaleSocket(stale));
   ASSERT_FALSE(ConnectsTo(stale));
   bool served = false;
-  ProcessResult r = RunVm("test=echo timeout_ms=30000", {"--api-socket=" + stale}, [&](const std::string& line) {
-    if (line != "echo: ready") return std::string();
-    Client client(stale);
-    EXPECT_TRUE(client.Connected());
-    pb::VmInfo info;
-    grpc::Status status = client.Info(&info);
-    EXPECT_TRUE(status.ok()) << Describe(status);
-    served = status.ok();
-    EXPECT_EQ(info.cmdline(), "test=echo timeout_ms=30000");
-    struct stat st {};
-    EXPECT_EQ(lstat(stale.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 07777, 0600u);
-    return std::string("bye\n");
-  });
+  ProcessResult r =
+      RunVm("test=echo timeout_ms=30000", {"--api-socket=" + stale}, [&](const std::string& line) {
+        if (line != "echo: ready") return std::string();
+        Client client(stale);
+        EXPECT_TRUE(client.Connected());
+        pb::VmInfo info;
+        grpc::Status status = client.Info(&info);
+        EXPECT_TRUE(status.ok()) << Describe(status);
+        served = status.ok();
+        EXPECT_EQ(info.cmdline(), "test=echo timeout_ms=30000");
+        struct stat st {};
+        EXPECT_EQ(lstat(stale.c_str(), &st), 0);
+        EXPECT_EQ(st.st_mode & 07777, 0600u);
+        return std::string("bye\n");
+      });
   ExpectPassed(r, "echo");
   EXPECT_TRUE(served);
   // The VMM removes its socket when it exits (api/api_server.h), so the next one starts clean.
   EXPECT_FALSE(std::filesystem::exists(stale)) << "the socket outlived the VMM";
 }
 
-// ---- vmmctl from the shell -----------------------------------------------------------------------
+// ---- vmmctl from the shell
+// -----------------------------------------------------------------------
 
 TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
   const std::string sock = SocketPath("vmmctl.sock");
@@ -1194,7 +1259,8 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
   std::string log;  // every vmmctl call, for failure messages
   auto vmmctl = [&](const std::vector<std::string>& args) {
     ProcessResult r = Vmmctl(sock, args);
-    absl::StrAppend(&log, "$ vmmctl ", absl::StrJoin(args, " "), "  -> ", r.exit_status, "\n", r.out, r.err);
+    absl::StrAppend(&log, "$ vmmctl ", absl::StrJoin(args, " "), "  -> ", r.exit_status, "\n",
+                    r.out, r.err);
     return r;
   };
   auto on_line = [&](const std::string& line) -> std::string {
@@ -1203,15 +1269,18 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_TRUE(client.Connected());
       // Two watchers in the background, as `vmmctl ... media watch > file &`.
       watch = std::make_unique<Background>(
-          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60", "media", "watch"},
+          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60",
+                                   "media", "watch"},
           watch_out, watch_err);
       json_watch = std::make_unique<Background>(
-          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60", "--json", "media",
-                                   "watch", "cd0"},
+          std::vector<std::string>{kVmmctl, "--api", "unix:" + sock, "--connect-timeout", "60",
+                                   "--json", "media", "watch", "cd0"},
           json_out, json_err);
       EXPECT_TRUE(watch->running() && json_watch->running());
-      EXPECT_TRUE(WaitForFileContent(watch_err, "watching", absl::Seconds(10))) << ReadFile(watch_err);
-      EXPECT_TRUE(WaitForFileContent(json_err, "watching", absl::Seconds(10))) << ReadFile(json_err);
+      EXPECT_TRUE(WaitForFileContent(watch_err, "watching", absl::Seconds(10)))
+          << ReadFile(watch_err);
+      EXPECT_TRUE(WaitForFileContent(json_err, "watching", absl::Seconds(10)))
+          << ReadFile(json_err);
 
       ProcessResult list = vmmctl({"media", "list"});
       EXPECT_EQ(list.exit_status, 0) << log;
@@ -1248,7 +1317,8 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_EQ(unknown.exit_status, 1) << log;
       EXPECT_THAT(unknown.err, HasSubstr("NOT_FOUND"));
       EXPECT_EQ(vmmctl({"media", "eject"}).exit_status, 2) << log;
-      ProcessResult nowhere = RunProcess({kVmmctl, "--api", "unix:" + SocketPath("nobody.sock"), "vm", "info"});
+      ProcessResult nowhere =
+          RunProcess({kVmmctl, "--api", "unix:" + SocketPath("nobody.sock"), "vm", "info"});
       EXPECT_EQ(nowhere.exit_status, 3) << nowhere.err;
       return "ready\n";
     }
@@ -1271,7 +1341,8 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_THAT(stats.out, HasSubstr("cd0"));
       ProcessResult stats_json = vmmctl({"--json", "vm", "stats", "cd0"});
       pb::GetStatsResponse parsed_stats;
-      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(stats_json.out, &parsed_stats).ok()) << log;
+      EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(stats_json.out, &parsed_stats).ok())
+          << log;
       EXPECT_EQ(parsed_stats.drives_size(), 1);
       if (parsed_stats.drives_size() == 1) {
         EXPECT_EQ(parsed_stats.drives(0).drive(), "cd0");
@@ -1284,8 +1355,10 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_THAT(vmmctl({"vm", "resume"}).out, HasSubstr("RUNNING")) << log;
 
       // The watchers saw it all; Ctrl-C ends them with status 0.
-      EXPECT_TRUE(WaitForFileContent(watch_out, "cd0 MEDIUM_INSERTED", absl::Seconds(5))) << ReadFile(watch_out);
-      EXPECT_TRUE(WaitForFileContent(json_out, "MEDIUM_INSERTED", absl::Seconds(5))) << ReadFile(json_out);
+      EXPECT_TRUE(WaitForFileContent(watch_out, "cd0 MEDIUM_INSERTED", absl::Seconds(5)))
+          << ReadFile(watch_out);
+      EXPECT_TRUE(WaitForFileContent(json_out, "MEDIUM_INSERTED", absl::Seconds(5)))
+          << ReadFile(json_out);
       watch_status = watch->Stop(SIGINT);
       json_watch_status = json_watch->Stop(SIGINT);
       finished = true;
@@ -1296,8 +1369,8 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
     }
     return "";
   };
-  ProcessResult r = RunVm("test=scsi-lock hold_ms=20000", {"--cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock},
-                          on_line);
+  ProcessResult r = RunVm("test=scsi-lock hold_ms=20000",
+                          {"--cdrom=" + images().cd, "--cdrom=", "--api-socket=" + sock}, on_line);
   EXPECT_TRUE(finished) << r.out << "\n" << log;
   EXPECT_FALSE(r.timed_out) << "vmmctl vm shutdown --force did not stop the VMM";
   EXPECT_TRUE(r.exited);

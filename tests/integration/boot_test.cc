@@ -37,9 +37,11 @@ class BootTest : public ::testing::Test {
     argv.insert(argv.end(), flags.begin(), flags.end());
     ProcessResult result = RunProcess(argv, options);
     EXPECT_FALSE(result.timed_out) << "microvm did not finish\nstdout:\n"
-                                   << result.out << "\nstderr:\n" << result.err;
+                                   << result.out << "\nstderr:\n"
+                                   << result.err;
     EXPECT_TRUE(result.exited) << "microvm was killed by signal " << result.term_signal
-                               << "\nstderr:\n" << result.err;
+                               << "\nstderr:\n"
+                               << result.err;
     return result;
   }
   ProcessResult BootGuest(const std::string& cmdline, std::vector<std::string> flags = {},
@@ -162,9 +164,8 @@ TEST_F(BootTest, DumpsTheDeviceTree) {
   EXPECT_GE(fdt_path_offset(blob.data(), "/cpus/cpu@2"), 0);
   EXPECT_GE(fdt_path_offset(blob.data(), "/isa/serial@3f8"), 0);
   int length = 0;
-  const char* bootargs =
-      static_cast<const char*>(fdt_getprop(blob.data(), fdt_path_offset(blob.data(), "/chosen"),
-                                           "bootargs", &length));
+  const char* bootargs = static_cast<const char*>(
+      fdt_getprop(blob.data(), fdt_path_offset(blob.data(), "/chosen"), "bootargs", &length));
   ASSERT_NE(bootargs, nullptr);
   EXPECT_STREQ(bootargs, "test=hello");
 }
@@ -207,8 +208,8 @@ TEST_F(BootTest, ConfigurationErrorsAreClear) {
 
 // Runs without /dev/kvm too: the error must say what is missing.
 TEST(NoKvmTest, MissingKvmDeviceIsExplained) {
-  ProcessResult result = RunProcess({kMicrovm, std::string("--kernel=") + kGuest,
-                                     "--kvm-device=/nonexistent/kvm"});
+  ProcessResult result =
+      RunProcess({kMicrovm, std::string("--kernel=") + kGuest, "--kvm-device=/nonexistent/kvm"});
   EXPECT_EQ(result.exit_status, 1);
   EXPECT_THAT(result.err, HasSubstr("/nonexistent/kvm does not exist"));
 }

@@ -99,9 +99,10 @@ TEST_P(HelpTest, ListsEveryFlagWithDashesAndExitsZero) {
     EXPECT_THAT(result.out, Not(HasSubstr("Other flags"))) << "a flag no help group lists";
     EXPECT_THAT(result.out, Not(HasSubstr("(not defined in this binary)")));
     const std::set<std::string> flags = HelpFlags(result.out);
-    for (const char* flag : {"api-socket", "api-tcp", "api-token-file", "api-tcp-insecure",
-                             "media-dir", "disk", "cdrom", "scsi-queues", "iothreads",
-                             "poll-max-ns", "seccomp", "jail", "jail-user", "jail-cgroup", "help"}) {
+    for (const char* flag :
+         {"api-socket", "api-tcp", "api-token-file", "api-tcp-insecure", "media-dir", "disk",
+          "cdrom", "scsi-queues", "iothreads", "poll-max-ns", "seccomp", "jail", "jail-user",
+          "jail-cgroup", "help"}) {
       EXPECT_EQ(flags.count(flag), 1u)
           << "--" << flag << " missing from " << GetParam() << " --help";
     }
@@ -126,8 +127,9 @@ TEST(VersionTest, EveryBinaryPrintsItsVersionAndBuild) {
     ProcessResult result = RunProcess({Binaries().at(program), "--version"});
     ASSERT_TRUE(result.exited) << program;
     EXPECT_EQ(result.exit_status, 0) << program << ": " << result.err;
-    EXPECT_THAT(result.out, ::testing::MatchesRegex(absl::StrCat(
-                                program, " [0-9][0-9.]* \\((opt|fastbuild|dbg)(, ASan)? build\\)\n")));
+    EXPECT_THAT(result.out,
+                ::testing::MatchesRegex(absl::StrCat(
+                    program, " [0-9][0-9.]* \\((opt|fastbuild|dbg)(, ASan)? build\\)\n")));
   }
 }
 
@@ -328,7 +330,8 @@ TEST(StaleSocketTest, VhostUserScsiReplacesAStaleSocketAndRefusesALiveOne) {
     if (!listening) {
       int status = 0;
       if (waitpid(pid, &status, WNOHANG) == pid) {
-        FAIL() << "vhost-user-scsi exited (status " << status << ") instead of taking the stale socket";
+        FAIL() << "vhost-user-scsi exited (status " << status
+               << ") instead of taking the stale socket";
       }
       absl::SleepFor(absl::Milliseconds(10));
     }

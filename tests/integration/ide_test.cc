@@ -80,8 +80,8 @@ TEST_F(IdeTest, ProbesBothChannelsBySignature) {
 
 TEST_F(IdeTest, ReadsEveryCdSectorByDmaAndPio) {
   const std::string cd = Image("read-cd.iso", 9, "4M");
-  ProcessResult result = Boot("test=ide-cd seed=9 mode=both pio_bcl=0xfffe,1000",
-                              {"--ide-cdrom=" + cd});
+  ProcessResult result =
+      Boot("test=ide-cd seed=9 mode=both pio_bcl=0xfffe,1000", {"--ide-cdrom=" + cd});
   ExpectPass(result, "ide-cd");
 }
 
@@ -89,15 +89,16 @@ TEST_F(IdeTest, FuaWritesAndLba48OnTheDisk) {
   const std::string disk = Image("rw-disk.img", 5, "64M");
   // Sparse to beyond 2^32 sectors, so LBA48 addresses are exercised.
   ASSERT_EQ(truncate(disk.c_str(), (2ll << 40) + (64ll << 20)), 0);
-  ProcessResult result = Boot("test=ide-disk seed=5 fua=1 need48=1 pattern_blocks=131072", {"--ide-disk=" + disk});
+  ProcessResult result =
+      Boot("test=ide-disk seed=5 fua=1 need48=1 pattern_blocks=131072", {"--ide-disk=" + disk});
   ExpectPass(result, "ide-disk");
 }
 
 TEST_F(IdeTest, ErrorsAndMalformedPrdTablesLeaveTheControllerWorking) {
   const std::string disk = Image("err-disk.img", 5, "64M");
   const std::string cd = Image("err-cd.iso", 9, "8M");
-  ProcessResult result = Boot("test=ide-errors seed=5 cd_seed=9",
-                              {"--ide-disk=" + disk, "--ide-cdrom=" + cd});
+  ProcessResult result =
+      Boot("test=ide-errors seed=5 cd_seed=9", {"--ide-disk=" + disk, "--ide-cdrom=" + cd});
   ExpectPass(result, "ide-errors");
   EXPECT_THAT(result.out, HasSubstr("0 unexpected answer(s)"));
 }
@@ -110,9 +111,9 @@ TEST_F(IdeTest, StringIoFromRing3) {
 
 TEST_F(IdeTest, SlowHostDriveIsNeverProbedWhileTheGuestReads) {
   const std::string cd = Image("slow.iso", 9, "8M");
-  ProcessResult result = Boot("test=ide-cd seed=9 mode=dma",
-                              {"--ide-cdrom=" + cd + ",probe-delay-us=1000", "--boot-report"},
-                              kMicrovmTesting);
+  ProcessResult result =
+      Boot("test=ide-cd seed=9 mode=dma",
+           {"--ide-cdrom=" + cd + ",probe-delay-us=1000", "--boot-report"}, kMicrovmTesting);
   ExpectPass(result, "ide-cd");
   // HostCdrom::Refresh() at start-up asks status and capacity once; 4096 sectors of reads add none.
   EXPECT_THAT(result.err, HasSubstr("cd0: simulated host drive probed 2 time(s)"));

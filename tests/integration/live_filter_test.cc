@@ -86,7 +86,8 @@ std::vector<Program> FiltersOf(pid_t tid) {
 void Install(const std::vector<Program>& programs) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ExitNow(120);
   for (const Program& program : programs) {
-    sock_fprog fprog{static_cast<unsigned short>(program.size()), const_cast<sock_filter*>(program.data())};
+    sock_fprog fprog{static_cast<unsigned short>(program.size()),
+                     const_cast<sock_filter*>(program.data())};
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) != 0) ExitNow(121);
   }
 }
@@ -150,8 +151,8 @@ class LiveFilterTest : public ::testing::Test {
       const std::string disk = "--disk=" + dir_ + "/disk.img,cache=none";
       const std::string api = "--api-socket=" + dir_ + "/api.sock";
       const std::string media = "--media-dir=" + dir_ + "/media";
-      execl(kVhostUserScsi, kVhostUserScsi, socket.c_str(), disk.c_str(), api.c_str(), media.c_str(),
-            "--jail=on", static_cast<char*>(nullptr));
+      execl(kVhostUserScsi, kVhostUserScsi, socket.c_str(), disk.c_str(), api.c_str(),
+            media.c_str(), "--jail=on", static_cast<char*>(nullptr));
       ExitNow(127);
     }
     close(inherited_dir_);
@@ -166,12 +167,16 @@ class LiveFilterTest : public ::testing::Test {
       }
       usleep(50000);
     }
-    ASSERT_TRUE(absl::StrContains(ReadFile(dir_ + "/log"), "listening on")) << ReadFile(dir_ + "/log");
+    ASSERT_TRUE(absl::StrContains(ReadFile(dir_ + "/log"), "listening on"))
+        << ReadFile(dir_ + "/log");
     usleep(200000);
-    const std::string children = ReadFile(absl::StrCat("/proc/", supervisor_, "/task/", supervisor_, "/children"));
-    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(children), &vmm_)) << "no VMM under the supervisor";
+    const std::string children =
+        ReadFile(absl::StrCat("/proc/", supervisor_, "/task/", supervisor_, "/children"));
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(children), &vmm_))
+        << "no VMM under the supervisor";
     for (const std::string& task : Listing(absl::StrCat("/proc/", vmm_, "/task"))) {
-      std::string name(absl::StripAsciiWhitespace(ReadFile(absl::StrCat("/proc/", vmm_, "/task/", task, "/comm"))));
+      std::string name(absl::StripAsciiWhitespace(
+          ReadFile(absl::StrCat("/proc/", vmm_, "/task/", task, "/comm"))));
       int tid = 0;
       if (absl::SimpleAtoi(task, &tid)) threads_[name] = tid;
     }
@@ -191,7 +196,8 @@ class LiveFilterTest : public ::testing::Test {
       kill(supervisor_, SIGTERM);
       int status = 0;
       waitpid(supervisor_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << ReadFile(dir_ + "/log");
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n"
+                                                                 << ReadFile(dir_ + "/log");
     }
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
   }
@@ -234,11 +240,13 @@ class LiveFilterTest : public ::testing::Test {
   // For probes inside the jail: the VMM's mount namespace and root, its user.
   std::function<void()> IntoTheJail() const {
     const int ns = open(absl::StrCat("/proc/", vmm_, "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC);
-    const int root = open(absl::StrCat("/proc/", vmm_, "/root").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int root =
+        open(absl::StrCat("/proc/", vmm_, "/root").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     EXPECT_GE(ns, 0);
     EXPECT_GE(root, 0);
     return [ns, root] {
-      if (setns(ns, CLONE_NEWNS) != 0 || fchdir(root) != 0 || chroot(".") != 0 || chdir("/") != 0) ExitNow(110);
+      if (setns(ns, CLONE_NEWNS) != 0 || fchdir(root) != 0 || chroot(".") != 0 || chdir("/") != 0)
+        ExitNow(110);
       if (setgroups(0, nullptr) != 0 || setresgid(kJailUser, kJailUser, kJailUser) != 0 ||
           setresuid(kJailUser, kJailUser, kJailUser) != 0) {
         ExitNow(111);
@@ -265,10 +273,11 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
   // N4: TIOCSTI into a terminal (a pty this probe controls: as root the kernel would allow it).
   int master = -1, terminal = -1;
   ASSERT_EQ(openpty(&master, &terminal, nullptr, nullptr, nullptr), 0);
-  EXPECT_EQ(Attempt(kNothing, control, [&] {
-              char c = 'x';
-              return Result(ioctl(terminal, TIOCSTI, &c));
-            }),
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] {
+                      char c = 'x';
+                      return Result(ioctl(terminal, TIOCSTI, &c));
+                    }),
             Errno(EPERM));
   close(master);
   close(terminal);
@@ -282,28 +291,37 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
   getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
   ASSERT_EQ(listen(listener, 1), 0);
   const int tcp = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_EQ(Attempt(kNothing, control, [&] {
-              return Result(sendto(tcp, "x", 1, MSG_FASTOPEN, reinterpret_cast<sockaddr*>(&address),
-                                   sizeof(address)));
-            }),
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] {
+                      return Result(sendto(tcp, "x", 1, MSG_FASTOPEN,
+                                           reinterpret_cast<sockaddr*>(&address), sizeof(address)));
+                    }),
             Errno(EACCES));
-  EXPECT_EQ(Attempt(kNothing, control, [&] {
-              return Result(connect(tcp, reinterpret_cast<sockaddr*>(&address), sizeof(address)));
-            }),
+  EXPECT_EQ(
+      Attempt(kNothing, control,
+              [&] {
+                return Result(connect(tcp, reinterpret_cast<sockaddr*>(&address), sizeof(address)));
+              }),
+      Errno(EACCES));
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_DGRAM, 0)); }),
             Errno(EACCES));
-  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_DGRAM, 0)); }), Errno(EACCES));
   close(tcp);
   close(listener);
   // N7: signals to another process, dumpable again; and no process of its own (fork, exec).
-  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(syscall(SYS_tgkill, bystander_, bystander_, SIGTERM)); }),
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] { return Result(syscall(SYS_tgkill, bystander_, bystander_, SIGTERM)); }),
             "trapped");
-  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)); }), Errno(EPERM));
-  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(execl("/bin/true", "true", nullptr)); }), "trapped");
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)); }),
+            Errno(EPERM));
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(execl("/bin/true", "true", nullptr)); }),
+            "trapped");
 #if !defined(__SANITIZE_ADDRESS__)
   // An ASan build's filter allows these for LeakSanitizer (vmm/sandbox/thread_policy.cc).
-  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(kill(bystander_, SIGTERM)); }), "trapped");
+  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(kill(bystander_, SIGTERM)); }),
+            "trapped");
   EXPECT_EQ(Attempt(kNothing, control, [] { return Result(syscall(SYS_fork)); }), "trapped");
-  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(ptrace(PTRACE_ATTACH, bystander_, nullptr, nullptr)); }),
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] { return Result(ptrace(PTRACE_ATTACH, bystander_, nullptr, nullptr)); }),
             "trapped");
 #endif
   // The bystander lived through all of it.
@@ -314,12 +332,15 @@ TEST_F(LiveFilterTest, TheIothreadCannotOpenOrConnectEvenThroughTheVmmsOwnRing) 
   ASSERT_TRUE(threads_.count("scsi-io0")) << "no iothread";
   const std::vector<Program> io = FiltersOf(threads_["scsi-io0"]);
   ASSERT_EQ(io.size(), 2u) << "the process's filter and the iothread's own";
-  EXPECT_EQ(Attempt(kNothing, io, [] { return Result(open("/etc/passwd", O_RDONLY)); }), Errno(EACCES));
-  EXPECT_EQ(Attempt(kNothing, io, [] { return Result(socket(AF_INET, SOCK_STREAM, 0)); }), Errno(EACCES));
-  EXPECT_EQ(Attempt(kNothing, io, [] {
-              io_uring_params params{};
-              return Result(syscall(SYS_io_uring_setup, 8, &params));
-            }),
+  EXPECT_EQ(Attempt(kNothing, io, [] { return Result(open("/etc/passwd", O_RDONLY)); }),
+            Errno(EACCES));
+  EXPECT_EQ(Attempt(kNothing, io, [] { return Result(socket(AF_INET, SOCK_STREAM, 0)); }),
+            Errno(EACCES));
+  EXPECT_EQ(Attempt(kNothing, io,
+                    [] {
+                      io_uring_params params{};
+                      return Result(syscall(SYS_io_uring_setup, 8, &params));
+                    }),
             Errno(EPERM));
   // N1: the VMM's own ring (copied off it), mapped the way its kernel laid it out (a ring of the
   // same geometry tells the offsets), then an IORING_OP_OPENAT and an IORING_OP_SOCKET on it.
@@ -330,7 +351,8 @@ TEST_F(LiveFilterTest, TheIothreadCannotOpenOrConnectEvenThroughTheVmmsOwnRing) 
   }
   ASSERT_GE(ring_fd, 0) << "the VMM holds no io_uring ring";
   unsigned entries = 0;
-  for (absl::string_view line : absl::StrSplit(ReadFile(absl::StrCat("/proc/self/fdinfo/", ring_fd)), '\n')) {
+  for (absl::string_view line :
+       absl::StrSplit(ReadFile(absl::StrCat("/proc/self/fdinfo/", ring_fd)), '\n')) {
     if (absl::ConsumePrefix(&line, "SqMask:")) {
       absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line), &entries);
       ++entries;
@@ -358,7 +380,8 @@ TEST_F(LiveFilterTest, TheIothreadCannotOpenOrConnectEvenThroughTheVmmsOwnRing) 
       io_uring_cqe* cqe = nullptr;
       const int submitted = io_uring_submit_and_wait(&ring, 1);
       if (submitted < 0) return submitted;
-      while (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe->user_data != 0x5ec0) io_uring_cqe_seen(&ring, cqe);
+      while (io_uring_peek_cqe(&ring, &cqe) == 0 && cqe->user_data != 0x5ec0)
+        io_uring_cqe_seen(&ring, cqe);
       if (cqe == nullptr) ExitNow(151);
       return cqe->res;
     });
@@ -372,8 +395,10 @@ TEST_F(LiveFilterTest, NothingTheVmmHoldsLeadsOutOfItsJail) {
   // N11: neither inherited descriptor made it into the VMM, nor into its supervisor.
   for (const pid_t pid : {static_cast<pid_t>(vmm_), supervisor_}) {
     for (const auto& [fd, target] : Descriptors(pid)) {
-      EXPECT_NE(target, "/") << "process " << pid << " holds the inherited directory as descriptor " << fd;
-      EXPECT_NE(target, inherited_pipe_inode_) << "process " << pid << " holds the inherited pipe as " << fd;
+      EXPECT_NE(target, "/") << "process " << pid << " holds the inherited directory as descriptor "
+                             << fd;
+      EXPECT_NE(target, inherited_pipe_inode_)
+          << "process " << pid << " holds the inherited pipe as " << fd;
     }
   }
   // N2: inside the jail, as its user, under the main thread's filter: every directory the VMM
@@ -387,20 +412,23 @@ TEST_F(LiveFilterTest, NothingTheVmmHoldsLeadsOutOfItsJail) {
     if (fstat(copy, &status) != 0 || !S_ISDIR(status.st_mode)) continue;
     ++directories;
     SCOPED_TRACE(absl::StrCat("the VMM's descriptor ", fd, " (", descriptors.at(fd), ")"));
-    EXPECT_EQ(Attempt(IntoTheJail(), control, [copy = copy] {
-                return Result(openat(copy, "../../../../../../etc/passwd", O_RDONLY));
-              }),
+    EXPECT_EQ(Attempt(IntoTheJail(), control,
+                      [copy = copy] {
+                        return Result(openat(copy, "../../../../../../etc/passwd", O_RDONLY));
+                      }),
               Errno(ENOENT));
   }
   EXPECT_EQ(directories, 1) << "the media directory is the VMM's one directory";
-  EXPECT_EQ(Attempt(IntoTheJail(), control, [] { return Result(open("/etc/passwd", O_RDONLY)); }), Errno(ENOENT));
-  EXPECT_EQ(Attempt(IntoTheJail(), control, [&] { return Result(chmod((dir_ + "/media/disc.iso").c_str(), 04777)); }),
-            Errno(EPERM));
-  EXPECT_EQ(Attempt(IntoTheJail(), control, [&] { return Result(chmod((dir_ + "/disk.img").c_str(), 04777)); }),
+  EXPECT_EQ(Attempt(IntoTheJail(), control, [] { return Result(open("/etc/passwd", O_RDONLY)); }),
             Errno(ENOENT));
-  EXPECT_EQ(Attempt(IntoTheJail(), control, [&] {
-              return Result(open((dir_ + "/media/disc.iso").c_str(), O_RDONLY));
-            }),
+  EXPECT_EQ(Attempt(IntoTheJail(), control,
+                    [&] { return Result(chmod((dir_ + "/media/disc.iso").c_str(), 04777)); }),
+            Errno(EPERM));
+  EXPECT_EQ(Attempt(IntoTheJail(), control,
+                    [&] { return Result(chmod((dir_ + "/disk.img").c_str(), 04777)); }),
+            Errno(ENOENT));
+  EXPECT_EQ(Attempt(IntoTheJail(), control,
+                    [&] { return Result(open((dir_ + "/media/disc.iso").c_str(), O_RDONLY)); }),
             "done");
   for (const auto& [fd, copy] : copies) close(copy);
 }
@@ -408,9 +436,12 @@ TEST_F(LiveFilterTest, NothingTheVmmHoldsLeadsOutOfItsJail) {
 TEST_F(LiveFilterTest, TheSupervisorMayOnlyWaitSignalAndExit) {
   const std::vector<Program> supervisor = FiltersOf(supervisor_);
   ASSERT_EQ(supervisor.size(), 1u);
-  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(open("/etc/passwd", O_RDONLY)); }), "trapped");
-  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(socket(AF_UNIX, SOCK_STREAM, 0)); }), "trapped");
-  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(ioctl(0, TIOCSTI, "x")); }), "trapped");
+  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(open("/etc/passwd", O_RDONLY)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(socket(AF_UNIX, SOCK_STREAM, 0)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(ioctl(0, TIOCSTI, "x")); }),
+            "trapped");
   EXPECT_EQ(Attempt(kNothing, supervisor, [] { return Result(syscall(SYS_fork)); }), "trapped");
 }
 

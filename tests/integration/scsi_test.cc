@@ -49,7 +49,7 @@ constexpr uint64_t kDiskBytes = 64ull << 20;
 constexpr uint64_t kDiskBlocks = kDiskBytes / 512;
 constexpr uint32_t kCdSeed = 22;
 constexpr uint64_t kCdBytes = 8ull << 20;  // 4096 sectors of 2048 bytes
-constexpr uint32_t kWriteSeed = 4660;          // scsi-rw's wseed=
+constexpr uint32_t kWriteSeed = 4660;      // scsi-rw's wseed=
 
 // The block pattern of tools/make-pattern-image (its header has the formula), recomputed here so
 // the host can tell which seed a block of the image file carries.
@@ -80,8 +80,8 @@ struct Images {
   bool ready = false;
   std::string error;
   std::string python;
-  std::string disk;    // pristine, seed kDiskSeed
-  std::string cd;      // seed kCdSeed
+  std::string disk;       // pristine, seed kDiskSeed
+  std::string cd;         // seed kCdSeed
   bool direct_io = true;  // whether the temporary directory takes O_DIRECT (cache=none/directsync)
 };
 
@@ -111,8 +111,8 @@ class ScsiTest : public ::testing::Test {
     };
     for (auto& w : wanted) {
       *w.path = TempPath(w.name);
-      ProcessResult r = RunProcess({im.python, kPatternTool, "--seed", std::to_string(w.seed), "--size",
-                                    std::to_string(w.bytes), *w.path});
+      ProcessResult r = RunProcess({im.python, kPatternTool, "--seed", std::to_string(w.seed),
+                                    "--size", std::to_string(w.bytes), *w.path});
       if (!r.exited || r.exit_status != 0) {
         im.error = absl::StrCat("make-pattern-image for ", w.name, " failed: ", r.err);
         return;
@@ -147,9 +147,11 @@ class ScsiTest : public ::testing::Test {
   // for status 0, that the guest's test passed.
   ProcessResult Run(const std::string& cmdline, std::vector<std::string> flags, int want_status = 0,
                     absl::Duration timeout = absl::Seconds(60)) {
-    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest, "--cmdline=" + cmdline};
+    std::vector<std::string> argv = {kMicrovm, std::string("--kernel=") + kGuest,
+                                     "--cmdline=" + cmdline};
     // 128 MiB unless the test gives its own size (a setting may be given once).
-    if (std::none_of(flags.begin(), flags.end(), [](const std::string& f) { return f.starts_with("--memory="); })) {
+    if (std::none_of(flags.begin(), flags.end(),
+                     [](const std::string& f) { return f.starts_with("--memory="); })) {
       argv.push_back("--memory=128M");
     }
     argv.insert(argv.end(), flags.begin(), flags.end());
@@ -158,7 +160,8 @@ class ScsiTest : public ::testing::Test {
     ProcessResult r = RunProcess(argv, options);
     std::vector<std::string> problems;
     if (r.timed_out) problems.push_back("microvm did not finish (killed after the timeout)");
-    if (!r.exited || r.term_signal != 0) problems.push_back(absl::StrCat("killed by signal ", r.term_signal));
+    if (!r.exited || r.term_signal != 0)
+      problems.push_back(absl::StrCat("killed by signal ", r.term_signal));
     if (r.exited && r.exit_status != want_status) {
       problems.push_back(absl::StrCat("exit status ", r.exit_status, ", expected ", want_status));
     }
@@ -166,20 +169,22 @@ class ScsiTest : public ::testing::Test {
     if (absl::StrContains(r.err, "Sanitizer")) problems.push_back("a sanitizer report on stderr");
     if (want_status == 0) {
       const std::string name = cmdline.substr(5, cmdline.find(' ') - 5);  // "test=NAME ..."
-      if (!absl::StrContains(r.out, "TEST " + name + ": PASS")) problems.push_back("no \"TEST " + name + ": PASS\"");
+      if (!absl::StrContains(r.out, "TEST " + name + ": PASS"))
+        problems.push_back("no \"TEST " + name + ": PASS\"");
       if (absl::StrContains(r.out, ": FAIL")) problems.push_back("\": FAIL\" in the output");
     }
     // One failure per run with the whole output (the guest's lines say what went wrong).
     EXPECT_TRUE(problems.empty()) << absl::StrJoin(problems, "; ") << "\ncmdline: " << cmdline
                                   << "\nflags: " << absl::StrJoin(flags, " ") << "\nstdout:\n"
-                                  << r.out << "\nstderr:\n" << r.err;
+                                  << r.out << "\nstderr:\n"
+                                  << r.err;
     return r;
   }
 
   // The usual controller: the disk and the CD, two request queues on two iothreads.
   std::vector<std::string> Drives(const std::string& disk, const std::string& cache = "none") {
-    return {"--disk=" + disk + ",cache=" + Cache(cache), "--cdrom=" + images().cd, "--scsi-queues=2",
-            "--iothreads=2"};
+    return {"--disk=" + disk + ",cache=" + Cache(cache), "--cdrom=" + images().cd,
+            "--scsi-queues=2", "--iothreads=2"};
   }
 };
 
@@ -208,14 +213,20 @@ struct Written {
   bool fua;
 };
 const Written kRwWrites[] = {
-    {1, 1, false},   {8, 8, true}, {100, 64, false}, {1000, 256, true}, {kDiskBlocks / 2 - 3, 7, true},
-    {kDiskBlocks - 8, 8, true},   {2048, 128, false},
+    {1, 1, false},
+    {8, 8, true},
+    {100, 64, false},
+    {1000, 256, true},
+    {kDiskBlocks / 2 - 3, 7, true},
+    {kDiskBlocks - 8, 8, true},
+    {2048, 128, false},
 };
 
 TEST_F(ScsiTest, ReadWriteWithFuaReachesTheFile) {
   const std::string disk = FreshDisk();
-  ProcessResult r = Run(absl::StrCat("test=scsi-rw seed=", kDiskSeed, " wseed=", kWriteSeed, " full=1"),
-                        Drives(disk, "none"));
+  ProcessResult r =
+      Run(absl::StrCat("test=scsi-rw seed=", kDiskSeed, " wseed=", kWriteSeed, " full=1"),
+          Drives(disk, "none"));
   EXPECT_THAT(r.out, HasSubstr("full check: 131072 blocks verified"));
   EXPECT_THAT(r.out, HasSubstr("WRITE(16) FUA LBA 1000 x256 in 32 segment(s)"));
 
@@ -235,8 +246,8 @@ TEST_F(ScsiTest, ReadWriteWithFuaReachesTheFile) {
 
   // The rest is untouched: with the written ranges put back from the pristine image, the pattern
   // tool's --check must accept the whole file (and without that, it must not).
-  ProcessResult check_dirty = RunProcess({images().python, kPatternTool, "--seed", std::to_string(kDiskSeed),
-                                          "--check", disk});
+  ProcessResult check_dirty = RunProcess(
+      {images().python, kPatternTool, "--seed", std::to_string(kDiskSeed), "--check", disk});
   EXPECT_NE(check_dirty.exit_status, 0) << "--check accepted a file the guest wrote into";
   EXPECT_THAT(check_dirty.err, HasSubstr("block 1 does not match"));
   const std::string pristine = ReadFile(images().disk);
@@ -246,8 +257,8 @@ TEST_F(ScsiTest, ReadWriteWithFuaReachesTheFile) {
   }
   const std::string restored_path = TempPath("restored.img");
   std::ofstream(restored_path, std::ios::binary) << restored;
-  ProcessResult check = RunProcess({images().python, kPatternTool, "--seed", std::to_string(kDiskSeed), "--check",
-                                    restored_path});
+  ProcessResult check = RunProcess({images().python, kPatternTool, "--seed",
+                                    std::to_string(kDiskSeed), "--check", restored_path});
   EXPECT_EQ(check.exit_status, 0) << check.out << check.err;
   EXPECT_THAT(check.out, HasSubstr("131072 blocks match seed 11"));
 }
@@ -330,7 +341,8 @@ uint64_t PeakRssKib(const std::string& err) {
 // nothing) by the budget times the iothreads, plus 1 MiB for the bookkeeping of bounced requests.
 // (Unbounded, or from the heap, it would hold at least the 128 MiB.)
 TEST_F(ScsiTest, MisalignedWritesOnEveryQueueStayWithinTheBounceBudget) {
-  ASSERT_TRUE(images().direct_io) << "the temporary directory refuses O_DIRECT: nothing would bounce";
+  ASSERT_TRUE(images().direct_io)
+      << "the temporary directory refuses O_DIRECT: nothing would bounce";
   constexpr uint64_t kQueues = 4;
   constexpr uint64_t kGuestKib = 32 << 10;
   constexpr uint64_t kBounceBudgetKib = 16 << 10;
@@ -338,20 +350,26 @@ TEST_F(ScsiTest, MisalignedWritesOnEveryQueueStayWithinTheBounceBudget) {
   for (const uint64_t iothreads : {1, 4}) {
     SCOPED_TRACE(absl::StrCat(iothreads, " iothread(s)"));
     const std::string disk = FreshDisk();
-    const std::vector<std::string> flags = {"--memory=32M", "--disk=" + disk + ",cache=none",
-                                            absl::StrCat("--scsi-queues=", kQueues),
-                                            absl::StrCat("--iothreads=", iothreads), "--boot-report"};
-    ProcessResult aligned = Run("test=scsi-big-writes misaligned=0 per_queue=4", flags, 0, absl::Seconds(300));
-    ProcessResult misaligned = Run("test=scsi-big-writes misaligned=1 per_queue=4", flags, 0, absl::Seconds(300));
-    EXPECT_THAT(misaligned.out, HasSubstr("16 WRITE(10) of 8 MiB from a misaligned (page + 1) buffer"));
+    const std::vector<std::string> flags = {
+        "--memory=32M", "--disk=" + disk + ",cache=none", absl::StrCat("--scsi-queues=", kQueues),
+        absl::StrCat("--iothreads=", iothreads), "--boot-report"};
+    ProcessResult aligned =
+        Run("test=scsi-big-writes misaligned=0 per_queue=4", flags, 0, absl::Seconds(300));
+    ProcessResult misaligned =
+        Run("test=scsi-big-writes misaligned=1 per_queue=4", flags, 0, absl::Seconds(300));
+    EXPECT_THAT(misaligned.out,
+                HasSubstr("16 WRITE(10) of 8 MiB from a misaligned (page + 1) buffer"));
     EXPECT_THAT(misaligned.out, HasSubstr("16 writes GOOD"));
-    const uint64_t aligned_kib = PeakRssKib(aligned.err), misaligned_kib = PeakRssKib(misaligned.err);
+    const uint64_t aligned_kib = PeakRssKib(aligned.err),
+                   misaligned_kib = PeakRssKib(misaligned.err);
     ASSERT_GT(aligned_kib, 0u) << aligned.err;
     ASSERT_GT(misaligned_kib, 0u) << misaligned.err;
-    RecordProperty(absl::StrCat("peak_rss_kib_aligned_", iothreads, "_iothreads"), std::to_string(aligned_kib));
-    RecordProperty(absl::StrCat("peak_rss_kib_misaligned_", iothreads, "_iothreads"), std::to_string(misaligned_kib));
-    std::printf("%lu iothread(s): peak RSS %lu KiB page-aligned, %lu KiB misaligned\n", iothreads, aligned_kib,
-                misaligned_kib);
+    RecordProperty(absl::StrCat("peak_rss_kib_aligned_", iothreads, "_iothreads"),
+                   std::to_string(aligned_kib));
+    RecordProperty(absl::StrCat("peak_rss_kib_misaligned_", iothreads, "_iothreads"),
+                   std::to_string(misaligned_kib));
+    std::printf("%lu iothread(s): peak RSS %lu KiB page-aligned, %lu KiB misaligned\n", iothreads,
+                aligned_kib, misaligned_kib);
     EXPECT_LE(misaligned_kib, kQueues * kBounceBudgetKib + kGuestKib);
     EXPECT_LE(misaligned_kib, aligned_kib + iothreads * kBounceBudgetKib + kBookkeepingKib);
   }
@@ -365,7 +383,8 @@ TEST_F(ScsiTest, InterruptDrivenCompletionAndMasking) {
 TEST_F(ScsiTest, ErrorsGetTheRightSense) {
   ProcessResult r = Run("test=scsi-errors", Drives(FreshDisk()));
   EXPECT_THAT(r.out, Not(HasSubstr("<-- expected")));
-  EXPECT_THAT(r.out, HasSubstr("READ(10) 8 blocks into a 2048-byte buffer -> virtio response OVERRUN (1)"));
+  EXPECT_THAT(
+      r.out, HasSubstr("READ(10) 8 blocks into a 2048-byte buffer -> virtio response OVERRUN (1)"));
   EXPECT_THAT(r.out, HasSubstr("TEST UNIT READY 0:7 (no such LUN) -> CHECK CONDITION 05/25/00"));
   EXPECT_THAT(r.out, HasSubstr("TEST UNIT READY after the LU reset -> CHECK CONDITION 06/29/00"));
 }
@@ -377,45 +396,73 @@ TEST_F(ScsiTest, ErrorsGetTheRightSense) {
 const std::map<std::string, std::vector<std::string>>& HostileExpectations() {
   static const auto* expectations = [] {
     auto* m = new std::map<std::string, std::vector<std::string>>;
-    const std::vector<std::string> broken_request_queue = {"NEEDS_RESET after", "queue 2: no used entry",
-                                                           "queue 3 READ verified", "control queue QUERY TASK SET",
-                                                           "WRITE FUA + READ verified"};
-    for (const char* name :
-         {"desc-loop-self", "desc-loop-pair", "chain-too-long", "indirect-too-long", "head-out-of-range",
-          "avail-idx-jump", "addr-high", "addr-mmio", "addr-ram-end", "addr-wrap", "len-huge", "len-total-4g",
-          "indirect-next", "indirect-nested", "indirect-len-odd", "indirect-len-zero", "indirect-addr-bad",
-          "indirect-unnegotiated", "readable-after-writable", "resp-short", "resp-no-sense"}) {
+    const std::vector<std::string> broken_request_queue = {
+        "NEEDS_RESET after", "queue 2: no used entry", "queue 3 READ verified",
+        "control queue QUERY TASK SET", "WRITE FUA + READ verified"};
+    for (const char* name : {"desc-loop-self",
+                             "desc-loop-pair",
+                             "chain-too-long",
+                             "indirect-too-long",
+                             "head-out-of-range",
+                             "avail-idx-jump",
+                             "addr-high",
+                             "addr-mmio",
+                             "addr-ram-end",
+                             "addr-wrap",
+                             "len-huge",
+                             "len-total-4g",
+                             "indirect-next",
+                             "indirect-nested",
+                             "indirect-len-odd",
+                             "indirect-len-zero",
+                             "indirect-addr-bad",
+                             "indirect-unnegotiated",
+                             "readable-after-writable",
+                             "resp-short",
+                             "resp-no-sense"}) {
       (*m)[name] = broken_request_queue;
     }
-    const std::vector<std::string> broken_control_queue = {"NEEDS_RESET after", "queue 0: no used entry",
-                                                           "queue 2 READ verified", "queue 3 READ verified",
-                                                           "WRITE FUA + READ verified"};
-    for (const char* name : {"ctrl-short", "ctrl-no-response", "ctrl-loop"}) (*m)[name] = broken_control_queue;
-    for (const char* name : {"qsize-0", "qsize-3", "qsize-too-big", "ring-desc-misaligned", "ring-avail-odd",
-                             "ring-used-misaligned", "ring-outside-ram", "ring-mmio", "ring-ram-end"}) {
+    const std::vector<std::string> broken_control_queue = {
+        "NEEDS_RESET after", "queue 0: no used entry", "queue 2 READ verified",
+        "queue 3 READ verified", "WRITE FUA + READ verified"};
+    for (const char* name : {"ctrl-short", "ctrl-no-response", "ctrl-loop"})
+      (*m)[name] = broken_control_queue;
+    for (const char* name :
+         {"qsize-0", "qsize-3", "qsize-too-big", "ring-desc-misaligned", "ring-avail-odd",
+          "ring-used-misaligned", "ring-outside-ram", "ring-mmio", "ring-ram-end"}) {
       (*m)[name] = {"queue_enable reads 0", "-> 0x4b", "WRITE FUA + READ verified"};
     }
-    (*m)["status-order"] = {"DRIVER_OK without FEATURES_OK -> status 0x4", "WRITE FUA + READ verified"};
+    (*m)["status-order"] = {"DRIVER_OK without FEATURES_OK -> status 0x4",
+                            "WRITE FUA + READ verified"};
     (*m)["short-header"] = {"no header at all -> virtio response FAILURE (9)",
                             "18-byte header (need 51) -> virtio response FAILURE (9)",
-                            "50-byte header (need 51) -> virtio response FAILURE (9)", "queue 2 still works"};
-    (*m)["bad-lun"] = {"lun[0]=0 -> virtio response BAD_TARGET (3)", "unknown target 9 -> virtio response BAD_TARGET (3)",
-                       "queue 2 still works"};
+                            "50-byte header (need 51) -> virtio response FAILURE (9)",
+                            "queue 2 still works"};
+    (*m)["bad-lun"] = {"lun[0]=0 -> virtio response BAD_TARGET (3)",
+                       "unknown target 9 -> virtio response BAD_TARGET (3)", "queue 2 still works"};
     (*m)["bidirectional"] = {"virtio response FAILURE (9)", "queue 2 still works"};
-    (*m)["read-overrun"] = {"READ(10) 16 blocks into 4 KiB -> virtio response OVERRUN (1)", "queue 2 still works"};
+    (*m)["read-overrun"] = {"READ(10) 16 blocks into 4 KiB -> virtio response OVERRUN (1)",
+                            "queue 2 still works"};
     (*m)["cdb-fuzz-disk"] = {"1280 commands", "05/20/00", "queue 2 still works"};
     (*m)["cdb-fuzz-cd"] = {"1280 commands", "05/20/00", "queue 2 still works"};
-    (*m)["ctrl"] = {"TMF ABORT TASK lun[0]=0 -> 3 (BAD_TARGET)", "control type 0x77 ->", "control queue still answers"};
-    (*m)["transport-junk"] = {"queue_size 0, queue_enable 0", "status 0x0f", "queue 3 READ verified"};
-    (*m)["cfg-sizes"] = {"cdb_size 64 (reads 64) sense_size 96 (reads 96): TUR -> response 0 status 0x00",
-                          "block written with cdb_size 64 / sense_size 96 reads back right",
-                          "block written with cdb_size 32 / sense_size 300 reads back right", "queue 2 still works"};
-    (*m)["head-twice"] = {"NEEDS_RESET after", "queue 3 READ verified", "WRITE FUA + READ verified"};
-    (*m)["dma-into-ring"] = {"READ into the descriptor table", "READ into the available ring", "NEEDS_RESET"};
-    (*m)["ring-overlap"] = {"used ring = available ring", "used ring = descriptor table", "WRITE FUA + READ verified"};
+    (*m)["ctrl"] = {"TMF ABORT TASK lun[0]=0 -> 3 (BAD_TARGET)", "control type 0x77 ->",
+                    "control queue still answers"};
+    (*m)["transport-junk"] = {"queue_size 0, queue_enable 0", "status 0x0f",
+                              "queue 3 READ verified"};
+    (*m)["cfg-sizes"] = {
+        "cdb_size 64 (reads 64) sense_size 96 (reads 96): TUR -> response 0 status 0x00",
+        "block written with cdb_size 64 / sense_size 96 reads back right",
+        "block written with cdb_size 32 / sense_size 300 reads back right", "queue 2 still works"};
+    (*m)["head-twice"] = {"NEEDS_RESET after", "queue 3 READ verified",
+                          "WRITE FUA + READ verified"};
+    (*m)["dma-into-ring"] = {"READ into the descriptor table", "READ into the available ring",
+                             "NEEDS_RESET"};
+    (*m)["ring-overlap"] = {"used ring = available ring", "used ring = descriptor table",
+                            "WRITE FUA + READ verified"};
     (*m)["msix-junk"] = {"entry restored: READ verified", "queue 3 READ verified"};
     (*m)["pci-junk"] = {"restored; status 0x0f", "queue 3 READ verified"};
-    (*m)["sg-tiny"] = {"WRITE(10) FUA in 138 descriptors: GOOD", "READ(10) in 138 descriptors: GOOD", "plain READ agrees"};
+    (*m)["sg-tiny"] = {"WRITE(10) FUA in 138 descriptors: GOOD",
+                       "READ(10) in 138 descriptors: GOOD", "plain READ agrees"};
     (*m)["late-queue-enable"] = {"queue_enable reads 0", "NEEDS_RESET after"};
     (*m)["reset-in-flight"] = {"WRITE FUA + READ verified"};
     return m;
@@ -451,8 +498,10 @@ TEST_F(ScsiTest, HostileGuestEveryCaseOnItsOwn) {
   for (const std::string& name : cases) {
     SCOPED_TRACE("scsi-hostile case=" + name);
     FreshDisk();
-    const int failures_before = ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
-    ProcessResult r = Run(absl::StrCat("test=scsi-hostile case=", name, " seed=", kDiskSeed), Drives(disk));
+    const int failures_before =
+        ::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count();
+    ProcessResult r =
+        Run(absl::StrCat("test=scsi-hostile case=", name, " seed=", kDiskSeed), Drives(disk));
     const std::string line = HostileLine(r.out, name);
     EXPECT_FALSE(line.empty()) << "no report line for " << name;
     EXPECT_THAT(line, Not(HasSubstr("UNEXPECTED")));
@@ -460,7 +509,8 @@ TEST_F(ScsiTest, HostileGuestEveryCaseOnItsOwn) {
     if (it != HostileExpectations().end()) {
       for (const std::string& want : it->second) EXPECT_THAT(line, HasSubstr(want));
     }
-    if (::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() != failures_before) {
+    if (::testing::UnitTest::GetInstance()->current_test_info()->result()->total_part_count() !=
+        failures_before) {
       failed.push_back(name);
     }
   }
@@ -471,10 +521,10 @@ TEST_F(ScsiTest, HostileGuestEveryCaseOnItsOwn) {
 // there is no second request queue (the guest says so and checks the control queue instead).
 TEST_F(ScsiTest, HostileGuestAllCasesWithOneQueue) {
   const std::string disk = FreshDisk();
-  ProcessResult r =
-      Run(absl::StrCat("test=scsi-hostile seed=", kDiskSeed),
-          {"--disk=" + disk + ",cache=" + Cache("none"), "--cdrom=" + images().cd, "--scsi-queues=1", "--iothreads=1"},
-          0, absl::Seconds(90));
+  ProcessResult r = Run(absl::StrCat("test=scsi-hostile seed=", kDiskSeed),
+                        {"--disk=" + disk + ",cache=" + Cache("none"), "--cdrom=" + images().cd,
+                         "--scsi-queues=1", "--iothreads=1"},
+                        0, absl::Seconds(90));
   EXPECT_THAT(r.out, Not(HasSubstr("UNEXPECTED")));
   EXPECT_THAT(r.out, HasSubstr("hostile: desc-loop-self: NEEDS_RESET after"));
   EXPECT_THAT(r.out, HasSubstr("(one request queue: no other request queue to check)"));

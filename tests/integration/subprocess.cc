@@ -1,11 +1,11 @@
 #include "tests/integration/subprocess.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <linux/capability.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -81,7 +81,8 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
     if (options.on_output_line) {
       size_t newline;
       while ((newline = result.out.find('\n', lines_seen)) != std::string::npos) {
-        const std::string reply = options.on_output_line(result.out.substr(lines_seen, newline - lines_seen));
+        const std::string reply =
+            options.on_output_line(result.out.substr(lines_seen, newline - lines_seen));
         lines_seen = newline + 1;
         if (!reply.empty() && stdin_fd >= 0) (void)!write(stdin_fd, reply.data(), reply.size());
       }

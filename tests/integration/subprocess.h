@@ -10,7 +10,7 @@
 namespace tests {
 
 struct ProcessResult {
-  bool exited = false;     // exited normally (else killed by a signal, see term_signal)
+  bool exited = false;  // exited normally (else killed by a signal, see term_signal)
   int exit_status = -1;
   int term_signal = 0;
   bool timed_out = false;  // killed by RunProcess after `timeout`
@@ -19,7 +19,7 @@ struct ProcessResult {
 };
 
 struct ProcessOptions {
-  std::string stdin_data;   // written to the child's stdin, which is then closed
+  std::string stdin_data;        // written to the child's stdin, which is then closed
   bool keep_stdin_open = false;  // leave stdin open (until the child exits) after writing
   absl::Duration timeout = absl::Seconds(60);
   // If set, the signal is sent once `signal_after_output` appears on stdout.
@@ -38,7 +38,8 @@ struct ProcessOptions {
   bool without_file_capabilities = false;
 };
 
-// Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the timeout.
+// Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the
+// timeout.
 ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
 }  // namespace tests

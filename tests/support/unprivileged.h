@@ -1,8 +1,9 @@
 #ifndef TESTS_SUPPORT_UNPRIVILEGED_H_
 #define TESTS_SUPPORT_UNPRIVILEGED_H_
 
-#include <string>
 #include <sys/types.h>
+
+#include <string>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"

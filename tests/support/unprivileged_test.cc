@@ -17,9 +17,8 @@ namespace tests {
 namespace {
 
 TEST(UnprivilegedTest, TheChildIsAnOrdinaryCaller) {
-  absl::StatusOr<std::string> ids = RunUnprivileged([] {
-    return absl::StrCat(geteuid(), " ", getegid(), " ", getgroups(0, nullptr));
-  });
+  absl::StatusOr<std::string> ids = RunUnprivileged(
+      [] { return absl::StrCat(geteuid(), " ", getegid(), " ", getgroups(0, nullptr)); });
   ASSERT_TRUE(ids.ok()) << ids.status();
   if (geteuid() == 0) {
     const uid_t id = UnusedId();

@@ -53,7 +53,9 @@ constexpr uint8_t kIoEntireRange = 3;
 // Table 6.50 memory type-specific flags: bit 0 _RW (1 = read/write), bits 2:1 _MEM.
 constexpr uint8_t kMemoryReadWrite = 1;
 
-void AppendLe(Bytes& out, uint64_t value, int bytes) { sys_util::AppendLittleEndian(out, value, bytes); }
+void AppendLe(Bytes& out, uint64_t value, int bytes) {
+  sys_util::AppendLittleEndian(out, value, bytes);
+}
 
 void Append(Bytes& out, const Bytes& more) { out.insert(out.end(), more.begin(), more.end()); }
 

@@ -7,12 +7,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "devices/legacy/acpi_pm.h"
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
+#include "vmm/machine/layout.h"
 #include "vmm/sys_util/host_file.h"
 #include "vmm/sys_util/status_macros.h"
-#include "vmm/machine/layout.h"
-#include "devices/legacy/acpi_pm.h"
 
 namespace vmm::acpi {
 namespace {
@@ -211,9 +211,9 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
     ASSIGN_OR_RETURN(Bytes hid_term, Hid(hid));
     system_bus.push_back(aml::Device(device_name, {
                                                       hid_term,
-                                                       aml::Name("_UID", aml::Integer(uid)),
-                                                       aml::Name("_CRS", DeviceResources(device)),
-                                                   }));
+                                                      aml::Name("_UID", aml::Integer(uid)),
+                                                      aml::Name("_CRS", DeviceResources(device)),
+                                                  }));
   }
 
   std::vector<Bytes> root = {aml::Scope("\\_SB", system_bus)};
@@ -221,8 +221,8 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
     // 7.4.2.5 \_S5 (soft off): the SLP_TYP values for PM1a/PM1b; the OS writes SLP_TYPa with SLP_EN
     // to PM1a_CNT (4.8.3.2.1, 7.4.2), where the power-management device decodes it as power-off.
     root.push_back(aml::Name(
-        "_S5",
-        aml::Package({aml::Integer(devices::legacy::AcpiPowerManagement::kSleepTypeS5), aml::Integer(0)})));
+        "_S5", aml::Package({aml::Integer(devices::legacy::AcpiPowerManagement::kSleepTypeS5),
+                             aml::Integer(0)})));
   }
   Bytes out;
   for (const Bytes& term : root) out.insert(out.end(), term.begin(), term.end());
@@ -269,9 +269,10 @@ FadtConfig MakeFadt(const MachineDescription& machine, const DeviceDescription* 
   }
   // 4.8 fixed hardware (the PC model, as QEMU's PIIX4 PM): Linux then keeps the 8259 PIC and the
   // identity mapping of ISA IRQs 0-15 to IOAPIC pins, which legacy devices such as the PIIX3 IDE
-  // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A fixed-feature
-  // power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does not. The PM
-  // timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI (5.2.10).
+  // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A
+  // fixed-feature power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does
+  // not. The PM timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI
+  // (5.2.10).
   using Pm = devices::legacy::AcpiPowerManagement;
   const uint64_t base = pm->ranges.front().base;
   fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtSleepButton | kFadtResetRegSupported;

@@ -13,12 +13,12 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/skip.h"
 #include "vmm/acpi/tables.h"
 #include "vmm/machine/guest_memory.h"
 #include "vmm/machine/layout.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/machine/machine_description_testing.h"
-#include "tests/support/skip.h"
 
 namespace vmm::acpi {
 namespace {
@@ -318,11 +318,12 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
   EXPECT_THAT(ReadFile(log), HasSubstr("0 Errors"));
 }
 
-// Loads the tables into ACPICA's interpreter (the code Linux runs) with acpiexec and evaluates what a
-// guest evaluates: the namespace must load without exceptions and \_S5 must give the sleep type
+// Loads the tables into ACPICA's interpreter (the code Linux runs) with acpiexec and evaluates what
+// a guest evaluates: the namespace must load without exceptions and \_S5 must give the sleep type
 // the power-off register decodes.
 TEST(MachineAcpiTest, AcpiexecLoadsTheNamespace) {
-  if (access("/usr/bin/acpiexec", X_OK) != 0) MICROVM_SKIP("acpiexec is not installed (tools/setup)");
+  if (access("/usr/bin/acpiexec", X_OK) != 0)
+    MICROVM_SKIP("acpiexec is not installed (tools/setup)");
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/acpiexec");
   mkdir(dir.c_str(), 0755);

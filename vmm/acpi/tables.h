@@ -64,8 +64,8 @@ struct GenericAddress {
 // 5.2.9 Table 5.10 Fixed ACPI Description Table flags.
 inline constexpr uint32_t kFadtWbinvd = 1u << 0;
 inline constexpr uint32_t kFadtProcC1 = 1u << 2;
-inline constexpr uint32_t kFadtPowerButton = 1u << 4;  // 1: no fixed-feature power button
-inline constexpr uint32_t kFadtSleepButton = 1u << 5;  // 1: no fixed-feature sleep button
+inline constexpr uint32_t kFadtPowerButton = 1u << 4;         // 1: no fixed-feature power button
+inline constexpr uint32_t kFadtSleepButton = 1u << 5;         // 1: no fixed-feature sleep button
 inline constexpr uint32_t kFadtTimerValueExtended = 1u << 8;  // 1: 32-bit PM timer, 0: 24-bit
 inline constexpr uint32_t kFadtResetRegSupported = 1u << 10;
 inline constexpr uint32_t kFadtHwReducedAcpi = 1u << 20;

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <set>
 #include <span>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "vmm/machine/layout.h"
 #include "vmm/sys_util/host_file.h"
 #include "vmm/sys_util/status_macros.h"
-#include "vmm/machine/layout.h"
 
 namespace vmm::fdt {
 namespace {
@@ -43,9 +43,8 @@ std::string UnitName(absl::string_view name, uint64_t address) {
 
 absl::Status CheckNodeName(absl::string_view name) {
   if (name.empty() || name.size() > kMaxNodeNameLength) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("device tree node name \"%s\" must be 1-%d characters", name,
-                        kMaxNodeNameLength));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "device tree node name \"%s\" must be 1-%d characters", name, kMaxNodeNameLength));
   }
   const auto is_alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
   if (!is_alpha(name[0])) {
@@ -93,8 +92,8 @@ absl::Status CheckDevice(const DeviceDescription& device) {
   }
   if (device.interrupt.has_value() && *device.interrupt >= kIoapicPins) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("device \"%s\": interrupt %u is not an IOAPIC pin (0-%u)",
-                        device.node_name, *device.interrupt, kIoapicPins - 1));
+        absl::StrFormat("device \"%s\": interrupt %u is not an IOAPIC pin (0-%u)", device.node_name,
+                        *device.interrupt, kIoapicPins - 1));
   }
   return absl::OkStatus();
 }
@@ -287,11 +286,11 @@ int WriteTree(std::span<uint8_t> buffer, const MachineDescription& machine,
   w.Cell("#address-cells", 2);
   w.Cell("#size-cells", 1);
   // Devicetree Specification v0.4, 2.3.8: without `ranges` no child address maps into the parent,
-  // so an OS could not resolve the ports. Map I/O space 0-0xffff 1:1 onto parent addresses 0-0xffff:
-  // Linux's of_translate_ioport() then yields the port number (pci_address_to_pio() is the identity
-  // on x86); the same encoding as MIPS ISA bridges (e.g. loongson rs780e-pch.dtsi).
-  w.Cells("ranges", {kIsaIoSpace, 0, /*parent address*/ 0, 0,
-                     static_cast<uint32_t>(kPortIoSpaceBytes)});
+  // so an OS could not resolve the ports. Map I/O space 0-0xffff 1:1 onto parent addresses
+  // 0-0xffff: Linux's of_translate_ioport() then yields the port number (pci_address_to_pio() is
+  // the identity on x86); the same encoding as MIPS ISA bridges (e.g. loongson rs780e-pch.dtsi).
+  w.Cells("ranges",
+          {kIsaIoSpace, 0, /*parent address*/ 0, 0, static_cast<uint32_t>(kPortIoSpaceBytes)});
   for (const DeviceDescription& device : machine.devices) {
     if (device.space != DeviceDescription::AddressSpace::kPortIo) continue;
     w.BeginNode(DeviceNodeName(device));

@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/skip.h"
 #include "vmm/machine/layout.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/machine/machine_description_testing.h"
-#include "tests/support/skip.h"
 
 namespace vmm::fdt {
 namespace {
@@ -188,7 +188,7 @@ TEST_F(MachineFdtTest, IsaDevices) {
 
   int count = 0;
   int child;
-  fdt_for_each_subnode(child, fdt(), isa) ++count;
+  fdt_for_each_subnode(child, fdt(), isa)++ count;
   EXPECT_EQ(count, 4);  // The MMIO device is not on the ISA bus.
 }
 
@@ -213,8 +213,8 @@ TEST_F(MachineFdtTest, DtcDecodesIt) {
       // unit_address_vs_reg would flag /isa (it has `ranges` but no unit address); the node keeps
       // the plain name docs/machine.md and stdout-path use. Linux's own dtc runs disable this
       // check too (scripts/Makefile.lib, unless W=1).
-      absl::StrCat("/usr/bin/dtc -I dtb -O dts -W no-unit_address_vs_reg -o ", dts, " ", dtb,
-                   " 2>", err);
+      absl::StrCat("/usr/bin/dtc -I dtb -O dts -W no-unit_address_vs_reg -o ", dts, " ", dtb, " 2>",
+                   err);
   const int status = std::system(command.c_str());
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
   std::stringstream text;

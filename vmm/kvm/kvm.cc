@@ -54,7 +54,9 @@ class ArrayBuffer {
   }
 
  private:
-  uint8_t* first() { return reinterpret_cast<uint8_t*>(words_.get()) + sizeof(kvm_abi::ArrayHeader); }
+  uint8_t* first() {
+    return reinterpret_cast<uint8_t*>(words_.get()) + sizeof(kvm_abi::ArrayHeader);
+  }
   std::unique_ptr<uint64_t[]> words_;
 };
 
@@ -79,9 +81,8 @@ absl::StatusOr<Kvm> Kvm::Open(const std::string& path) {
   }
   const int version = ioctl(fd.get(), KVM_GET_API_VERSION, 0);
   if (version != KVM_API_VERSION) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s reports KVM API version %d, this VMM needs %d", path, version,
-                        KVM_API_VERSION));
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s reports KVM API version %d, this VMM needs %d", path, version, KVM_API_VERSION));
   }
   for (const auto& required : kRequiredCapabilities) {
     if (ioctl(fd.get(), KVM_CHECK_EXTENSION, required.capability) <= 0) {
@@ -155,7 +156,8 @@ absl::Status VmFd::CreateIrqchip() {
 
 absl::Status VmFd::CreatePit2() {
   kvm_pit_config config{};
-  // KVM_PIT_SPEAKER_DUMMY: port 0x61 reads are served in the kernel, as Linux's PIT calibration needs.
+  // KVM_PIT_SPEAKER_DUMMY: port 0x61 reads are served in the kernel, as Linux's PIT calibration
+  // needs.
   config.flags = KVM_PIT_SPEAKER_DUMMY;
   if (ioctl(fd_.get(), KVM_CREATE_PIT2, &config) < 0) return IoctlError("KVM_CREATE_PIT2");
   return absl::OkStatus();
@@ -304,8 +306,8 @@ absl::Status VcpuFd::SetMsrs(const std::vector<kvm_msr_entry>& msrs) {
   const int set = ioctl(fd_.get(), kvm_abi::kSetMsrs, buffer.data());
   if (set < 0) return IoctlError("KVM_SET_MSRS");
   if (static_cast<size_t>(set) != msrs.size()) {
-    return absl::InternalError(absl::StrFormat("KVM_SET_MSRS rejected MSR 0x%x",
-                                               msrs[static_cast<size_t>(set)].index));
+    return absl::InternalError(
+        absl::StrFormat("KVM_SET_MSRS rejected MSR 0x%x", msrs[static_cast<size_t>(set)].index));
   }
   return absl::OkStatus();
 }
@@ -340,10 +342,10 @@ std::string VcpuFd::DumpRegisters() const {
       "  gdt=%016x/%04x idt=%016x/%04x tr=%04x",
       id_, regs->rip, regs->rsp, regs->rflags, regs->rax, regs->rbx, regs->rcx, regs->rdx,
       regs->rsi, regs->rdi, regs->rbp, regs->r8, regs->r9, regs->r10, regs->r11, regs->r12,
-      regs->r13, regs->r14, regs->r15, sregs->cs.selector, sregs->cs.dpl, sregs->cs.l,
-      sregs->cs.db, sregs->ss.selector, sregs->ds.selector, sregs->es.selector, sregs->cr0,
-      sregs->cr2, sregs->cr3, sregs->cr4, sregs->efer, sregs->gdt.base, sregs->gdt.limit,
-      sregs->idt.base, sregs->idt.limit, sregs->tr.selector);
+      regs->r13, regs->r14, regs->r15, sregs->cs.selector, sregs->cs.dpl, sregs->cs.l, sregs->cs.db,
+      sregs->ss.selector, sregs->ds.selector, sregs->es.selector, sregs->cr0, sregs->cr2,
+      sregs->cr3, sregs->cr4, sregs->efer, sregs->gdt.base, sregs->gdt.limit, sregs->idt.base,
+      sregs->idt.limit, sregs->tr.selector);
 }
 
 }  // namespace vmm

@@ -7,7 +7,8 @@
 namespace vmm {
 
 // The devices' IoEventRegistrar (devices/pci/ioevent_registrar.h) on KVM_IOEVENTFD: the assembly
-// gives it to virtio-pci, which knows no KVM. `vm` must outlive the registrar and every registration.
+// gives it to virtio-pci, which knows no KVM. `vm` must outlive the registrar and every
+// registration.
 class KvmIoEventRegistrar : public devices::pci::IoEventRegistrar {
  public:
   explicit KvmIoEventRegistrar(VmFd& vm) : vm_(vm) {}
@@ -21,9 +22,9 @@ class KvmIoEventRegistrar : public devices::pci::IoEventRegistrar {
  private:
   static VmFd::IoEventSpec ToKvm(const Spec& spec) {
     return VmFd::IoEventSpec{.address = spec.address,
-                                  .length = spec.length,
-                                  .pio = spec.pio,
-                                  .datamatch = spec.datamatch};
+                             .length = spec.length,
+                             .pio = spec.pio,
+                             .datamatch = spec.datamatch};
   }
   VmFd& vm_;
 };

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
-#include "vmm/sys_util/eventfd.h"
 
 namespace vmm {
 namespace {

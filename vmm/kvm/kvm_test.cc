@@ -1,13 +1,11 @@
 #include "vmm/kvm/kvm.h"
 
 #include <sys/eventfd.h>
-
-#include "vmm/kvm/kvm_msi.h"
-
 #include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "tests/support/skip.h"
+#include "vmm/kvm/kvm_msi.h"
 
 namespace vmm {
 namespace {

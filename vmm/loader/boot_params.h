@@ -6,10 +6,10 @@
 #include <cstdint>
 
 // The Linux/x86 boot protocol's data structures, written from the protocol documents rather than
-// from kernel headers: Documentation/x86/boot.rst ("The Linux/x86 Boot Protocol", section "THE REAL-MODE
-// KERNEL HEADER" gives every offset) and Documentation/x86/zero-page.rst (the layout of the
-// 4 KiB `boot_params` "zero page"). Offsets in comments are from the start of the zero page, which is
-// also the start of a bzImage file. All fields are little-endian, as the host's.
+// from kernel headers: Documentation/x86/boot.rst ("The Linux/x86 Boot Protocol", section "THE
+// REAL-MODE KERNEL HEADER" gives every offset) and Documentation/x86/zero-page.rst (the layout of
+// the 4 KiB `boot_params` "zero page"). Offsets in comments are from the start of the zero page,
+// which is also the start of a bzImage file. All fields are little-endian, as the host's.
 namespace vmm::loader {
 
 static_assert(std::endian::native == std::endian::little,
@@ -136,47 +136,47 @@ struct __attribute__((packed)) BootE820Entry {
 static_assert(sizeof(BootE820Entry) == 20);
 
 // zero-page.rst: the whole 4 KiB zero page. Fields a loader has no business with are byte arrays.
-// boot.rst "64-bit BOOT PROTOCOL": boot_params is "initialized to all zero. Then, the setup header at
-// offset 0x01f1 of kernel image on should be loaded into struct boot_params and examined".
+// boot.rst "64-bit BOOT PROTOCOL": boot_params is "initialized to all zero. Then, the setup header
+// at offset 0x01f1 of kernel image on should be loaded into struct boot_params and examined".
 struct __attribute__((packed)) BootParams {
-  uint8_t screen_info[0x40];               // 0x000
-  uint8_t apm_bios_info[0x14];             // 0x040
-  uint8_t pad_054[0x4];                    // 0x054
-  uint64_t tboot_addr;                     // 0x058
-  uint8_t ist_info[0x10];                  // 0x060
-  uint64_t acpi_rsdp_addr;                 // 0x070
-  uint8_t pad_078[0x8];                    // 0x078
-  uint8_t hd0_info[0x10];                  // 0x080
-  uint8_t hd1_info[0x10];                  // 0x090
-  uint8_t sys_desc_table[0x10];            // 0x0a0
-  uint8_t olpc_ofw_header[0x10];           // 0x0b0
-  uint32_t ext_ramdisk_image;              // 0x0c0
-  uint32_t ext_ramdisk_size;               // 0x0c4
-  uint32_t ext_cmd_line_ptr;               // 0x0c8
-  uint8_t pad_0cc[0x70];                   // 0x0cc
-  uint32_t cc_blob_address;                // 0x13c
-  uint8_t edid_info[0x80];                 // 0x140
-  uint8_t efi_info[0x20];                  // 0x1c0
-  uint32_t alt_mem_k;                      // 0x1e0
-  uint32_t scratch;                        // 0x1e4
-  uint8_t e820_entries;                    // 0x1e8
-  uint8_t eddbuf_entries;                  // 0x1e9
-  uint8_t edd_mbr_sig_buf_entries;         // 0x1ea
-  uint8_t kbd_status;                      // 0x1eb
-  uint8_t secure_boot;                     // 0x1ec
-  uint8_t pad_1ed[0x2];                    // 0x1ed
+  uint8_t screen_info[0x40];        // 0x000
+  uint8_t apm_bios_info[0x14];      // 0x040
+  uint8_t pad_054[0x4];             // 0x054
+  uint64_t tboot_addr;              // 0x058
+  uint8_t ist_info[0x10];           // 0x060
+  uint64_t acpi_rsdp_addr;          // 0x070
+  uint8_t pad_078[0x8];             // 0x078
+  uint8_t hd0_info[0x10];           // 0x080
+  uint8_t hd1_info[0x10];           // 0x090
+  uint8_t sys_desc_table[0x10];     // 0x0a0
+  uint8_t olpc_ofw_header[0x10];    // 0x0b0
+  uint32_t ext_ramdisk_image;       // 0x0c0
+  uint32_t ext_ramdisk_size;        // 0x0c4
+  uint32_t ext_cmd_line_ptr;        // 0x0c8
+  uint8_t pad_0cc[0x70];            // 0x0cc
+  uint32_t cc_blob_address;         // 0x13c
+  uint8_t edid_info[0x80];          // 0x140
+  uint8_t efi_info[0x20];           // 0x1c0
+  uint32_t alt_mem_k;               // 0x1e0
+  uint32_t scratch;                 // 0x1e4
+  uint8_t e820_entries;             // 0x1e8
+  uint8_t eddbuf_entries;           // 0x1e9
+  uint8_t edd_mbr_sig_buf_entries;  // 0x1ea
+  uint8_t kbd_status;               // 0x1eb
+  uint8_t secure_boot;              // 0x1ec
+  uint8_t pad_1ed[0x2];             // 0x1ed
   // The kernel treats a nonzero sentinel as "the loader copied a whole sector over boot_params
   // without clearing what it does not understand" and clears fields (sanitize_boot_params()); we
   // copy only the setup header, so it stays 0.
-  uint8_t sentinel;                        // 0x1ef
-  uint8_t pad_1f0[0x1];                    // 0x1f0
-  SetupHeader hdr;                         // 0x1f1
-  uint8_t pad_26c[0x290 - 0x26c];          // 0x26c
-  uint32_t edd_mbr_sig_buffer[16];         // 0x290
+  uint8_t sentinel;                                   // 0x1ef
+  uint8_t pad_1f0[0x1];                               // 0x1f0
+  SetupHeader hdr;                                    // 0x1f1
+  uint8_t pad_26c[0x290 - 0x26c];                     // 0x26c
+  uint32_t edd_mbr_sig_buffer[16];                    // 0x290
   BootE820Entry e820_table[kZeroPageE820MaxEntries];  // 0x2d0
-  uint8_t pad_cd0[0x30];                   // 0xcd0
-  uint8_t eddbuf[0x1ec];                   // 0xd00
-  uint8_t pad_eec[0x114];                  // 0xeec
+  uint8_t pad_cd0[0x30];                              // 0xcd0
+  uint8_t eddbuf[0x1ec];                              // 0xd00
+  uint8_t pad_eec[0x114];                             // 0xeec
 };
 static_assert(sizeof(BootParams) == 4096);
 static_assert(offsetof(BootParams, ext_ramdisk_image) == 0x0c0);

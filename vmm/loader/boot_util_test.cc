@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/test_images.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 namespace {

@@ -52,9 +52,9 @@ absl::Status PreadFully(int fd, const std::string& path, uint64_t offset, uint8_
           errno, absl::StrFormat("%s: read of %u bytes at offset %u failed", path, length, offset));
     }
     if (n == 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: truncated: ended at offset %u while reading %u bytes at offset %u", path,
-          offset + done, length, offset));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: truncated: ended at offset %u while reading %u bytes at offset %u",
+                          path, offset + done, length, offset));
     }
     done += static_cast<uint64_t>(n);
   }
@@ -65,9 +65,9 @@ absl::Status PreadFully(int fd, const std::string& path, uint64_t offset, uint8_
 
 absl::Status ImageFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   if (offset > size_ || out.size() > size_ - offset) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: needs bytes [%u, %u) but the file is %u bytes", path_, offset,
-        offset + out.size(), size_));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: needs bytes [%u, %u) but the file is %u bytes", path_,
+                        offset, offset + out.size(), size_));
   }
   return PreadFully(fd_.get(), path_, offset, out.data(), out.size());
 }
@@ -75,14 +75,13 @@ absl::Status ImageFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
 absl::Status ImageFile::ReadIntoGuest(const GuestMemory& memory, uint64_t offset, uint64_t length,
                                       GuestAddress address) const {
   if (offset > size_ || length > size_ - offset) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: needs bytes [%u, %u) but the file is %u bytes", path_, offset,
-        offset + length, size_));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: truncated: needs bytes [%u, %u) but the file is %u bytes", path_,
+                        offset, offset + length, size_));
   }
   absl::StatusOr<std::span<uint8_t>> host = memory.GetHostSpan(address, length);
   if (!host.ok()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("%s: %s", path_, host.status().message()));
+    return absl::OutOfRangeError(absl::StrFormat("%s: %s", path_, host.status().message()));
   }
   return PreadFully(fd_.get(), path_, offset, host->data(), length);
 }

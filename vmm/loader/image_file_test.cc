@@ -6,21 +6,21 @@
 #include <array>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/strings/str_cat.h"
 #include "tests/support/unprivileged.h"
 #include "vmm/loader/test_images.h"
 
 namespace vmm::loader {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using test_images::MakeMemory;
 using test_images::Pattern;
 using test_images::TempPath;
 using test_images::WriteTempFile;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 TEST(ImageFileTest, ReadsAndBoundsChecks) {
   const std::vector<uint8_t> bytes = Pattern(100, 1);
@@ -70,7 +70,8 @@ TEST(ImageFileTest, UnreadableIsPermissionDenied) {
   // Root would read it anyway (CAP_DAC_OVERRIDE): an ordinary caller opens it.
   absl::StatusOr<std::string> seen = tests::RunUnprivileged([&] {
     absl::StatusOr<ImageFile> file = ImageFile::Open(path);
-    return absl::StrCat(absl::StatusCodeToString(file.status().code()), ": ", file.status().message());
+    return absl::StrCat(absl::StatusCodeToString(file.status().code()), ": ",
+                        file.status().message());
   });
   ASSERT_TRUE(seen.ok()) << seen.status();
   EXPECT_THAT(*seen, StartsWith("PERMISSION_DENIED: "));

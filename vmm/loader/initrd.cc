@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/boot_util.h"
 #include "vmm/loader/image_file.h"
+#include "vmm/machine/layout.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace vmm::loader {
@@ -30,8 +30,7 @@ absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const Imag
   const uint64_t limit = std::min(low_end, uint64_t{kernel.initrd_addr_max} + 1);
   const uint64_t floor =
       AlignUp(std::max(kernel.reserved_end.value(), kHighMemoryStart), kPageSize);
-  if (limit <= floor || size > limit - floor ||
-      AlignDown(limit - size, kPageSize) < floor) {
+  if (limit <= floor || size > limit - floor || AlignDown(limit - size, kPageSize) < floor) {
     const uint64_t room = limit > floor ? AlignDown(limit - floor, kPageSize) : 0;
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s: initrd of %u bytes (%u MiB) does not fit in guest RAM: between the kernel's end "

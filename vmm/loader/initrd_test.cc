@@ -5,17 +5,17 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/test_images.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 namespace {
 
-using ::testing::HasSubstr;
 using test_images::MakeMemory;
 using test_images::Pattern;
 using test_images::TempPath;
 using test_images::WriteTempFile;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = 1 << 20;
 
@@ -48,9 +48,8 @@ TEST(InitrdTest, PlacedPageAlignedAtTopOfRam) {
 
 TEST(InitrdTest, RespectsInitrdAddrMax) {
   GuestMemory memory = MakeMemory(1024 * kMiB);
-  absl::StatusOr<InitrdPlacement> initrd =
-      LoadInitrd(memory, WriteTempFile("initrd_max", Pattern(5000, 1)),
-                 KernelEndingAt(0x1200000, 0x37ffffff));
+  absl::StatusOr<InitrdPlacement> initrd = LoadInitrd(
+      memory, WriteTempFile("initrd_max", Pattern(5000, 1)), KernelEndingAt(0x1200000, 0x37ffffff));
   ASSERT_TRUE(initrd.ok()) << initrd.status();
   // initrd_addr_max is the last byte the initrd may occupy.
   EXPECT_LE(initrd->address.value() + initrd->size - 1, 0x37ffffffu);
@@ -59,8 +58,8 @@ TEST(InitrdTest, RespectsInitrdAddrMax) {
 
 TEST(InitrdTest, StaysBelowThreeGiB) {
   GuestMemory memory = MakeMemory(4096 * kMiB);  // 3 GiB low, 1 GiB above 4 GiB.
-  absl::StatusOr<InitrdPlacement> initrd = LoadInitrd(
-      memory, WriteTempFile("initrd_3g", Pattern(4096, 1)), KernelEndingAt(0x1200000));
+  absl::StatusOr<InitrdPlacement> initrd =
+      LoadInitrd(memory, WriteTempFile("initrd_3g", Pattern(4096, 1)), KernelEndingAt(0x1200000));
   ASSERT_TRUE(initrd.ok()) << initrd.status();
   EXPECT_EQ(initrd->address.value(), kMmioHoleStart - kPageSize);
 }

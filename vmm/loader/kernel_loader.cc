@@ -9,11 +9,11 @@
 #include <string_view>
 
 #include "absl/strings/str_format.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/boot_params.h"
 #include "vmm/loader/boot_util.h"
 #include "vmm/loader/elf.h"
 #include "vmm/loader/image_file.h"
+#include "vmm/machine/layout.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace vmm::loader {
@@ -68,9 +68,9 @@ absl::StatusOr<std::optional<uint32_t>> FindPvhEntry(const ImageFile& file,
     pos += sizeof(note);
     const size_t remaining_for_name = notes.size() - pos;
     if (note.n_namesz > remaining_for_name) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: an ELF note's name (%u bytes) overruns its PT_NOTE segment", file.path(),
-          note.n_namesz));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: an ELF note's name (%u bytes) overruns its PT_NOTE segment",
+                          file.path(), note.n_namesz));
     }
     const uint8_t* name = notes.data() + pos;
     // Padding brings the position (from the segment start) to the alignment: with 8-byte notes
@@ -79,9 +79,9 @@ absl::StatusOr<std::optional<uint32_t>> FindPvhEntry(const ImageFile& file,
     pos = std::min<uint64_t>(AlignUp(pos + note.n_namesz, alignment), notes.size());
     const size_t remaining_for_desc = notes.size() - pos;
     if (note.n_descsz > remaining_for_desc) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: an ELF note's descriptor (%u bytes) overruns its PT_NOTE segment", file.path(),
-          note.n_descsz));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: an ELF note's descriptor (%u bytes) overruns its PT_NOTE segment",
+                          file.path(), note.n_descsz));
     }
     const uint8_t* desc = notes.data() + pos;
     pos = std::min<uint64_t>(AlignUp(pos + note.n_descsz, alignment), notes.size());
@@ -141,16 +141,16 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         absl::StrFormat("%s: ELF file is not little-endian (ELFDATA2LSB)", path));
   }
   if (ident[elf::kIdentVersion] != elf::kVersionCurrent) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: unknown ELF version %d", path, ident[elf::kIdentVersion]));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: unknown ELF version %d", path, ident[elf::kIdentVersion]));
   }
 
   elf::Elf64Ehdr ehdr;
   RETURN_IF_ERROR(
       file.ReadAt(0, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&ehdr), sizeof(ehdr))));
   if (ehdr.e_machine != elf::kMachineX86_64) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: ELF machine %d is not x86-64 (EM_X86_64 = 62)", path, ehdr.e_machine));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: ELF machine %d is not x86-64 (EM_X86_64 = 62)", path, ehdr.e_machine));
   }
   if (ehdr.e_type != elf::kTypeExec) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -159,8 +159,7 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         path, ehdr.e_type));
   }
   if (ehdr.e_phnum == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: ELF file has no program headers", path));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: ELF file has no program headers", path));
   }
   if (ehdr.e_phnum == elf::kPnXnum) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -168,9 +167,9 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         path));
   }
   if (ehdr.e_phentsize < sizeof(elf::Elf64Phdr)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: ELF program header entries are %u bytes; an Elf64_Phdr needs %u", path,
-        ehdr.e_phentsize, sizeof(elf::Elf64Phdr)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: ELF program header entries are %u bytes; an Elf64_Phdr needs %u", path,
+                        ehdr.e_phentsize, sizeof(elf::Elf64Phdr)));
   }
   // At most 0xfffe * 0xffff bytes: no overflow.
   const uint64_t table_size = uint64_t{ehdr.e_phnum} * ehdr.e_phentsize;
@@ -213,9 +212,9 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
     // PT_LOAD.
     if (phdr.p_memsz == 0) continue;  // Nothing to place.
     if (phdr.p_filesz > phdr.p_memsz) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: segment %d has more file bytes (0x%x) than memory bytes (0x%x)", path, i,
-          phdr.p_filesz, phdr.p_memsz));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: segment %d has more file bytes (0x%x) than memory bytes (0x%x)",
+                          path, i, phdr.p_filesz, phdr.p_memsz));
     }
     RETURN_IF_ERROR(CheckKernelRange(file, absl::StrFormat("segment %d", i), phdr.p_paddr,
                                      phdr.p_memsz, low_end));
@@ -227,17 +226,18 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
   }
 
   LoadedKernel kernel;
-  kernel.kind = pvh_entry.has_value() ? LoadedKernel::EntryKind::kPvh
-                                      : LoadedKernel::EntryKind::kElf64;
+  kernel.kind =
+      pvh_entry.has_value() ? LoadedKernel::EntryKind::kPvh : LoadedKernel::EntryKind::kElf64;
   const uint64_t entry = pvh_entry.has_value() ? *pvh_entry : ehdr.e_entry;
   const bool entry_loaded = std::any_of(segments.begin(), segments.end(), [&](const Segment& s) {
     return entry >= s.paddr && entry - s.paddr < s.memsz;
   });
   if (!entry_loaded) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the %s 0x%x is not inside any loaded segment", path,
-        pvh_entry.has_value() ? "PVH entry point (XEN_ELFNOTE_PHYS32_ENTRY)" : "entry point (e_entry)",
-        entry));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the %s 0x%x is not inside any loaded segment", path,
+                        pvh_entry.has_value() ? "PVH entry point (XEN_ELFNOTE_PHYS32_ENTRY)"
+                                              : "entry point (e_entry)",
+                        entry));
   }
 
   uint64_t start = UINT64_MAX;
@@ -247,8 +247,8 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         file.ReadIntoGuest(memory, segment.offset, segment.filesz, GuestAddress(segment.paddr)));
     // The part of p_memsz beyond p_filesz is .bss: "the extra bytes are defined to hold the value
     // 0" (gABI "Program Header"). Guest RAM may have been used before (a reboot), so clear it.
-    RETURN_IF_ERROR(memory.Zero(GuestAddress(segment.paddr + segment.filesz),
-                                segment.memsz - segment.filesz));
+    RETURN_IF_ERROR(
+        memory.Zero(GuestAddress(segment.paddr + segment.filesz), segment.memsz - segment.filesz));
     start = std::min(start, segment.paddr);
     end = std::max(end, segment.paddr + segment.memsz);
   }
@@ -286,9 +286,9 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
         "%s: bzImage boot_flag at 0x1fe is 0x%04x, not 0xaa55", path, header.boot_flag));
   }
   if (header.version < kProtocol2_06) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: Linux boot protocol %s is too old; at least 2.06 is needed", path,
-        ProtocolString(header.version)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: Linux boot protocol %s is too old; at least 2.06 is needed", path,
+                        ProtocolString(header.version)));
   }
   // boot.rst: XLF_KERNEL_64 "This kernel has the legacy 64-bit entry point at 0x200"; xloadflags
   // only exists from protocol 2.12.
@@ -306,8 +306,8 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
       kSetupHeaderOffset + offsetof(SetupHeader, init_size) + sizeof(uint32_t);
   if (header_end < kInitSizeEnd) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the setup header ends at 0x%x, before the fields protocol %s defines (to 0x%x)",
-        path, header_end, ProtocolString(header.version), kInitSizeEnd));
+        "%s: the setup header ends at 0x%x, before the fields protocol %s defines (to 0x%x)", path,
+        header_end, ProtocolString(header.version), kInitSizeEnd));
   }
 
   // boot.rst: "The real-mode code consists of the boot sector (always one 512-byte sector) plus the
@@ -341,17 +341,16 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
   const bool relocatable = header.relocatable_kernel != 0;
   const uint64_t alignment = header.kernel_alignment;
   if (relocatable && !std::has_single_bit(alignment)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: kernel_alignment 0x%x is not a power of two", path, alignment));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: kernel_alignment 0x%x is not a power of two", path, alignment));
   }
   const uint64_t pref = header.pref_address;
-  const bool at_pref = relocatable && pref >= kHighMemoryStart && pref < kMmioHoleStart &&
-                       pref % alignment == 0;
+  const bool at_pref =
+      relocatable && pref >= kHighMemoryStart && pref < kMmioHoleStart && pref % alignment == 0;
   const uint64_t load = at_pref ? pref : kHighMemoryStart;
-  const uint64_t run_start = relocatable ? std::max(AlignUp(load, alignment), pref)
-                                         : (pref != 0 ? pref : load);
-  RETURN_IF_ERROR(
-      CheckKernelRange(file, "the protected-mode kernel", load, payload_size, low_end));
+  const uint64_t run_start =
+      relocatable ? std::max(AlignUp(load, alignment), pref) : (pref != 0 ? pref : load);
+  RETURN_IF_ERROR(CheckKernelRange(file, "the protected-mode kernel", load, payload_size, low_end));
   RETURN_IF_ERROR(CheckKernelRange(file, "the kernel's decompression area (init_size)", run_start,
                                    header.init_size, low_end));
   RETURN_IF_ERROR(file.ReadIntoGuest(memory, payload_offset, payload_size, GuestAddress(load)));

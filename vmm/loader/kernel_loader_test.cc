@@ -10,14 +10,13 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/layout.h"
-#include "vmm/loader/test_images.h"
 #include "tests/support/skip.h"
+#include "vmm/loader/test_images.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 namespace {
 
-using ::testing::HasSubstr;
 using test_images::BuildBzImage;
 using test_images::BuildElf;
 using test_images::BzImageSpec;
@@ -30,6 +29,7 @@ using test_images::PutU32;
 using test_images::PutU64;
 using test_images::TempPath;
 using test_images::WriteTempFile;
+using ::testing::HasSubstr;
 using EntryKind = LoadedKernel::EntryKind;
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -253,7 +253,8 @@ TEST(KernelLoaderElfTest, MalformedProgramHeaders) {
   image = BuildElf(TwoSegmentElf());
   PutU64(image, 64 + 0x20, 0x2000);  // p_filesz > p_memsz of segment 0
   path = WriteTempFile("elf_filesz_gt_memsz", image);
-  ExpectError(LoadKernel(memory, path), absl::StatusCode::kInvalidArgument, path, "more file bytes");
+  ExpectError(LoadKernel(memory, path), absl::StatusCode::kInvalidArgument, path,
+              "more file bytes");
   ElfSpec notes_only;
   notes_only.pvh_entry = 0x1000000;
   path = WriteTempFile("elf_no_load", BuildElf(notes_only));
@@ -287,7 +288,8 @@ TEST(KernelLoaderElfTest, SegmentOverlappingBootStructures) {
   spec.entry = kZeroPageAddress;
   spec.segments.push_back({.paddr = kZeroPageAddress, .data = Pattern(0x100, 1)});
   std::string path = WriteTempFile("elf_low", BuildElf(spec));
-  ExpectError(LoadKernel(memory, path), absl::StatusCode::kInvalidArgument, path, "boot structures");
+  ExpectError(LoadKernel(memory, path), absl::StatusCode::kInvalidArgument, path,
+              "boot structures");
   // Starting just below 1 MiB and running into it is still rejected.
   spec.entry = 0xff000;
   spec.segments[0] = {.paddr = 0xff000, .data = Pattern(0x100, 1), .memsz = 0x2000};
@@ -499,11 +501,10 @@ TEST(KernelLoaderTest, RealDebianKernel) {
   EXPECT_EQ(kernel->entry.value(), pref_address + 0x200);
   const uint64_t setup_sects = image[0x1f1] == 0 ? 4 : image[0x1f1];
   const uint64_t payload_offset = (setup_sects + 1) * 512;
-  EXPECT_EQ(kernel->image_end.value() - kernel->image_start.value(),
-            image.size() - payload_offset);
-  EXPECT_EQ(GuestBytes(memory, kernel->image_start.value(), 4096),
-            std::vector<uint8_t>(image.begin() + payload_offset,
-                                 image.begin() + payload_offset + 4096));
+  EXPECT_EQ(kernel->image_end.value() - kernel->image_start.value(), image.size() - payload_offset);
+  EXPECT_EQ(
+      GuestBytes(memory, kernel->image_start.value(), 4096),
+      std::vector<uint8_t>(image.begin() + payload_offset, image.begin() + payload_offset + 4096));
   uint32_t init_size;
   std::memcpy(&init_size, image.data() + 0x260, 4);
   EXPECT_EQ(kernel->reserved_end.value(), pref_address + init_size);

@@ -7,22 +7,22 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/layout.h"
+#include "tests/support/skip.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/test_images.h"
-#include "tests/support/skip.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 namespace {
 
-using ::testing::HasSubstr;
 using test_images::BuildBzImage;
 using test_images::BzImageSpec;
 using test_images::MakeMemory;
 using test_images::Pattern;
 using test_images::ReadGuest;
 using test_images::WriteTempFile;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kZp = kZeroPageAddress;
@@ -77,11 +77,10 @@ TEST(LinuxBootTest, BzImageZeroPage) {
   DirtyZeroPage(memory);
   const std::string cmdline = "console=ttyS0 reboot=k panic=1";
   const InitrdPlacement initrd{GuestAddress(0x3000000), 0x12345};
-  ASSERT_TRUE(WriteLinuxBootParams(
-                  memory, {.kernel = &kernel,
-                           .cmdline = cmdline,
-                           .initrd = initrd,
-                           .acpi_rsdp_address = kAcpiTablesAddress})
+  ASSERT_TRUE(WriteLinuxBootParams(memory, {.kernel = &kernel,
+                                            .cmdline = cmdline,
+                                            .initrd = initrd,
+                                            .acpi_rsdp_address = kAcpiTablesAddress})
                   .ok());
 
   // The kernel's own header, copied (boot.rst offsets).
@@ -94,18 +93,18 @@ TEST(LinuxBootTest, BzImageZeroPage) {
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x258), spec.pref_address);
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x260), spec.init_size);
   // What the loader fills in.
-  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x210), 0xff);           // type_of_loader
-  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x211), 0x81);           // loadflags
-  EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x224), 0xde00);        // heap_end_ptr
-  EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x1fa), 0xffff);        // vid_mode
+  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x210), 0xff);              // type_of_loader
+  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x211), 0x81);              // loadflags
+  EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x224), 0xde00);           // heap_end_ptr
+  EXPECT_EQ(ReadGuest<uint16_t>(memory, kZp + 0x1fa), 0xffff);           // vid_mode
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x228), kCmdlineAddress);  // cmd_line_ptr
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c8), 0u);            // ext_cmd_line_ptr
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x218), 0x3000000u);    // ramdisk_image
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x21c), 0x12345u);      // ramdisk_size
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c0), 0u);            // ext_ramdisk_image
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c4), 0u);            // ext_ramdisk_size
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x250), 0u);            // setup_data
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x070), 0xe0000u);      // acpi_rsdp_addr
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c8), 0u);               // ext_cmd_line_ptr
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x218), 0x3000000u);       // ramdisk_image
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x21c), 0x12345u);         // ramdisk_size
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c0), 0u);               // ext_ramdisk_image
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x0c4), 0u);               // ext_ramdisk_size
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x250), 0u);               // setup_data
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x070), 0xe0000u);         // acpi_rsdp_addr
   ExpectE820(memory, 64 * kMiB);
   // Everything else zeroed, including the sentinel the bzImage has as 0xff.
   EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x1ef), 0);
@@ -131,7 +130,7 @@ TEST(LinuxBootTest, ElfMinimalHeader) {
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x238), 13u);  // cmdline_size
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x218), 0u);   // no ramdisk
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x21c), 0u);
-  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x1f1), 0);     // setup_sects: no setup code
+  EXPECT_EQ(ReadGuest<uint8_t>(memory, kZp + 0x1f1), 0);  // setup_sects: no setup code
   ExpectE820(memory, 64 * kMiB);
   EXPECT_EQ(GuestString(memory, kCmdlineAddress, 14), std::string("console=ttyS0\0", 14));
 }
@@ -142,9 +141,9 @@ TEST(LinuxBootTest, FdtAsSetupData) {
   const std::vector<uint8_t> fdt = Pattern(300, 5);
   ASSERT_TRUE(WriteLinuxBootParams(memory, {.kernel = &kernel, .fdt = fdt}).ok());
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x250), kFdtAddress);  // setup_data
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kFdtAddress + 0), 0u);        // next
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kFdtAddress + 8), 2u);        // type SETUP_DTB
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kFdtAddress + 12), 300u);     // len
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kFdtAddress + 0), 0u);       // next
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kFdtAddress + 8), 2u);       // type SETUP_DTB
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kFdtAddress + 12), 300u);    // len
   std::vector<uint8_t> back(fdt.size());
   ASSERT_TRUE(memory.Read(GuestAddress(kFdtAddress + 16), back).ok());
   EXPECT_EQ(back, fdt);
@@ -189,8 +188,8 @@ TEST(LinuxBootTest, CommandLineLimits) {
   EXPECT_TRUE(WriteLinuxBootParams(
                   memory, {.kernel = &elf, .cmdline = std::string(kCmdlineMaxBytes - 1, 'b')})
                   .ok());
-  status = WriteLinuxBootParams(memory,
-                                {.kernel = &elf, .cmdline = std::string(kCmdlineMaxBytes, 'b')});
+  status =
+      WriteLinuxBootParams(memory, {.kernel = &elf, .cmdline = std::string(kCmdlineMaxBytes, 'b')});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   status = WriteLinuxBootParams(memory, {.kernel = &elf, .cmdline = std::string("a\0b", 3)});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -227,7 +226,8 @@ TEST(LinuxBootTest, RamAboveFourGiBInE820) {
   EXPECT_EQ(ReadGuest<uint64_t>(memory, entry3), kHighRamStart);
   EXPECT_EQ(ReadGuest<uint64_t>(memory, entry3 + 8), 64 * kMiB);
   EXPECT_EQ(ReadGuest<uint32_t>(memory, entry3 + 16), 1u);
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x2d0 + 2 * 20 + 8), kMmioHoleStart - kHighMemoryStart);
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kZp + 0x2d0 + 2 * 20 + 8),
+            kMmioHoleStart - kHighMemoryStart);
 }
 
 std::string FirstMatch(const char* pattern) {
@@ -252,10 +252,10 @@ TEST(LinuxBootTest, RealDebianKernelAndInitrd) {
   ASSERT_TRUE(initrd.ok()) << initrd.status();
   EXPECT_GE(initrd->address, kernel->reserved_end);
   EXPECT_LE(initrd->address.value() + initrd->size - 1, kernel->initrd_addr_max);
-  ASSERT_TRUE(WriteLinuxBootParams(memory, {.kernel = &*kernel,
-                                            .cmdline = "console=ttyS0 panic=-1",
-                                            .initrd = *initrd})
-                  .ok());
+  ASSERT_TRUE(
+      WriteLinuxBootParams(
+          memory, {.kernel = &*kernel, .cmdline = "console=ttyS0 panic=-1", .initrd = *initrd})
+          .ok());
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x218), initrd->address.value());
   EXPECT_EQ(ReadGuest<uint32_t>(memory, kZp + 0x21c), initrd->size);
   EXPECT_EQ(GuestString(memory, kZp + 0x202, 4), "HdrS");

@@ -15,14 +15,14 @@ absl::Status WritePvhStartInfo(const GuestMemory& memory, const PvhBootConfig& c
   if (config.initrd.has_value() &&
       (config.initrd->size == 0 ||
        !memory.IsValidRange(config.initrd->address, config.initrd->size))) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "initrd at 0x%x (%u bytes) is not inside guest RAM", config.initrd->address.value(),
-        config.initrd->size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("initrd at 0x%x (%u bytes) is not inside guest RAM",
+                        config.initrd->address.value(), config.initrd->size));
   }
   if (config.fdt.size() > kFdtMaxBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "device tree blob is %u bytes; at most %u fit at 0x%x", config.fdt.size(), kFdtMaxBytes,
-        kFdtAddress));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("device tree blob is %u bytes; at most %u fit at 0x%x", config.fdt.size(),
+                        kFdtMaxBytes, kFdtAddress));
   }
   const std::vector<x86::E820Entry> e820 = x86::BuildE820Map(memory);
   if (e820.size() > kPvhMemoryMapMaxEntries) {
@@ -72,20 +72,20 @@ absl::Status WritePvhStartInfo(const GuestMemory& memory, const PvhBootConfig& c
   if (!config.fdt.empty()) {
     RETURN_IF_ERROR(memory.Write(GuestAddress(kFdtAddress), config.fdt));
   }
-  RETURN_IF_ERROR(memory.Write(
-      GuestAddress(kPvhFdtModuleNameAddress),
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kPvhFdtModuleName),
-                               sizeof(kPvhFdtModuleName))));
+  RETURN_IF_ERROR(
+      memory.Write(GuestAddress(kPvhFdtModuleNameAddress),
+                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kPvhFdtModuleName),
+                                            sizeof(kPvhFdtModuleName))));
   if (!modules.empty()) {
-    RETURN_IF_ERROR(memory.Write(
-        GuestAddress(kPvhModuleListAddress),
-        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(modules.data()),
-                                 modules.size() * sizeof(HvmModlistEntry))));
+    RETURN_IF_ERROR(
+        memory.Write(GuestAddress(kPvhModuleListAddress),
+                     std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(modules.data()),
+                                              modules.size() * sizeof(HvmModlistEntry))));
   }
-  RETURN_IF_ERROR(memory.Write(
-      GuestAddress(kPvhMemoryMapAddress),
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(memmap.data()),
-                               memmap.size() * sizeof(HvmMemmapTableEntry))));
+  RETURN_IF_ERROR(
+      memory.Write(GuestAddress(kPvhMemoryMapAddress),
+                   std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(memmap.data()),
+                                            memmap.size() * sizeof(HvmMemmapTableEntry))));
   return memory.WriteObject(GuestAddress(kPvhStartInfoAddress), start_info);
 }
 

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "vmm/machine/guest_memory.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/start_info.h"
+#include "vmm/machine/guest_memory.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 

@@ -5,16 +5,16 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "vmm/machine/layout.h"
 #include "vmm/loader/test_images.h"
+#include "vmm/machine/layout.h"
 
 namespace vmm::loader {
 namespace {
 
-using ::testing::HasSubstr;
 using test_images::MakeMemory;
 using test_images::Pattern;
 using test_images::ReadGuest;
+using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kSi = kPvhStartInfoAddress;
@@ -51,16 +51,16 @@ TEST(PvhBootTest, StartInfoWithInitrdAndFdt) {
                                          .rsdp_address = kAcpiTablesAddress})
                   .ok());
   // hvm_start_info (start_info.h offsets).
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x00), 0x336ec578u);  // magic
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x04), 1u);           // version
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x08), 0u);           // flags
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x0c), 2u);           // nr_modules
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x10), kModules);     // modlist_paddr
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x18), kCmdlineAddress);  // cmdline_paddr
-  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x20), 0xe0000u);     // rsdp_paddr
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x00), 0x336ec578u);           // magic
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x04), 1u);                    // version
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x08), 0u);                    // flags
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x0c), 2u);                    // nr_modules
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x10), kModules);              // modlist_paddr
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x18), kCmdlineAddress);       // cmdline_paddr
+  EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x20), 0xe0000u);              // rsdp_paddr
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kSi + 0x28), kPvhMemoryMapAddress);  // memmap_paddr
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x30), 3u);           // memmap_entries
-  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x34), 0u);           // reserved
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x30), 3u);                    // memmap_entries
+  EXPECT_EQ(ReadGuest<uint32_t>(memory, kSi + 0x34), 0u);                    // reserved
   // Module 0: the initrd, no command line.
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kModules + 0x00), 0x3000000u);
   EXPECT_EQ(ReadGuest<uint64_t>(memory, kModules + 0x08), 777u);
@@ -133,13 +133,13 @@ TEST(PvhBootTest, Errors) {
   status = WritePvhStartInfo(memory, {.cmdline = std::string(kCmdlineMaxBytes, 'x')});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("command line"));
-  EXPECT_TRUE(
-      WritePvhStartInfo(memory, {.cmdline = std::string(kCmdlineMaxBytes - 1, 'x')}).ok());
+  EXPECT_TRUE(WritePvhStartInfo(memory, {.cmdline = std::string(kCmdlineMaxBytes - 1, 'x')}).ok());
   ASSERT_TRUE(memory.Zero(GuestAddress(kSi), 0x1000).ok());
   EXPECT_EQ(WritePvhStartInfo(memory, {.cmdline = std::string("a\0b", 3)}).code(),
             absl::StatusCode::kInvalidArgument);
 
-  status = WritePvhStartInfo(memory, {.initrd = InitrdPlacement{GuestAddress(63 * kMiB), kMiB + 1}});
+  status =
+      WritePvhStartInfo(memory, {.initrd = InitrdPlacement{GuestAddress(63 * kMiB), kMiB + 1}});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("initrd"));
   // Nothing written on any of these errors.

@@ -16,7 +16,8 @@ std::string TempPath(std::string_view name) {
 std::string WriteTempFile(std::string_view name, std::span<const uint8_t> bytes) {
   const std::string path = TempPath(name);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
   out.close();
   if (!out) std::abort();
   return path;
@@ -72,8 +73,7 @@ std::vector<uint8_t> BuildElf(const ElfSpec& spec) {
     AppendNote(notes.data, std::string_view("GNU\0", 4), 3, gnu_desc, spec.note_align);
     std::vector<uint8_t> desc(spec.pvh_desc_size);
     std::memcpy(desc.data(), &*spec.pvh_entry, std::min<size_t>(desc.size(), 8));
-    AppendNote(notes.data, std::string_view("Xen\0", 4), spec.pvh_note_type, desc,
-               spec.note_align);
+    AppendNote(notes.data, std::string_view("Xen\0", 4), spec.pvh_note_type, desc, spec.note_align);
     segments.push_back(std::move(notes));
   }
   const size_t phoff = 64;

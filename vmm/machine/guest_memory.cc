@@ -25,9 +25,9 @@ constexpr uint64_t kSmallPageLimit = uint64_t{4} << 20;
 
 absl::Status CheckRegionPlacement(GuestAddress start, uint64_t size) {
   if (size == 0 || size % kPageSize != 0 || start.value() % kPageSize != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "guest memory region at 0x%x of 0x%x bytes is not page aligned or empty", start.value(),
-        size));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("guest memory region at 0x%x of 0x%x bytes is not page aligned or empty",
+                        start.value(), size));
   }
   GuestAddress end;
   if (!start.CheckedAdd(size, &end) || end.value() == 0) {
@@ -39,7 +39,7 @@ absl::Status CheckRegionPlacement(GuestAddress start, uint64_t size) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::Create(GuestAddress start,
-                                                                               uint64_t size) {
+                                                                             uint64_t size) {
   RETURN_IF_ERROR(CheckRegionPlacement(start, size));
   // MAP_NORESERVE: guest RAM is touched lazily; the kernel need not reserve swap for all of it.
   // One huge page more than asked for, so that the region can start where a huge page would.
@@ -81,24 +81,22 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
     GuestAddress start, uint64_t size, int fd, uint64_t file_offset) {
   RETURN_IF_ERROR(CheckRegionPlacement(start, size));
   if (file_offset % kPageSize != 0 || file_offset + size < file_offset) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "guest memory region at 0x%x: file offset 0x%x is not page aligned", start.value(),
-        file_offset));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("guest memory region at 0x%x: file offset 0x%x is not page aligned",
+                        start.value(), file_offset));
   }
   // A mapping past the end of the file would fault (SIGBUS) on first touch: refuse it up front.
   struct stat file_status {};
   if (fstat(fd, &file_status) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("guest memory at 0x%x: bad file descriptor: %s", start.value(),
-                        strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory at 0x%x: bad file descriptor: %s", start.value(), strerror(errno)));
   }
   // Regular files only (memfd, tmpfs, hugetlbfs): other mappable descriptors (devices, a KVM
   // vCPU) have their own rules about what may be touched. A file shrunk after this check (an
   // unsealed memfd, a tmpfs file) would still fault: QEMU seals its memfds against shrinking.
   if (!S_ISREG(file_status.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("guest memory at 0x%x: the descriptor is not a regular file",
-                        start.value()));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "guest memory at 0x%x: the descriptor is not a regular file", start.value()));
   }
   // A file its owner shrinks under our mapping makes our next access to it fault, and SIGBUS ends
   // the process (H3 of docs/security.md: a front end truncated an unsealed memfd and kicked).
@@ -133,9 +131,9 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> GuestMemoryRegion::CreateFrom
   void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
                     static_cast<off_t>(file_offset));
   if (host == MAP_FAILED) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cannot map guest memory at 0x%x (0x%x bytes at file offset 0x%x): %s", start.value(),
-        size, file_offset, strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot map guest memory at 0x%x (0x%x bytes at file offset 0x%x): %s",
+                        start.value(), size, file_offset, strerror(errno)));
   }
   return std::unique_ptr<GuestMemoryRegion>(
       new GuestMemoryRegion(start, size, static_cast<uint8_t*>(host), /*private_anonymous=*/false));
@@ -162,8 +160,9 @@ absl::StatusOr<GuestMemory> GuestMemory::Create(
 
 absl::StatusOr<GuestMemory> GuestMemory::CreateX86(uint64_t ram_bytes) {
   if (ram_bytes < kMinimumRamBytes) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "guest memory of %u bytes is too small (at least %u MiB)", ram_bytes, kMinimumRamBytes >> 20));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("guest memory of %u bytes is too small (at least %u MiB)", ram_bytes,
+                        kMinimumRamBytes >> 20));
   }
   if (ram_bytes % kPageSize != 0) {
     return absl::InvalidArgumentError("guest memory size must be a multiple of 4 KiB");

@@ -14,7 +14,8 @@
 
 namespace vmm {
 
-// A guest-physical address. A distinct type so host pointers, offsets and guest addresses do not mix.
+// A guest-physical address. A distinct type so host pointers, offsets and guest addresses do not
+// mix.
 class GuestAddress {
  public:
   constexpr GuestAddress() = default;
@@ -38,7 +39,8 @@ class GuestAddress {
 class GuestMemoryRegion {
  public:
   // Anonymous private memory: the VMM's own guest RAM.
-  static absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> Create(GuestAddress start, uint64_t size);
+  static absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> Create(GuestAddress start,
+                                                                   uint64_t size);
   // `size` bytes of the file `fd` (a memfd, hugetlbfs or tmpfs file) from `file_offset`, mapped
   // shared: RAM another process owns, as a vhost-user front end hands it over (SET_MEM_TABLE).
   // Start, size and offset must be page aligned; the caller may close `fd` afterwards.
@@ -69,9 +71,9 @@ class GuestMemoryRegion {
   bool private_anonymous_;
 };
 
-// Guest RAM: a set of non-overlapping regions. Every access is bounds-checked: a range is usable only
-// if it lies wholly inside one region. A guest (or a guest-supplied descriptor) can never make the
-// VMM touch host memory outside the guest's mappings through this class.
+// Guest RAM: a set of non-overlapping regions. Every access is bounds-checked: a range is usable
+// only if it lies wholly inside one region. A guest (or a guest-supplied descriptor) can never make
+// the VMM touch host memory outside the guest's mappings through this class.
 class GuestMemory {
  public:
   // Regions must not overlap; they are kept sorted by address.

@@ -7,14 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstring>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
-#include <cstdint>
-#include <cstring>
-#include <limits>
 
 #include "gtest/gtest.h"
 #include "vmm/machine/layout.h"
@@ -78,8 +77,7 @@ TEST(GuestMemoryTest, BoundsChecks) {
   EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x12000), 1));
   // Huge lengths that would wrap an unchecked end computation.
   EXPECT_FALSE(memory.IsValidRange(GuestAddress(0x10), std::numeric_limits<uint64_t>::max()));
-  EXPECT_FALSE(
-      memory.IsValidRange(GuestAddress(std::numeric_limits<uint64_t>::max()), 2));
+  EXPECT_FALSE(memory.IsValidRange(GuestAddress(std::numeric_limits<uint64_t>::max()), 2));
   // Empty ranges at a region's end are fine; reads and writes of out-of-range objects fail.
   EXPECT_TRUE(memory.IsValidRange(GuestAddress(0x4000), 0));
   EXPECT_FALSE(memory.ReadObject<uint32_t>(GuestAddress(0x3ffe)).ok());
@@ -109,7 +107,8 @@ std::string VmFlagsOf(const void* address) {
   bool inside = false;
   while (std::getline(smaps, line)) {
     unsigned long begin = 0, end = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > line.find(' ')) {
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 &&
+        line.find(':') > line.find(' ')) {
       inside = target >= begin && target < end;
     } else if (inside && line.rfind("VmFlags:", 0) == 0) {
       return line;

@@ -8,19 +8,19 @@
 
 namespace vmm {
 
-// What the VMM wired up, in the terms a guest needs to find it: the input of the device tree (and of
-// anything else that describes the machine). Devices append themselves as the VM is assembled.
+// What the VMM wired up, in the terms a guest needs to find it: the input of the device tree (and
+// of anything else that describes the machine). Devices append themselves as the VM is assembled.
 struct DeviceDescription {
   enum class AddressSpace { kPortIo, kMmio };
-  std::string node_name;                 // e.g. "serial" (the unit address is appended).
-  std::vector<std::string> compatible;   // most specific first, e.g. {"ns16550a"}.
+  std::string node_name;                // e.g. "serial" (the unit address is appended).
+  std::vector<std::string> compatible;  // most specific first, e.g. {"ns16550a"}.
   AddressSpace space = AddressSpace::kPortIo;
   struct Range {
     uint64_t base;
     uint64_t size;
   };
-  std::vector<Range> ranges;             // the first range gives the unit address.
-  std::optional<uint32_t> interrupt;     // legacy IRQ / GSI, if the device raises one.
+  std::vector<Range> ranges;          // the first range gives the unit address.
+  std::optional<uint32_t> interrupt;  // legacy IRQ / GSI, if the device raises one.
   std::optional<uint32_t> clock_frequency;
 };
 

@@ -70,7 +70,8 @@ absl::Status WriteInterfaceFile(int directory, const std::string& path, const st
   sys_util::ScopedFd out(openat(directory, file.c_str(), O_WRONLY | O_CLOEXEC));
   if (!out.valid()) return sys_util::ErrnoStatus(errno, absl::StrFormat("%s/%s", path, file));
   if (write(out.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
-    return sys_util::ErrnoStatus(errno, absl::StrFormat("writing \"%s\" to %s/%s", value, path, file));
+    return sys_util::ErrnoStatus(errno,
+                                 absl::StrFormat("writing \"%s\" to %s/%s", value, path, file));
   }
   return absl::OkStatus();
 }
@@ -96,9 +97,9 @@ absl::Status ParseCgroupLimits(const std::string& text, CgroupLimits& limits) {
           text));
     }
     if (ControllerOf(parts[0]).empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "--jail-cgroup: %s is not an interface file of the %s controllers", parts[0],
-          absl::StrJoin(kControllers, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--jail-cgroup: %s is not an interface file of the %s controllers",
+                          parts[0], absl::StrJoin(kControllers, ", ")));
     }
     limits.settings.emplace_back(parts[0], parts[1]);
   }
@@ -111,10 +112,9 @@ absl::Status ParseCgroupLimits(const std::string& text, CgroupLimits& limits) {
 
 absl::StatusOr<Cgroup> Cgroup::Create(const CgroupLimits& limits, const std::string& name) {
   std::vector<std::string> parent_parts = absl::StrSplit(limits.parent, '/', absl::SkipEmpty());
-  if (parent_parts.empty() || std::any_of(parent_parts.begin(), parent_parts.end(),
-                                          [](const std::string& part) {
-                                            return part == "." || part == "..";
-                                          })) {
+  if (parent_parts.empty() ||
+      std::any_of(parent_parts.begin(), parent_parts.end(),
+                  [](const std::string& part) { return part == "." || part == ".."; })) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--jail-cgroup-parent=%s: expected a path below the cgroup2 root, without . or ..",
         limits.parent));
@@ -135,7 +135,8 @@ absl::StatusOr<Cgroup> Cgroup::Create(const CgroupLimits& limits, const std::str
   parent_parts.push_back(name);
   for (size_t level = 0; level < parent_parts.size(); ++level) {
     if (!enable.empty()) {
-      absl::Status enabled = WriteInterfaceFile(directory.get(), path, "cgroup.subtree_control", enable);
+      absl::Status enabled =
+          WriteInterfaceFile(directory.get(), path, "cgroup.subtree_control", enable);
       if (!enabled.ok()) {
         return absl::Status(enabled.code(),
                             absl::StrFormat("%s (the controllers %s offers: %s)", enabled.message(),
@@ -147,10 +148,12 @@ absl::StatusOr<Cgroup> Cgroup::Create(const CgroupLimits& limits, const std::str
     if (mkdirat(directory.get(), part.c_str(), 0755) != 0 && (leaf || errno != EEXIST)) {
       return sys_util::ErrnoStatus(errno, absl::StrFormat("mkdir %s/%s", path, part));
     }
-    sys_util::ScopedFd next(openat(directory.get(), part.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
+    sys_util::ScopedFd next(
+        openat(directory.get(), part.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
     if (!next.valid()) return sys_util::ErrnoStatus(errno, absl::StrFormat("%s/%s", path, part));
     if (leaf) {
-      Cgroup cgroup(std::move(directory), std::move(next), name, absl::StrFormat("%s/%s", path, part));
+      Cgroup cgroup(std::move(directory), std::move(next), name,
+                    absl::StrFormat("%s/%s", path, part));
       for (const auto& [file, value] : limits.settings) {
         absl::Status written = WriteInterfaceFile(cgroup.leaf_.get(), cgroup.path_, file, value);
         if (!written.ok()) {

@@ -44,13 +44,18 @@ class Cgroup {
   int parent_fd() const { return parent_.get(); }
   // Closes the cgroup's own directory: what the VMM does once it has joined, so that nothing of
   // the cgroup file system is reachable from the jail.
-  void CloseForTheJail() { leaf_.Reset(); parent_.Reset(); }
+  void CloseForTheJail() {
+    leaf_.Reset();
+    parent_.Reset();
+  }
   // The cgroup's path, for messages.
   const std::string& path() const { return path_; }
 
  private:
   Cgroup(sys_util::ScopedFd parent, sys_util::ScopedFd leaf, std::string name, std::string path)
-      : parent_(std::move(parent)), leaf_(std::move(leaf)), name_(std::move(name)),
+      : parent_(std::move(parent)),
+        leaf_(std::move(leaf)),
+        name_(std::move(name)),
         path_(std::move(path)) {}
 
   sys_util::ScopedFd parent_;

@@ -50,8 +50,8 @@ std::string DescribeRules(const SyscallAllowlist& list, int number) {
     for (const ArgCondition& condition : rule.conditions) {
       conditions.push_back(DescribeCondition(number, condition));
     }
-    parts.push_back(absl::StrCat(absl::StrJoin(conditions, ", "), ": ",
-                                 DescribeVerdict(rule.errno_value)));
+    parts.push_back(
+        absl::StrCat(absl::StrJoin(conditions, ", "), ": ", DescribeVerdict(rule.errno_value)));
   }
   if (parts.empty()) return "trap";
   if (!unconditional) parts.push_back("else trap");
@@ -79,7 +79,8 @@ std::string FilterTable(const SandboxOptions& options) {
   absl::StrAppend(&table, "|\n");
   for (const auto& [name, number] : calls) {
     absl::StrAppend(&table, "| `", name, "`");
-    for (const SyscallAllowlist& list : lists) absl::StrAppend(&table, " | ", DescribeRules(list, number));
+    for (const SyscallAllowlist& list : lists)
+      absl::StrAppend(&table, " | ", DescribeRules(list, number));
     absl::StrAppend(&table, " |\n");
   }
   return table;

@@ -33,9 +33,7 @@
 namespace vmm::sandbox {
 namespace {
 
-absl::Status Errno(const std::string& what) {
-  return absl::ErrnoToStatus(errno, what);
-}
+absl::Status Errno(const std::string& what) { return absl::ErrnoToStatus(errno, what); }
 
 // True when the calling thread holds no capability at all (permitted, effective, inheritable).
 absl::StatusOr<bool> HoldsNoCapability() {
@@ -91,8 +89,8 @@ absl::StatusOr<std::string> InsideTheJail(const std::string& path) {
                        return part == "." || part == "..";
                      });
   if (!plain) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: expected an absolute path without \".\" or \"..\" components", path));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: expected an absolute path without \".\" or \"..\" components", path));
   }
   return absl::StrJoin(parts, "/");
 }
@@ -129,7 +127,8 @@ absl::Status ShareDirectory(int root, const std::string& path) {
   if (mkdirat(root, inside.c_str(), 0755) != 0 && errno != EEXIST) {
     return Errno(absl::StrFormat("mkdir %s in the jail", resolved));
   }
-  sys_util::ScopedFd tree(open_tree(AT_FDCWD, resolved.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
+  sys_util::ScopedFd tree(
+      open_tree(AT_FDCWD, resolved.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   if (!tree.valid()) return Errno(absl::StrFormat("open_tree(%s)", resolved));
   mount_attr attributes{};
   attributes.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
@@ -199,8 +198,8 @@ bool InInitialUserNamespace() {
   FILE* map = fopen("/proc/self/uid_map", "re");
   if (map == nullptr) return false;
   unsigned long inside = 1, outside = 1, count = 0;
-  const bool identity = fscanf(map, "%lu %lu %lu", &inside, &outside, &count) == 3 &&
-                        inside == 0 && outside == 0 && count == 4294967295UL;
+  const bool identity = fscanf(map, "%lu %lu %lu", &inside, &outside, &count) == 3 && inside == 0 &&
+                        outside == 0 && count == 4294967295UL;
   fclose(map);
   return identity;
 }
@@ -235,7 +234,8 @@ absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options) {
   }
   const int flags = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID |
                     (options.new_network ? CLONE_NEWNET : 0);
-  if (unshare(flags) != 0) return Errno("unshare (new mount, IPC, UTS, PID and network namespaces)");
+  if (unshare(flags) != 0)
+    return Errno("unshare (new mount, IPC, UTS, PID and network namespaces)");
   // Private, recursively: the jail's mounts stay in this namespace, and pivot_root refuses a
   // shared mount (systemd makes / shared).
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
@@ -257,7 +257,8 @@ absl::Status EnterJail(const JailOptions& options) {
   // set-uid programs, nothing executable, device nodes only where some were asked for.
   sys_util::ScopedFd context(fsopen("tmpfs", FSOPEN_CLOEXEC));
   if (!context.valid()) return Errno("fsopen(tmpfs)");
-  for (const auto& [key, value] : {std::pair{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "256"}}) {
+  for (const auto& [key, value] :
+       {std::pair{"mode", "0755"}, {"size", "1m"}, {"nr_inodes", "256"}}) {
     if (fsconfig(context.get(), FSCONFIG_SET_STRING, key, value, 0) != 0) {
       return Errno(absl::StrFormat("fsconfig(tmpfs, %s=%s)", key, value));
     }
@@ -265,8 +266,8 @@ absl::Status EnterJail(const JailOptions& options) {
   if (fsconfig(context.get(), FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) != 0) {
     return Errno("fsconfig(tmpfs, create)");
   }
-  const unsigned attributes = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC |
-                              (options.device_nodes.empty() ? MOUNT_ATTR_NODEV : 0);
+  const unsigned attributes =
+      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | (options.device_nodes.empty() ? MOUNT_ATTR_NODEV : 0);
   sys_util::ScopedFd root(fsmount(context.get(), FSMOUNT_CLOEXEC, attributes));
   if (!root.valid()) return Errno("fsmount(tmpfs)");
   // Attached over the old root: pivot_root and the bind mounts below need it in the namespace.

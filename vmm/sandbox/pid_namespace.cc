@@ -26,7 +26,7 @@ namespace {
 // the others, so the supervisor ends it with SIGKILL and then dies of the signal it got, as the
 // VMM would have.
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
-constexpr int kOtherFatalSignals[] = {SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGPIPE,
+constexpr int kOtherFatalSignals[] = {SIGQUIT, SIGUSR1, SIGUSR2,   SIGALRM, SIGPIPE,
                                       SIGXCPU, SIGXFSZ, SIGVTALRM, SIGPROF};
 
 bool IsOneOf(int signal, const auto& list) {
@@ -79,7 +79,8 @@ sigset_t WaitedSignals() {
 
 // Runs in the parent after the fork, with WaitedSignals() blocked since before it (a SIGCHLD of
 // a child that ended at once would otherwise be discarded, and the wait would never end).
-[[noreturn]] void Supervise(pid_t child, sys_util::ScopedFd alive, const PidNamespaceOptions& options) {
+[[noreturn]] void Supervise(pid_t child, sys_util::ScopedFd alive,
+                            const PidNamespaceOptions& options) {
   const sigset_t waited = WaitedSignals();
   const int cgroup_fd = options.cgroup.has_value() ? options.cgroup->parent_fd() : -1;
   CloseAllBut({alive.get(), cgroup_fd});

@@ -10,10 +10,11 @@
 ABSL_FLAG(std::string, seccomp, "trap",
           "Per-thread seccomp filters (docs/security.md): trap (a forbidden system call ends the "
           "process with a report naming it), log (allowed, logged by the kernel), off.");
-ABSL_FLAG(std::string, jail, "auto",
-          "The jail (docs/security.md): new mount, PID, network, IPC and UTS namespaces, an empty root "
-          "holding only --media-dir and passed-through drives, an unprivileged user. auto: on "
-          "when started as root (outside a user namespace); on; off.");
+ABSL_FLAG(
+    std::string, jail, "auto",
+    "The jail (docs/security.md): new mount, PID, network, IPC and UTS namespaces, an empty root "
+    "holding only --media-dir and passed-through drives, an unprivileged user. auto: on "
+    "when started as root (outside a user namespace); on; off.");
 ABSL_FLAG(std::string, jail_user, "",
           "The jailed VMM's user and group, UID:GID (numbers, not root; default 65534:65534). "
           "One of its own per VM is best.");
@@ -55,8 +56,9 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     jailed = true;
   } else if (jail_setting == "off") {
     if (root) {
-      notice = "--jail=off: running as root outside the jail, with every capability "
-               "(docs/security.md)";
+      notice =
+          "--jail=off: running as root outside the jail, with every capability "
+          "(docs/security.md)";
     }
   } else {
     return absl::InvalidArgumentError(
@@ -66,8 +68,8 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
   CgroupLimits cgroup_limits;
   cgroup_limits.parent = absl::GetFlag(FLAGS_jail_cgroup_parent);
   if (!jail_cgroup.empty()) RETURN_IF_ERROR(ParseCgroupLimits(jail_cgroup, cgroup_limits));
-  for (const auto& [flag, given] : {std::pair{"--jail-user", !jail_user.empty()},
-                                    {"--jail-cgroup", !jail_cgroup.empty()}}) {
+  for (const auto& [flag, given] :
+       {std::pair{"--jail-user", !jail_user.empty()}, {"--jail-cgroup", !jail_cgroup.empty()}}) {
     if (given && !jailed) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "%s applies to the jail, which is off (%s)", flag,
@@ -81,7 +83,8 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     options.device_nodes = needs.device_nodes;
     NamespaceOptions namespaces{.new_network = !needs.host_network, .seccomp = setting};
     if (!jail_cgroup.empty()) {
-      auto cgroup = Cgroup::Create(cgroup_limits, absl::StrFormat("%s-%d", needs.program, getpid()));
+      auto cgroup =
+          Cgroup::Create(cgroup_limits, absl::StrFormat("%s-%d", needs.program, getpid()));
       if (!cgroup.ok()) {
         return absl::Status(cgroup.status().code(),
                             absl::StrCat("--jail-cgroup: ", cgroup.status().message()));

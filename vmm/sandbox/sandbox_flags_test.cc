@@ -27,16 +27,15 @@ namespace {
 // or Bazel's sandbox) the process may be uid 0, but not the initial namespace's root.
 TEST(SandboxFlagsDeathTest, JailOnNeedsRootOutsideAUserNamespace) {
   auto child = [&] {
-        if (unshare(CLONE_NEWUSER) != 0) ExitNow(4);
-        absl::SetFlag(&FLAGS_jail, "on");
-        auto sandbox = EnableSandboxFromFlags(JailNeeds{});
-        if (!sandbox.ok()) fprintf(stderr, "%s\n", std::string(sandbox.status().message()).c_str());
-        ExitNow(!sandbox.ok() &&
-                        absl::StartsWith(sandbox.status().message(),
-                                         "--jail=on: the jail needs root in the initial user "
-                                         "namespace")
-                    ? 0
-                    : 3);
+    if (unshare(CLONE_NEWUSER) != 0) ExitNow(4);
+    absl::SetFlag(&FLAGS_jail, "on");
+    auto sandbox = EnableSandboxFromFlags(JailNeeds{});
+    if (!sandbox.ok()) fprintf(stderr, "%s\n", std::string(sandbox.status().message()).c_str());
+    ExitNow(!sandbox.ok() && absl::StartsWith(sandbox.status().message(),
+                                              "--jail=on: the jail needs root in the initial user "
+                                              "namespace")
+                ? 0
+                : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
@@ -51,7 +50,8 @@ TEST(SandboxFlagsTest, TheUserIsCheckedWhateverTheJail) {
   absl::SetFlag(&FLAGS_jail_user, "7:7");
   sandbox = EnableSandboxFromFlags(JailNeeds{});
   ASSERT_FALSE(sandbox.ok());
-  EXPECT_EQ(sandbox.status().message(), "--jail-user applies to the jail, which is off (--jail=off)");
+  EXPECT_EQ(sandbox.status().message(),
+            "--jail-user applies to the jail, which is off (--jail=off)");
   absl::SetFlag(&FLAGS_jail_user, "");
   absl::SetFlag(&FLAGS_jail, "somewhere");
   EXPECT_EQ(EnableSandboxFromFlags(JailNeeds{}).status().message(),

@@ -1,5 +1,6 @@
 #include "vmm/sandbox/seccomp_filter.h"
 
+#include <errno.h>  // program_invocation_short_name
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <signal.h>
@@ -7,8 +8,6 @@
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
-
-#include <errno.h>  // program_invocation_short_name
 
 #include <cerrno>
 #include <cstddef>
@@ -42,6 +41,7 @@ uint32_t ViolationVerdict(ViolationAction action) {
 
 // The names the violation report can give: the system calls the policies mention, and those a
 // compromised thread would reach for first.
+// clang-format off
 #define VMM_SANDBOX_NAMED_SYSCALLS(X)                                                             \
   X(read) X(write) X(open) X(close) X(stat) X(fstat) X(lstat) X(poll) X(lseek) X(mmap)            \
   X(mprotect) X(munmap) X(brk) X(rt_sigaction) X(rt_sigprocmask) X(rt_sigreturn) X(ioctl)         \
@@ -72,6 +72,7 @@ uint32_t ViolationVerdict(ViolationAction action) {
   X(pidfd_open) X(clone3) X(openat2) X(pidfd_getfd) X(faccessat2) X(process_madvise)              \
   X(epoll_pwait2) X(mount_setattr) X(memfd_secret) X(fsconfig) X(fsmount) X(mknodat)            \
   X(fchownat) X(symlinkat) X(gettimeofday) X(linkat) X(rt_sigtimedwait)
+// clang-format on
 
 struct NamedSyscall {
   int number;
@@ -209,9 +210,8 @@ absl::StatusOr<std::vector<sock_filter>> CompileFilter(const SyscallAllowlist& a
   }
   program.push_back(Statement(BPF_RET | BPF_K, violation));
   if (program.size() > BPF_MAXINSNS) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("seccomp filter of %d instructions (at most %d)", program.size(),
-                        BPF_MAXINSNS));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "seccomp filter of %d instructions (at most %d)", program.size(), BPF_MAXINSNS));
   }
   return program;
 }

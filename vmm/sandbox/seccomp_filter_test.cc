@@ -24,8 +24,8 @@ namespace {
 // What the child itself needs besides the call under test.
 SyscallAllowlist ChildBasics() {
   SyscallAllowlist list;
-  list.AllowAll({__NR_write, __NR_exit, __NR_exit_group, __NR_rt_sigreturn, __NR_prctl,
-                 __NR_getpid});
+  list.AllowAll(
+      {__NR_write, __NR_exit, __NR_exit_group, __NR_rt_sigreturn, __NR_prctl, __NR_getpid});
 #if defined(__SANITIZE_ADDRESS__)
   // The sanitizer runtime's own calls in the child (its alternate signal stack, its allocator).
   list.AllowAll({__NR_sigaltstack, __NR_mmap, __NR_munmap, __NR_madvise, __NR_rt_sigprocmask,

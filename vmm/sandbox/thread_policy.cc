@@ -2,13 +2,12 @@
 
 #include <linux/kvm.h>
 #include <linux/sched.h>
-#include <sys/ioctl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
-#include <time.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,14 +25,14 @@ namespace {
 // activates a virtio device or programs its MSI-X table; KVM_GET_REGS/KVM_GET_SREGS for the
 // report of a fatal exit. Not every 0xAE request: KVM_CREATE_VM, KVM_CREATE_VCPU, memory slots or
 // another vCPU's registers are none of a running thread's business (H15 of
-// docs/security.md). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in C++
-// (vmm/kvm/kvm_abi.h).
+// docs/security.md). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in
+// C++ (vmm/kvm/kvm_abi.h).
 void AllowVcpuKvmIoctls(SyscallAllowlist& list) {
-  for (uint32_t request : {static_cast<uint32_t>(KVM_RUN), static_cast<uint32_t>(KVM_IRQ_LINE),
-                           static_cast<uint32_t>(KVM_IOEVENTFD), static_cast<uint32_t>(KVM_IRQFD),
-                           static_cast<uint32_t>(kvm_abi::kSetGsiRouting),
-                           static_cast<uint32_t>(KVM_GET_REGS),
-                           static_cast<uint32_t>(KVM_GET_SREGS)}) {
+  for (uint32_t request :
+       {static_cast<uint32_t>(KVM_RUN), static_cast<uint32_t>(KVM_IRQ_LINE),
+        static_cast<uint32_t>(KVM_IOEVENTFD), static_cast<uint32_t>(KVM_IRQFD),
+        static_cast<uint32_t>(kvm_abi::kSetGsiRouting), static_cast<uint32_t>(KVM_GET_REGS),
+        static_cast<uint32_t>(KVM_GET_SREGS)}) {
     list.AllowIf(__NR_ioctl, {{.index = 1, .value = request}});
   }
 }
@@ -42,6 +41,7 @@ void AllowVcpuKvmIoctls(SyscallAllowlist& list) {
 // time (absl::Mutex, condition variables, sleeps), signals (the vCPU kick, abort()), thread exit,
 // and I/O on file descriptors it already holds.
 void AddRunningThreadBasics(SyscallAllowlist& list) {
+  // clang-format off
   list.AllowAll({
       __NR_futex, __NR_read, __NR_write, __NR_readv, __NR_writev, __NR_pread64, __NR_pwrite64,
       __NR_preadv, __NR_pwritev, __NR_preadv2, __NR_pwritev2, __NR_close, __NR_lseek, __NR_fstat,
@@ -53,6 +53,7 @@ void AddRunningThreadBasics(SyscallAllowlist& list) {
       __NR_exit_group, __NR_restart_syscall, __NR_rseq, __NR_set_robust_list, __NR_membarrier,
       __NR_sched_getaffinity, __NR_getcpu,
   });
+  // clang-format on
   // Signals to our own threads only (the vCPU kick, abort()): tgkill's first argument is the
   // thread group. Any other process, another VMM of the same jailed user included, is out of
   // reach (H18 of docs/security.md).
@@ -63,8 +64,8 @@ void AddRunningThreadBasics(SyscallAllowlist& list) {
 #if defined(__SANITIZE_ADDRESS__)
   // Test builds only: the sanitizer runtime's own calls on any thread (its memory probes use a
   // pipe; its reports read /proc).
-  list.AllowAll({__NR_pipe2, __NR_pipe, __NR_getdents, __NR_getdents64, __NR_readlink,
-                 __NR_prlimit64});
+  list.AllowAll(
+      {__NR_pipe2, __NR_pipe, __NR_getdents, __NR_getdents64, __NR_readlink, __NR_prlimit64});
 #endif
 }
 
@@ -126,9 +127,11 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
     list.Add({__NR_ioctl, {{.index = 1, .value = request}}, EPERM});
   }
   // Nothing in a VMM sends data with a connection attempt: sendto/sendmsg with MSG_FASTOPEN would
-  // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules that allow them.
+  // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules
+  // that allow them.
   list.Add({__NR_sendto, {{.index = 3, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   list.Add({__NR_sendmsg, {{.index = 2, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
+  // clang-format off
   list.AllowAll({
       // Files: kernel, initrd, disks, media inserted through the API, the API socket's path.
       __NR_open, __NR_openat, __NR_openat2, __NR_stat, __NR_lstat, __NR_statx, __NR_access,
@@ -156,6 +159,7 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       // Narrowing further: a thread stacks its own role's filter.
       __NR_seccomp,
   });
+  // clang-format on
   // prctl: what the sandbox itself does (NO_NEW_PRIVS, and dumpable 0 in the jail), never the
   // reverse: PR_SET_DUMPABLE 1 would let the same user ptrace the VMM and read guest memory again
   // (H18). The rest is refused quietly, as library code may probe.
@@ -168,7 +172,8 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // In the jail: the supervisor's death ends the VMM, set again after the change of user clears it
   // (vmm/sandbox/pid_namespace.h). Only that signal, so a compromised thread cannot turn it off.
   if (options.jail) {
-    list.AllowIf(__NR_prctl, {{.index = 0, .value = PR_SET_PDEATHSIG}, {.index = 1, .value = SIGKILL}});
+    list.AllowIf(__NR_prctl,
+                 {{.index = 0, .value = PR_SET_PDEATHSIG}, {.index = 1, .value = SIGKILL}});
   }
 #if defined(__SANITIZE_ADDRESS__)
   list.Allow(__NR_prctl);  // the sanitizer runtime's own calls (test builds only)
@@ -201,9 +206,8 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
     // it is done the process holds no capability, and each of these fails with EPERM.
     AddIdChanges(list);
     list.AllowAll({__NR_chroot, __NR_chdir, __NR_fchdir, __NR_capget, __NR_capset, __NR_fsopen,
-                   __NR_fsconfig, __NR_fsmount, __NR_move_mount, __NR_open_tree,
-                   __NR_mount_setattr, __NR_pivot_root, __NR_umount2, __NR_mknodat,
-                   __NR_fchownat, __NR_symlinkat});
+                   __NR_fsconfig, __NR_fsmount, __NR_move_mount, __NR_open_tree, __NR_mount_setattr,
+                   __NR_pivot_root, __NR_umount2, __NR_mknodat, __NR_fchownat, __NR_symlinkat});
   }
 #if defined(__SANITIZE_ADDRESS__)
   // Test builds only: LeakSanitizer stops the world at exit from a traced helper task, which lists

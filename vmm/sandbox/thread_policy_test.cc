@@ -43,22 +43,22 @@ void ConfineOrDie(ThreadRole role) {
 
 TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverConnectOut) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kControl);
-        bool ran = false;
-        std::thread([&ran] { ran = true; }).join();  // clone3 refused, clone(CLONE_THREAD) runs
-        const int unix_socket = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const int packet = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-        const int packet_errno = errno;
-        sockaddr_un address{};
-        address.sun_family = AF_UNIX;
-        const int connected = connect(unix_socket, reinterpret_cast<sockaddr*>(&address),
-                                      sizeof(address));
-        const int connect_errno = errno;
-        const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-        ExitNow(ran && unix_socket >= 0 && packet == -1 && packet_errno == EAFNOSUPPORT &&
-                      connected == -1 && connect_errno == EACCES && file >= 0
-                  ? 0
-                  : 3);
+    ConfineOrDie(ThreadRole::kControl);
+    bool ran = false;
+    std::thread([&ran] { ran = true; }).join();  // clone3 refused, clone(CLONE_THREAD) runs
+    const int unix_socket = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int packet = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    const int packet_errno = errno;
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const int connected =
+        connect(unix_socket, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    const int connect_errno = errno;
+    const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    ExitNow(ran && unix_socket >= 0 && packet == -1 && packet_errno == EAFNOSUPPORT &&
+                    connected == -1 && connect_errno == EACCES && file >= 0
+                ? 0
+                : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
@@ -68,30 +68,30 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
 // connect() was refused.
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnected) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kControl);
-        const int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
-        if (master < 0) ExitNow(4);
-        char c = 'x';
-        const int typed = ioctl(master, TIOCSTI, &c);
-        const int typed_errno = errno;
-        termios modes{};
-        const int got_modes = ioctl(master, TCGETS, &modes);  // ordinary terminal ioctls still run
-        const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        const int udp_errno = errno;
-        const int tcp = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in address{};
-        address.sin_family = AF_INET;
-        address.sin_port = htons(9);
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        const ssize_t sent = sendto(tcp4, "x", 1, MSG_FASTOPEN,
-                                    reinterpret_cast<sockaddr*>(&address), sizeof(address));
-        const int sent_errno = errno;
-        ExitNow(typed == -1 && typed_errno == EPERM && got_modes == 0 && udp == -1 &&
-                        udp_errno == EACCES && tcp >= 0 && tcp4 >= 0 && sent == -1 &&
-                        sent_errno == EACCES
-                    ? 0
-                    : 3);
+    ConfineOrDie(ThreadRole::kControl);
+    const int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0) ExitNow(4);
+    char c = 'x';
+    const int typed = ioctl(master, TIOCSTI, &c);
+    const int typed_errno = errno;
+    termios modes{};
+    const int got_modes = ioctl(master, TCGETS, &modes);  // ordinary terminal ioctls still run
+    const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    const int udp_errno = errno;
+    const int tcp = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(9);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const ssize_t sent =
+        sendto(tcp4, "x", 1, MSG_FASTOPEN, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    const int sent_errno = errno;
+    ExitNow(typed == -1 && typed_errno == EPERM && got_modes == 0 && udp == -1 &&
+                    udp_errno == EACCES && tcp >= 0 && tcp4 >= 0 && sent == -1 &&
+                    sent_errno == EACCES
+                ? 0
+                : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
@@ -99,30 +99,30 @@ TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnect
 // N7: a compromised thread undid the jail's dumpable 0, and could signal any process.
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotBecomeDumpableAgain) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kControl);
-        const int lowered = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-        const int raised = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-        const int raised_errno = errno;
-        ExitNow(lowered == 0 && raised == -1 && raised_errno == EPERM && prctl(PR_GET_DUMPABLE) == 0
-                    ? 0
-                    : 3);
+    ConfineOrDie(ThreadRole::kControl);
+    const int lowered = prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    const int raised = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    const int raised_errno = errno;
+    ExitNow(lowered == 0 && raised == -1 && raised_errno == EPERM && prctl(PR_GET_DUMPABLE) == 0
+                ? 0
+                : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ThreadPolicyDeathTest, ThreadsSignalOnlyTheirOwnProcess) {
   auto child = [&] {
-        const pid_t other = fork();  // before the filter: a process of the same user
-        if (other == 0) {
-          alarm(10);  // never outlives the test by long
-          pause();
-          ExitNow(0);
-        }
-        ConfineOrDie(ThreadRole::kControl);
-        // Our own threads: allowed (signal 0 only checks).
-        if (syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), 0) != 0) ExitNow(3);
-        syscall(SYS_tgkill, other, other, SIGKILL);
-        ExitNow(4);
+    const pid_t other = fork();  // before the filter: a process of the same user
+    if (other == 0) {
+      alarm(10);  // never outlives the test by long
+      pause();
+      ExitNow(0);
+    }
+    ConfineOrDie(ThreadRole::kControl);
+    // Our own threads: allowed (signal 0 only checks).
+    if (syscall(SYS_tgkill, getpid(), static_cast<pid_t>(syscall(SYS_gettid)), 0) != 0) ExitNow(3);
+    syscall(SYS_tgkill, other, other, SIGKILL);
+    ExitNow(4);
   };
   // The trap is the SIGKILL (third argument 9), not the check of our own thread before it.
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
@@ -131,10 +131,10 @@ TEST(ThreadPolicyDeathTest, ThreadsSignalOnlyTheirOwnProcess) {
 
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotExecuteAProgram) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kControl);
-        char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
-        execv("/bin/true", argv);
-        ExitNow(3);
+    ConfineOrDie(ThreadRole::kControl);
+    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    execv("/bin/true", argv);
+    ExitNow(3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "execve");
 }
@@ -142,9 +142,9 @@ TEST(ThreadPolicyDeathTest, ControlThreadsCannotExecuteAProgram) {
 #if !defined(__SANITIZE_ADDRESS__)  // LeakSanitizer needs fork and ptrace in test builds
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotFork) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kControl);
-        syscall(__NR_clone, SIGCHLD, 0, 0, 0, 0);  // a process, not a thread
-        ExitNow(3);
+    ConfineOrDie(ThreadRole::kControl);
+    syscall(__NR_clone, SIGCHLD, 0, 0, 0, 0);  // a process, not a thread
+    ExitNow(3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "clone");
 }
@@ -152,29 +152,29 @@ TEST(ThreadPolicyDeathTest, ControlThreadsCannotFork) {
 
 TEST(ThreadPolicyDeathTest, VcpuThreadsOpenNothingAndMakeOnlyKvmIoctls) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kVcpu);
-        const int event = eventfd(0, EFD_CLOEXEC);
-        const uint64_t one = 1;
-        const bool wrote = write(event, &one, sizeof(one)) == sizeof(one);
-        const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-        const int open_errno = errno;
-        const int sock = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (!(event >= 0 && wrote && file == -1 && open_errno == EACCES && sock == -1)) ExitNow(3);
-        termios attributes{};
-        ioctl(event, TCGETS, &attributes);  // not a KVM ioctl
-        ExitNow(0);
+    ConfineOrDie(ThreadRole::kVcpu);
+    const int event = eventfd(0, EFD_CLOEXEC);
+    const uint64_t one = 1;
+    const bool wrote = write(event, &one, sizeof(one)) == sizeof(one);
+    const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    const int open_errno = errno;
+    const int sock = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (!(event >= 0 && wrote && file == -1 && open_errno == EACCES && sock == -1)) ExitNow(3);
+    termios attributes{};
+    ioctl(event, TCGETS, &attributes);  // not a KVM ioctl
+    ExitNow(0);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "ioctl");
 }
 
 TEST(ThreadPolicyDeathTest, IoThreadsCannotTraceOrOpen) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kIo);
-        const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
-        if (file != -1 || errno != EACCES) ExitNow(3);
-        if (fdatasync(STDERR_FILENO) != 0 && errno == EACCES) ExitNow(3);  // allowed (EINVAL ok)
-        syscall(__NR_ptrace, 0, 0, 0, 0);
-        ExitNow(0);
+    ConfineOrDie(ThreadRole::kIo);
+    const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (file != -1 || errno != EACCES) ExitNow(3);
+    if (fdatasync(STDERR_FILENO) != 0 && errno == EACCES) ExitNow(3);  // allowed (EINVAL ok)
+    syscall(__NR_ptrace, 0, 0, 0, 0);
+    ExitNow(0);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "ptrace");
 }
@@ -183,14 +183,14 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotTraceOrOpen) {
 // (block/drive.cc): allowed; a timer on any other clock is not.
 TEST(ThreadPolicyDeathTest, IoThreadsMakeTheDriveQueuesTimer) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kIo);
-        const int timer = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
-        if (timer < 0) ExitNow(3);
-        itimerspec spec{};
-        spec.it_value.tv_nsec = 1;
-        if (timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) ExitNow(4);
-        timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
-        ExitNow(0);
+    ConfineOrDie(ThreadRole::kIo);
+    const int timer = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (timer < 0) ExitNow(3);
+    itimerspec spec{};
+    spec.it_value.tv_nsec = 1;
+    if (timerfd_settime(timer, TFD_TIMER_ABSTIME, &spec, nullptr) != 0) ExitNow(4);
+    timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    ExitNow(0);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "timerfd_create");
 }
@@ -199,15 +199,14 @@ TEST(ThreadPolicyDeathTest, IoThreadsMakeTheDriveQueuesTimer) {
 // locked-down rings it was given (refused, not fatal: the queue reports the error).
 TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kIo);
-        io_uring_params params{};
-        const long setup = syscall(__NR_io_uring_setup, 4, &params);
-        const int setup_errno = errno;
-        const long registered = syscall(__NR_io_uring_register, 0, IORING_REGISTER_FILES, nullptr, 0);
-        const int register_errno = errno;
-        ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno == EPERM
-                    ? 0
-                    : 3);
+    ConfineOrDie(ThreadRole::kIo);
+    io_uring_params params{};
+    const long setup = syscall(__NR_io_uring_setup, 4, &params);
+    const int setup_errno = errno;
+    const long registered = syscall(__NR_io_uring_register, 0, IORING_REGISTER_FILES, nullptr, 0);
+    const int register_errno = errno;
+    ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno == EPERM ? 0
+                                                                                               : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
@@ -216,13 +215,13 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
 // before the descriptor (-1 here): KVM_RUN passes the filter and fails with EBADF.
 TEST(ThreadPolicyDeathTest, VcpuThreadsMakeOnlyTheirOwnKvmRequests) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kVcpu);
-        if (ioctl(-1, KVM_RUN, 0) != -1 || errno != EBADF) ExitNow(3);
-        if (ioctl(-1, KVM_IRQFD, nullptr) != -1 || errno != EBADF) ExitNow(3);
-        // KVM_SET_GSI_ROUTING as the kernel numbers it (8-byte header; not the C++ macro's 16).
-        if (ioctl(-1, 0x4008ae6aUL, nullptr) != -1 || errno != EBADF) ExitNow(3);
-        ioctl(-1, KVM_CREATE_VM, 0);
-        ExitNow(4);
+    ConfineOrDie(ThreadRole::kVcpu);
+    if (ioctl(-1, KVM_RUN, 0) != -1 || errno != EBADF) ExitNow(3);
+    if (ioctl(-1, KVM_IRQFD, nullptr) != -1 || errno != EBADF) ExitNow(3);
+    // KVM_SET_GSI_ROUTING as the kernel numbers it (8-byte header; not the C++ macro's 16).
+    if (ioctl(-1, 0x4008ae6aUL, nullptr) != -1 || errno != EBADF) ExitNow(3);
+    ioctl(-1, KVM_CREATE_VM, 0);
+    ExitNow(4);
   };
   // The trap names the request (KVM_CREATE_VM is 0xae01): no earlier call trapped.
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
@@ -231,10 +230,10 @@ TEST(ThreadPolicyDeathTest, VcpuThreadsMakeOnlyTheirOwnKvmRequests) {
 
 TEST(ThreadPolicyDeathTest, IoThreadsMayRaiseALegacyInterruptOnly) {
   auto child = [&] {
-        ConfineOrDie(ThreadRole::kIo);
-        if (ioctl(-1, KVM_IRQ_LINE, nullptr) != -1 || errno != EBADF) ExitNow(3);
-        ioctl(-1, KVM_RUN, 0);
-        ExitNow(4);
+    ConfineOrDie(ThreadRole::kIo);
+    if (ioctl(-1, KVM_IRQ_LINE, nullptr) != -1 || errno != EBADF) ExitNow(3);
+    ioctl(-1, KVM_RUN, 0);
+    ExitNow(4);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus),
               "ioctl, arguments 0xffffffff 0xae80 ");
@@ -242,17 +241,17 @@ TEST(ThreadPolicyDeathTest, IoThreadsMayRaiseALegacyInterruptOnly) {
 
 TEST(ThreadPolicyDeathTest, ThreadStartConfinesTheNewThreadOnly) {
   auto child = [&] {
-        auto sandbox = ProcessSandbox::Enable(SeccompSetting{}, kTrap);
-        if (!sandbox.ok()) ExitNow(2);
-        auto start = sandbox->ThreadStart(ThreadRole::kVcpu);
-        bool confined = false;
-        bool refused = false;
-        std::thread([&] {
-          confined = start().ok();
-          refused = open("/proc/self/status", O_RDONLY | O_CLOEXEC) == -1 && errno == EACCES;
-        }).join();
-        const bool main_opens = open("/proc/self/status", O_RDONLY | O_CLOEXEC) >= 0;
-        ExitNow(confined && refused && main_opens ? 0 : 3);
+    auto sandbox = ProcessSandbox::Enable(SeccompSetting{}, kTrap);
+    if (!sandbox.ok()) ExitNow(2);
+    auto start = sandbox->ThreadStart(ThreadRole::kVcpu);
+    bool confined = false;
+    bool refused = false;
+    std::thread([&] {
+      confined = start().ok();
+      refused = open("/proc/self/status", O_RDONLY | O_CLOEXEC) == -1 && errno == EACCES;
+    }).join();
+    const bool main_opens = open("/proc/self/status", O_RDONLY | O_CLOEXEC) >= 0;
+    ExitNow(confined && refused && main_opens ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }

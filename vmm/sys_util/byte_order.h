@@ -30,7 +30,8 @@ inline void StoreLittleEndian(uint64_t value, std::span<uint8_t> data) {
 
 // The low `bytes` bytes of `value` (at most 8), little-endian, at the end of `out`.
 inline void AppendLittleEndian(std::vector<uint8_t>& out, uint64_t value, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) out.push_back(i < 8 ? static_cast<uint8_t>(value >> (8 * i)) : 0);
+  for (size_t i = 0; i < bytes; ++i)
+    out.push_back(i < 8 ? static_cast<uint8_t>(value >> (8 * i)) : 0);
 }
 
 inline uint16_t Be16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }

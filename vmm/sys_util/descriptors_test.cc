@@ -15,8 +15,8 @@ TEST(DescriptorsDeathTest, InheritedDescriptorsAreClosedAndTheStandardOnesKept) 
     if (pipe(fds) != 0) syscall(SYS_exit_group, 4);
     const int high = fcntl(fds[0], F_DUPFD, 200);  // far up, as a parent might leave one
     if (!CloseInheritedDescriptors().ok()) syscall(SYS_exit_group, 5);
-    const bool closed = fcntl(fds[0], F_GETFD) == -1 && fcntl(fds[1], F_GETFD) == -1 &&
-                        fcntl(high, F_GETFD) == -1;
+    const bool closed =
+        fcntl(fds[0], F_GETFD) == -1 && fcntl(fds[1], F_GETFD) == -1 && fcntl(high, F_GETFD) == -1;
     const bool stdio = fcntl(1, F_GETFD) != -1 && fcntl(2, F_GETFD) != -1;
     syscall(SYS_exit_group, closed && stdio ? 0 : 3);
   };

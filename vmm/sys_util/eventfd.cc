@@ -30,7 +30,8 @@ uint64_t DrainEventFd(int fd) {
 
 bool IsEventFd(int fd) {
   ScopedFd ours(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  struct stat reference {}, theirs {};
+  struct stat reference {
+  }, theirs{};
   if (!ours.valid() || ::fstat(ours.get(), &reference) != 0 || ::fstat(fd, &theirs) != 0) {
     return false;
   }

@@ -13,7 +13,8 @@ namespace sys_util {
 absl::Status WriteHostFile(const std::string& path, std::span<const uint8_t> bytes,
                            const std::string& what) {
   sys_util::ScopedFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", what, " ", path));
+  if (!fd.valid())
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create ", what, " ", path));
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = write(fd.get(), bytes.data() + written, bytes.size() - written);

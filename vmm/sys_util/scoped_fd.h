@@ -42,7 +42,8 @@ class ScopedFd {
 
 // An absl::Status for a failed system call: the errno's canonical code and "what: strerror".
 inline absl::Status ErrnoStatus(int error, absl::string_view what) {
-  return absl::Status(absl::ErrnoToStatusCode(error), absl::StrCat(what, ": ", std::strerror(error)));
+  return absl::Status(absl::ErrnoToStatusCode(error),
+                      absl::StrCat(what, ": ", std::strerror(error)));
 }
 
 }  // namespace sys_util

@@ -8,11 +8,11 @@
 
 // RETURN_IF_ERROR(expr): evaluates `expr` (an absl::Status) once and returns it from the enclosing
 // function when it is not OK.
-#define RETURN_IF_ERROR(expr)                                                         \
-  do {                                                                                \
-    if (::absl::Status sys_util_status_ = (expr); !sys_util_status_.ok()) {           \
-      return sys_util_status_;                                                        \
-    }                                                                                 \
+#define RETURN_IF_ERROR(expr)                                               \
+  do {                                                                      \
+    if (::absl::Status sys_util_status_ = (expr); !sys_util_status_.ok()) { \
+      return sys_util_status_;                                              \
+    }                                                                       \
   } while (false)
 
 // ASSIGN_OR_RETURN(lhs, expr): evaluates `expr` (an absl::StatusOr<T>) once; returns its status

@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<int>> MakeInt(bool ok) {
 
 absl::StatusOr<int> Sum(bool first_ok, bool second_ok) {
   ASSIGN_OR_RETURN(std::unique_ptr<int> a, MakeInt(first_ok));  // move-only values
-  ASSIGN_OR_RETURN(auto b, MakeInt(second_ok));                  // two on one function
+  ASSIGN_OR_RETURN(auto b, MakeInt(second_ok));                 // two on one function
   return *a + *b;
 }
 

@@ -25,8 +25,9 @@ absl::StatusOr<std::thread> StartThread(ThreadOptions options, absl::AnyInvocabl
   started.WaitForNotification();
   if (!start_status.ok()) {
     thread.join();
-    return absl::Status(start_status.code(),
-                        absl::StrCat(options.name, ": starting the thread: ", start_status.message()));
+    return absl::Status(
+        start_status.code(),
+        absl::StrCat(options.name, ": starting the thread: ", start_status.message()));
   }
   return thread;
 }

@@ -20,18 +20,17 @@ TEST(StartThreadTest, NamesTheThreadAndRunsTheHookBeforeTheBody) {
   std::string order;
   std::string name_in_hook;
   std::string name_in_body;
-  absl::StatusOr<std::thread> thread = StartThread(
-      {.name = "iothread-with-a-long-name",
-       .on_start =
-           [&] {
-             name_in_hook = CurrentThreadName();
-             order += "hook;";
-             return absl::OkStatus();
-           }},
-      [&] {
-        name_in_body = CurrentThreadName();
-        order += "body;";
-      });
+  absl::StatusOr<std::thread> thread = StartThread({.name = "iothread-with-a-long-name",
+                                                    .on_start =
+                                                        [&] {
+                                                          name_in_hook = CurrentThreadName();
+                                                          order += "hook;";
+                                                          return absl::OkStatus();
+                                                        }},
+                                                   [&] {
+                                                     name_in_body = CurrentThreadName();
+                                                     order += "body;";
+                                                   });
   ASSERT_TRUE(thread.ok()) << thread.status();
   thread->join();
   EXPECT_EQ(order, "hook;body;");
@@ -41,9 +40,9 @@ TEST(StartThreadTest, NamesTheThreadAndRunsTheHookBeforeTheBody) {
 
 TEST(StartThreadTest, AFailedHookKeepsTheBodyFromRunningAndNamesTheThread) {
   std::atomic<bool> body_ran{false};
-  absl::StatusOr<std::thread> thread =
-      StartThread({.name = "vcpu0", .on_start = [] { return absl::PermissionDeniedError("no filter"); }},
-                  [&] { body_ran = true; });
+  absl::StatusOr<std::thread> thread = StartThread(
+      {.name = "vcpu0", .on_start = [] { return absl::PermissionDeniedError("no filter"); }},
+      [&] { body_ran = true; });
   ASSERT_FALSE(thread.ok());
   EXPECT_EQ(thread.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(thread.status().message(), "vcpu0: starting the thread: no filter");

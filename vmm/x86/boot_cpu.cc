@@ -41,12 +41,12 @@ constexpr uint32_t kDeliveryModeExtInt = 7;
 
 std::array<uint64_t, 6> BootGdt() {
   return {
-      0,                                     // null
-      GdtEntry(kCode64Flags, 0, 0xfffff),    // 0x08
-      GdtEntry(kDataFlags, 0, 0xfffff),      // 0x10
-      GdtEntry(kTssFlags, 0, 0xfffff),       // 0x18
-      GdtEntry(kCode32Flags, 0, 0xfffff),    // 0x20
-      GdtEntry(kDataFlags, 0, 0xfffff),      // 0x28
+      0,                                   // null
+      GdtEntry(kCode64Flags, 0, 0xfffff),  // 0x08
+      GdtEntry(kDataFlags, 0, 0xfffff),    // 0x10
+      GdtEntry(kTssFlags, 0, 0xfffff),     // 0x18
+      GdtEntry(kCode32Flags, 0, 0xfffff),  // 0x20
+      GdtEntry(kDataFlags, 0, 0xfffff),    // 0x28
   };
 }
 
@@ -141,7 +141,8 @@ absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
     regs.rsi = boot_info;
     regs.rsp = regs.rbp = kBootStackTop;
   } else {
-    // Xen PVH ABI (docs/misc/pvh.pandoc): flat 32-bit segments, CR0.PE, paging off, EBX = start_info.
+    // Xen PVH ABI (docs/misc/pvh.pandoc): flat 32-bit segments, CR0.PE, paging off, EBX =
+    // start_info.
     const kvm_segment code = SegmentFromGdtEntry(gdt[kCode32Selector / 8], kCode32Selector);
     const kvm_segment data = SegmentFromGdtEntry(gdt[kData32Selector / 8], kData32Selector);
     sregs.cs = code;
@@ -157,8 +158,8 @@ absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
 
 absl::Status ConfigureCommonVcpuState(VcpuFd& vcpu) {
   kvm_fpu fpu{};
-  fpu.fcw = 0x37f;      // FNINIT's control word
-  fpu.mxcsr = 0x1f80;   // all SSE exceptions masked
+  fpu.fcw = 0x37f;     // FNINIT's control word
+  fpu.mxcsr = 0x1f80;  // all SSE exceptions masked
   RETURN_IF_ERROR(vcpu.SetFpu(fpu));
   std::vector<kvm_msr_entry> msrs(2);
   msrs[0].index = kMsrIa32MiscEnable;
@@ -167,8 +168,9 @@ absl::Status ConfigureCommonVcpuState(VcpuFd& vcpu) {
   msrs[1].data = kMtrrEnableWriteBack;
   RETURN_IF_ERROR(vcpu.SetMsrs(msrs));
   ASSIGN_OR_RETURN(auto lapic, vcpu.GetLapic());
-  WriteLapicRegister(lapic, kApicLvtLint0,
-                     WithDeliveryMode(ReadLapicRegister(lapic, kApicLvtLint0), kDeliveryModeExtInt));
+  WriteLapicRegister(
+      lapic, kApicLvtLint0,
+      WithDeliveryMode(ReadLapicRegister(lapic, kApicLvtLint0), kDeliveryModeExtInt));
   WriteLapicRegister(lapic, kApicLvtLint1,
                      WithDeliveryMode(ReadLapicRegister(lapic, kApicLvtLint1), kDeliveryModeNmi));
   return vcpu.SetLapic(lapic);

@@ -44,8 +44,8 @@ TEST(BootCpuTest, IdentityPageTablesMapFourGiB) {
   }
   // 3 GiB + 2 MiB * 5 maps to itself as a present, writable 2 MiB page.
   const uint64_t address = (3ull << 30) + 5 * (2ull << 20);
-  const uint64_t pde = *memory->ReadObject<uint64_t>(
-      GuestAddress(kPageDirectoryAddress + 3 * 0x1000 + 5 * 8));
+  const uint64_t pde =
+      *memory->ReadObject<uint64_t>(GuestAddress(kPageDirectoryAddress + 3 * 0x1000 + 5 * 8));
   EXPECT_EQ(pde, address | 0x83);
   EXPECT_EQ(*memory->ReadObject<uint64_t>(GuestAddress(kBootGdtAddress + 8)),
             0x00af9b000000ffffull);

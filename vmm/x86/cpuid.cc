@@ -101,8 +101,8 @@ constexpr CpuFeature kFeatures[] = {
 
 // Other spellings users bring from Linux (/proc/cpuinfo) or QEMU (-cpu).
 constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
-    {"pni", "sse3"},           {"tsc_deadline_timer", "tsc_deadline"},
-    {"sha_ni", "sha"},         {"3dnowprefetch", "prefetchw"},
+    {"pni", "sse3"},   {"tsc_deadline_timer", "tsc_deadline"},
+    {"sha_ni", "sha"}, {"3dnowprefetch", "prefetchw"},
     {"lzcnt", "abm"},
 };
 
@@ -111,18 +111,39 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
 // register files (SDM Vol. 1 13.1: AVX, AVX-512, PKRU, MPX, AMX state are XSAVE components) and
 // the VEX/EVEX-encoded extensions of AVX.
 constexpr std::pair<std::string_view, std::string_view> kDependencies[] = {
-    {"osxsave", "xsave"},        {"avx", "xsave"},          {"pku", "xsave"},
-    {"mpx", "xsave"},            {"amx_tile", "xsave"},     {"ospke", "pku"},
-    {"amx_bf16", "amx_tile"},    {"amx_int8", "amx_tile"},  {"fma", "avx"},
-    {"f16c", "avx"},             {"avx2", "avx"},           {"vaes", "avx"},
-    {"vpclmulqdq", "avx"},       {"avx_vnni", "avx"},       {"xop", "avx"},
-    {"fma4", "avx"},             {"avx512f", "avx"},        {"avx512dq", "avx512f"},
-    {"avx512ifma", "avx512f"},   {"avx512pf", "avx512f"},   {"avx512er", "avx512f"},
-    {"avx512cd", "avx512f"},     {"avx512bw", "avx512f"},   {"avx512vl", "avx512f"},
-    {"avx512vbmi", "avx512f"},   {"avx512_vbmi2", "avx512f"}, {"avx512_vnni", "avx512f"},
-    {"avx512_bitalg", "avx512f"}, {"avx512_vpopcntdq", "avx512f"},
-    {"avx512_4vnniw", "avx512f"}, {"avx512_4fmaps", "avx512f"},
-    {"avx512_vp2intersect", "avx512f"}, {"avx512_fp16", "avx512f"},
+    {"osxsave", "xsave"},
+    {"avx", "xsave"},
+    {"pku", "xsave"},
+    {"mpx", "xsave"},
+    {"amx_tile", "xsave"},
+    {"ospke", "pku"},
+    {"amx_bf16", "amx_tile"},
+    {"amx_int8", "amx_tile"},
+    {"fma", "avx"},
+    {"f16c", "avx"},
+    {"avx2", "avx"},
+    {"vaes", "avx"},
+    {"vpclmulqdq", "avx"},
+    {"avx_vnni", "avx"},
+    {"xop", "avx"},
+    {"fma4", "avx"},
+    {"avx512f", "avx"},
+    {"avx512dq", "avx512f"},
+    {"avx512ifma", "avx512f"},
+    {"avx512pf", "avx512f"},
+    {"avx512er", "avx512f"},
+    {"avx512cd", "avx512f"},
+    {"avx512bw", "avx512f"},
+    {"avx512vl", "avx512f"},
+    {"avx512vbmi", "avx512f"},
+    {"avx512_vbmi2", "avx512f"},
+    {"avx512_vnni", "avx512f"},
+    {"avx512_bitalg", "avx512f"},
+    {"avx512_vpopcntdq", "avx512f"},
+    {"avx512_4vnniw", "avx512f"},
+    {"avx512_4fmaps", "avx512f"},
+    {"avx512_vp2intersect", "avx512f"},
+    {"avx512_fp16", "avx512f"},
     {"avx512_bf16", "avx512f"},
 };
 
@@ -197,8 +218,8 @@ constexpr uint32_t kLevelTypeCore = 2;
 // Replaces every `function` entry with the topology: SMT level (1 thread per core), core level
 // (num_cpus cores in the one package), then an invalid level that ends enumeration. Each subleaf
 // reports the vCPU's x2APIC id in EDX.
-void WriteTopologyLeaf(std::vector<kvm_cpuid_entry2>& entries, uint32_t function,
-                       uint32_t apic_id, uint32_t num_cpus) {
+void WriteTopologyLeaf(std::vector<kvm_cpuid_entry2>& entries, uint32_t function, uint32_t apic_id,
+                       uint32_t num_cpus) {
   std::erase_if(entries, [&](const kvm_cpuid_entry2& e) { return e.function == function; });
   // EAX[4:0]: bits to shift the x2APIC id right to get the next level's id. EBX[15:0]: logical
   // processors at this level. ECX[7:0]: the subleaf (level number); ECX[15:8]: level type.
@@ -214,7 +235,6 @@ uint32_t SetField(uint32_t value, int low_bit, int width, uint32_t field) {
   return (value & ~mask) | ((field << low_bit) & mask);
 }
 
-
 // The user-state XSAVE components the VMM passes on (SDM Vol. 1 Table 13-1), each with the CPUID
 // feature that makes it usable and its architectural size (0: implementation-defined). Components
 // that share a feature form one group that XCR0 enables all-or-nothing (SDM Vol. 1 13.3: MPX's two,
@@ -227,11 +247,11 @@ struct XsaveComponent {
   uint32_t size;
 };
 constexpr XsaveComponent kXsaveComponents[] = {
-    {2, "avx", 256},                                          // YMM_Hi128
-    {3, "mpx", 64},       {4, "mpx", 64},                     // BNDREGS, BNDCSR
+    {2, "avx", 256},                                                  // YMM_Hi128
+    {3, "mpx", 64},       {4, "mpx", 64},                             // BNDREGS, BNDCSR
     {5, "avx512f", 64},   {6, "avx512f", 512}, {7, "avx512f", 1024},  // opmask, ZMM_Hi256, Hi16_ZMM
-    {9, "pku", 8},                                            // PKRU
-    {17, "amx_tile", 64}, {18, "amx_tile", 0},                // XTILECFG, XTILEDATA
+    {9, "pku", 8},                                                    // PKRU
+    {17, "amx_tile", 64}, {18, "amx_tile", 0},                        // XTILECFG, XTILEDATA
 };
 
 // CPUID.(EAX=0DH,ECX=1):EAX (SDM Vol. 2A Table 3-8).
@@ -399,8 +419,7 @@ const CpuFeature* FindCpuFeature(std::string_view name) {
 }
 
 absl::StatusOr<CpuFeatureMask> ParseCpuFeatures(std::string_view spec) {
-  const absl::string_view text =
-      absl::StripAsciiWhitespace(AsAbsl(spec));
+  const absl::string_view text = absl::StripAsciiWhitespace(AsAbsl(spec));
   CpuFeatureMask mask;
   if (text.empty()) return mask;
   for (absl::string_view item : absl::StrSplit(text, ',')) {
@@ -423,8 +442,8 @@ absl::StatusOr<CpuFeatureMask> ParseCpuFeatures(std::string_view spec) {
     std::vector<CpuFeature>& same = remove ? mask.removed : mask.required;
     const std::vector<CpuFeature>& other = remove ? mask.required : mask.removed;
     if (Contains(other, *feature)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cpu-features: \"", AsAbsl(feature->name), "\" is both required and removed"));
+      return absl::InvalidArgumentError(absl::StrCat("--cpu-features: \"", AsAbsl(feature->name),
+                                                     "\" is both required and removed"));
     }
     if (!Contains(same, *feature)) same.push_back(*feature);
   }
@@ -454,9 +473,10 @@ absl::Status ApplyCpuFeatureMask(const CpuFeatureMask& mask,
   const std::vector<CpuFeature> closure = RemovalClosure(mask.removed);
   for (const CpuFeature& feature : mask.required) {
     if (Contains(closure, feature)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CPU feature \"", AsAbsl(feature.name), "\" is required but removing another feature it "
-          "depends on removes it too"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CPU feature \"", AsAbsl(feature.name),
+                       "\" is required but removing another feature it "
+                       "depends on removes it too"));
     }
   }
   ClearFeatures(closure, shaped);
@@ -530,8 +550,8 @@ void FilterCpuidForVcpu(std::vector<kvm_cpuid_entry2>& entries, uint32_t apic_id
         // EAX[31:26]: cores in the package - 1. EAX[25:14]: logical processors sharing the
         // cache - 1: a core's own (L1, L2) serve its one thread, the L3 the whole package.
         entry.eax = SetField(entry.eax, 26, 6, std::min<uint32_t>(num_cpus, 64) - 1);
-        entry.eax = SetField(entry.eax, 14, 12, level >= 3 ? std::min<uint32_t>(num_cpus, 4096) - 1
-                                                           : 0);
+        entry.eax =
+            SetField(entry.eax, 14, 12, level >= 3 ? std::min<uint32_t>(num_cpus, 4096) - 1 : 0);
         break;
       }
       case kLeafAmdSizeIdentifiers:

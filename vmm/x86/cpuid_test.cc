@@ -1,9 +1,9 @@
 #include "vmm/x86/cpuid.h"
 
 #include <bit>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -45,10 +45,10 @@ uint32_t Cache(uint32_t type, uint32_t level) {
 std::vector<kvm_cpuid_entry2> SampleEntries() {
   const uint32_t leaf1_ecx = Bit(0) | Bit(9) | Bit(12) | Bit(13) | Bit(19) | Bit(20) | Bit(21) |
                              Bit(23) | Bit(26) | Bit(27) | Bit(28) | Bit(29) | Bit(30);
-  const uint32_t leaf1_edx = Bit(0) | Bit(4) | Bit(9) | Bit(15) | Bit(19) | Bit(24) | Bit(25) |
-                             Bit(26) | Bit(28);
-  const uint32_t leaf7_ebx = Bit(0) | Bit(3) | Bit(5) | Bit(8) | Bit(16) | Bit(17) | Bit(30) |
-                             Bit(31);
+  const uint32_t leaf1_edx =
+      Bit(0) | Bit(4) | Bit(9) | Bit(15) | Bit(19) | Bit(24) | Bit(25) | Bit(26) | Bit(28);
+  const uint32_t leaf7_ebx =
+      Bit(0) | Bit(3) | Bit(5) | Bit(8) | Bit(16) | Bit(17) | Bit(30) | Bit(31);
   const uint32_t leaf7_ecx = Bit(1) | Bit(3) | Bit(9) | Bit(10) | Bit(11);
   return {
       Entry(0x0, 0, 0, /*max leaf*/ 0xd, 0x756e6547, 0x6c65746e, 0x49656e69),
@@ -75,7 +75,8 @@ std::vector<kvm_cpuid_entry2> SampleEntries() {
       Entry(0xd, 7, kSignificant, 0x400, 0x680, 0, 0),
       Entry(0xd, 9, kSignificant, 0x8, 0xa80, 0, 0),
       Entry(0x80000000, 0, 0, 0x80000008, 0, 0, 0),
-      Entry(0x80000001, 0, 0, 0, 0, Bit(0) | Bit(5) | Bit(8), Bit(11) | Bit(20) | Bit(27) | Bit(29)),
+      Entry(0x80000001, 0, 0, 0, 0, Bit(0) | Bit(5) | Bit(8),
+            Bit(11) | Bit(20) | Bit(27) | Bit(29)),
       Entry(0x80000008, 0, 0, 0x3027, 0, 0x7007 /* junk NC and size */ | (1u << 16), 0),
   };
 }
@@ -142,13 +143,16 @@ TEST(ParseCpuFeaturesTest, EmptyIsNoChange) {
 
 TEST(ParseCpuFeaturesTest, EveryBriefFeatureIsKnown) {
   for (const char* name :
-       {"sse3", "pclmulqdq", "ssse3", "fma", "cx16", "pcid", "sse4_1", "sse4_2", "x2apic",
-        "movbe", "popcnt", "tsc_deadline", "aes", "xsave", "avx", "f16c", "rdrand", "hypervisor",
-        "fpu", "tsc", "msr", "pae", "mce", "cx8", "apic", "sep", "mtrr", "pge", "mca", "cmov",
-        "pat", "pse36", "clflush", "mmx", "fxsr", "sse", "sse2", "ht", "fsgsbase", "bmi1", "hle",
-        "avx2", "smep", "bmi2", "erms", "invpcid", "rtm", "avx512f", "rdseed", "adx", "smap",
-        "clflushopt", "clwb", "sha", "umip", "pku", "md_clear", "lahf_lm", "abm", "sse4a",
-        "prefetchw", "syscall", "nx", "pdpe1gb", "rdtscp", "lm"}) {
+       {"sse3",     "pclmulqdq", "ssse3",      "fma",        "cx16",         "pcid",    "sse4_1",
+        "sse4_2",   "x2apic",    "movbe",      "popcnt",     "tsc_deadline", "aes",     "xsave",
+        "avx",      "f16c",      "rdrand",     "hypervisor", "fpu",          "tsc",     "msr",
+        "pae",      "mce",       "cx8",        "apic",       "sep",          "mtrr",    "pge",
+        "mca",      "cmov",      "pat",        "pse36",      "clflush",      "mmx",     "fxsr",
+        "sse",      "sse2",      "ht",         "fsgsbase",   "bmi1",         "hle",     "avx2",
+        "smep",     "bmi2",      "erms",       "invpcid",    "rtm",          "avx512f", "rdseed",
+        "adx",      "smap",      "clflushopt", "clwb",       "sha",          "umip",    "pku",
+        "md_clear", "lahf_lm",   "abm",        "sse4a",      "prefetchw",    "syscall", "nx",
+        "pdpe1gb",  "rdtscp",    "lm"}) {
     EXPECT_NE(FindCpuFeature(name), nullptr) << name;
   }
   // Names are unique.
@@ -169,8 +173,7 @@ TEST(ParseCpuFeaturesTest, Malformed) {
   absl::StatusOr<CpuFeatureMask> mask = ParseCpuFeatures("-xsave,cx16");
   EXPECT_EQ(mask.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(mask.status().message(), HasSubstr("\"cx16\""));
-  EXPECT_EQ(ParseCpuFeatures("-xsave,,-cx16").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCpuFeatures("-xsave,,-cx16").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCpuFeatures("-xsave,").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCpuFeatures("-").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseCpuFeatures("*avx").status().code(), absl::StatusCode::kInvalidArgument);
@@ -192,9 +195,9 @@ std::vector<kvm_cpuid_entry2> Applied(std::string_view spec) {
 
 TEST(ApplyCpuFeatureMaskTest, RemovingXsaveRemovesEverythingBuiltOnIt) {
   const std::vector<kvm_cpuid_entry2> entries = Applied("-xsave");
-  for (const char* gone : {"xsave", "osxsave", "avx", "avx2", "fma", "f16c", "avx512f",
-                           "avx512dq", "avx512bw", "avx512vl", "avx512vbmi", "avx512_vnni",
-                           "vaes", "vpclmulqdq", "pku", "avx_vnni", "avx512_bf16"}) {
+  for (const char* gone : {"xsave", "osxsave", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
+                           "avx512bw", "avx512vl", "avx512vbmi", "avx512_vnni", "vaes",
+                           "vpclmulqdq", "pku", "avx_vnni", "avx512_bf16"}) {
     EXPECT_FALSE(Has(entries, gone)) << gone;
   }
   for (const char* kept : {"sse3", "ssse3", "cx16", "sse4_1", "sse4_2", "x2apic", "popcnt",
@@ -437,14 +440,14 @@ std::vector<kvm_cpuid_entry2> LoadFixture(const std::string& name) {
     auto hex = [](const std::string& text) {
       return static_cast<uint32_t>(std::strtoul(text.c_str(), nullptr, 16));
     };
-    entries.push_back(Entry(hex(f[0]), hex(f[1]), hex(f[2]), hex(f[3]), hex(f[4]), hex(f[5]),
-                            hex(f[6])));
+    entries.push_back(
+        Entry(hex(f[0]), hex(f[1]), hex(f[2]), hex(f[3]), hex(f[4]), hex(f[5]), hex(f[6])));
   }
   EXPECT_FALSE(entries.empty()) << name;
   return entries;
 }
 
-constexpr const char* kL1Fixture = "l1_tcg_svm_kvm61.txt";          // captured, AMD (TCG SVM)
+constexpr const char* kL1Fixture = "l1_tcg_svm_kvm61.txt";               // captured, AMD (TCG SVM)
 constexpr const char* kIntelFixture = "synthetic_intel_avx512_amx.txt";  // synthetic, Intel
 constexpr const char* kFixtures[] = {kL1Fixture, kIntelFixture};
 
@@ -506,10 +509,9 @@ std::vector<std::string> LinuxXstateProblems(const std::vector<kvm_cpuid_entry2>
 
   // xsave_cpuid_features[]: a component whose feature flag is off is dropped by Linux; we also
   // insist the other way round (a flag without its state would #UD in the guest).
-  const std::pair<uint32_t, const char*> gates[] = {{2, "avx"},     {3, "mpx"},     {4, "mpx"},
-                                                    {5, "avx512f"}, {6, "avx512f"}, {7, "avx512f"},
-                                                    {9, "pku"},     {17, "amx_tile"},
-                                                    {18, "amx_tile"}};
+  const std::pair<uint32_t, const char*> gates[] = {
+      {2, "avx"},     {3, "mpx"}, {4, "mpx"},       {5, "avx512f"},  {6, "avx512f"},
+      {7, "avx512f"}, {9, "pku"}, {17, "amx_tile"}, {18, "amx_tile"}};
   for (const auto& [bit, feature] : gates) {
     const bool enumerated = (max_features >> bit) & 1;
     if (enumerated != Has(entries, feature)) {
@@ -527,9 +529,8 @@ std::vector<std::string> LinuxXstateProblems(const std::vector<kvm_cpuid_entry2>
   const uint64_t user_features = max_features & 0x602ffull;
 
   // check_xstate_against_struct, the supervisor check and setup_xstate_cache's ordering check.
-  const std::pair<uint32_t, uint32_t> struct_sizes[] = {{2, 256}, {3, 64},  {4, 64}, {5, 64},
-                                                        {6, 512}, {7, 1024}, {9, 8}, {10, 8},
-                                                        {17, 64}};
+  const std::pair<uint32_t, uint32_t> struct_sizes[] = {
+      {2, 256}, {3, 64}, {4, 64}, {5, 64}, {6, 512}, {7, 1024}, {9, 8}, {10, 8}, {17, 64}};
   uint32_t last_offset = 576;
   for (uint32_t bit = 2; bit < 64; ++bit) {
     if (!((max_features >> bit) & 1)) continue;
@@ -569,11 +570,11 @@ std::vector<std::string> LinuxXstateProblems(const std::vector<kvm_cpuid_entry2>
     computed = compacted ? KvmRequiredSize(entries, max_features, true)
                          : Subleaf(entries, top, 1) + Subleaf(entries, top, 0);
   }
-  const uint32_t kernel_size = compacted ? KvmRequiredSize(entries, xcr0, true)
-                                         : KvmRequiredSize(entries, xcr0, false);
+  const uint32_t kernel_size =
+      compacted ? KvmRequiredSize(entries, xcr0, true) : KvmRequiredSize(entries, xcr0, false);
   if (computed != kernel_size) {
-    problem("XSAVE consistency problem: size " + std::to_string(computed) +
-            " != kernel_size " + std::to_string(kernel_size));
+    problem("XSAVE consistency problem: size " + std::to_string(computed) + " != kernel_size " +
+            std::to_string(kernel_size));
   }
   // The maximum size (ECX) covers every enumerated component.
   if (Subleaf(entries, 0, 2) < KvmRequiredSize(entries, user_features, false)) {
@@ -694,33 +695,51 @@ TEST(LeafXsaveTest, InconsistentSubleavesAreRepaired) {
     uint32_t xcr0;
     std::vector<const char*> gone;
   } cases[] = {
-      {"YMM size 0", [](auto& e) { FindCpuidEntry(e, 0xd, 2)->eax = 0; }, 0x60203,
+      {"YMM size 0",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 2)->eax = 0; },
+       0x60203,
        {"avx", "avx512f"}},
-      {"opmask inside the legacy area", [](auto& e) { FindCpuidEntry(e, 0xd, 5)->ebx = 0x100; },
-       0x60207, {"avx512f"}},
-      {"ZMM_Hi256 overlapping opmask", [](auto& e) { FindCpuidEntry(e, 0xd, 6)->ebx = 0x450; },
-       0x60207, {"avx512f"}},
-      {"Hi16_ZMM missing", [](auto& e) {
-         std::erase_if(e, [](const kvm_cpuid_entry2& x) {
-           return x.function == 0xd && x.index == 7;
-         });
-       }, 0x60207, {"avx512f"}},
+      {"opmask inside the legacy area",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 5)->ebx = 0x100; },
+       0x60207,
+       {"avx512f"}},
+      {"ZMM_Hi256 overlapping opmask",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 6)->ebx = 0x450; },
+       0x60207,
+       {"avx512f"}},
+      {"Hi16_ZMM missing",
+       [](auto& e) {
+         std::erase_if(e,
+                       [](const kvm_cpuid_entry2& x) { return x.function == 0xd && x.index == 7; });
+       },
+       0x60207,
+       {"avx512f"}},
       {"PKRU wrong size", [](auto& e) { FindCpuidEntry(e, 0xd, 9)->eax = 16; }, 0x600e7, {"pku"}},
-      {"PKRU marked supervisor", [](auto& e) { FindCpuidEntry(e, 0xd, 9)->ecx = 1; }, 0x600e7,
+      {"PKRU marked supervisor",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 9)->ecx = 1; },
+       0x600e7,
        {"pku"}},
-      {"PKRU not enumerated", [](auto& e) { FindCpuidEntry(e, 0xd, 0)->eax &= ~0x200u; }, 0x600e7,
+      {"PKRU not enumerated",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 0)->eax &= ~0x200u; },
+       0x600e7,
        {"pku"}},
-      {"tile data before tile config", [](auto& e) { FindCpuidEntry(e, 0xd, 0x12)->ebx = 0xa80; },
-       0x2e7, {"amx_tile"}},
-      {"YMM enumerated without avx", [](auto& e) {
-         FindCpuidEntry(e, 1, 0)->ecx &= ~Bit(28);
-       }, 0x60203, {"avx", "avx512f"}},
-      {"unknown and supervisor components", [](auto& e) {
+      {"tile data before tile config",
+       [](auto& e) { FindCpuidEntry(e, 0xd, 0x12)->ebx = 0xa80; },
+       0x2e7,
+       {"amx_tile"}},
+      {"YMM enumerated without avx",
+       [](auto& e) { FindCpuidEntry(e, 1, 0)->ecx &= ~Bit(28); },
+       0x60203,
+       {"avx", "avx512f"}},
+      {"unknown and supervisor components",
+       [](auto& e) {
          FindCpuidEntry(e, 0xd, 0)->eax |= 1u << 19;
          FindCpuidEntry(e, 0xd, 1)->ecx = 1u << 10;  // PASID in IA32_XSS
          e.push_back(Entry(0xd, 10, kSignificant, 8, 0, 1, 0));
          e.push_back(Entry(0xd, 19, kSignificant, 64, 0x2b00, 0, 0));
-       }, 0x602e7, {}},
+       },
+       0x602e7,
+       {}},
   };
   for (const auto& c : cases) {
     std::vector<kvm_cpuid_entry2> entries = LoadFixture(kIntelFixture);
@@ -755,8 +774,11 @@ TEST(LeafXsaveTest, RequiredFeatureLeafXsaveCannotBack) {
 // --- Feature mask applied everywhere a feature is mirrored; KVM leaves --------------------------
 
 TEST(ApplyCpuFeatureMaskTest, AmdMirrorsOfLeaf1EdxAreCleared) {
-  for (const auto& [spec, bit] : {std::pair<const char*, int>{"-cmov", 15}, {"-pae", 6},
-                                  {"-fxsr", 24}, {"-mmx", 23}, {"-apic", 9}}) {
+  for (const auto& [spec, bit] : {std::pair<const char*, int>{"-cmov", 15},
+                                  {"-pae", 6},
+                                  {"-fxsr", 24},
+                                  {"-mmx", 23},
+                                  {"-apic", 9}}) {
     const std::vector<kvm_cpuid_entry2> original = LoadFixture(kL1Fixture);
     ASSERT_TRUE(FindCpuidEntry(original, 0x80000001, 0)->edx & Bit(bit)) << spec;
     const std::vector<kvm_cpuid_entry2> entries = VcpuCpuid(original, spec, 0, 1);

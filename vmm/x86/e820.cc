@@ -16,8 +16,8 @@ std::vector<E820Entry> BuildE820Map(const GuestMemory& memory) {
       // keep the MP table there.
       map.push_back({start, std::min(end, kEbdaStart) - start, E820Type::kRam});
       if (end > kEbdaStart) {
-        map.push_back({kEbdaStart, std::min(end, kHighMemoryStart) - kEbdaStart,
-                       E820Type::kReserved});
+        map.push_back(
+            {kEbdaStart, std::min(end, kHighMemoryStart) - kEbdaStart, E820Type::kReserved});
       }
       start = kHighMemoryStart;
     }

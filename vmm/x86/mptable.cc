@@ -76,9 +76,9 @@ MpInterruptEntry InterruptEntry(MpEntryType type, MpInterruptType interrupt_type
 
 absl::Status WriteMpTable(const GuestMemory& memory, uint32_t num_cpus) {
   if (num_cpus == 0 || num_cpus > kMpTableMaxCpus) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "the MP table can list 1 to %u CPUs in the EBDA at 0x%x, not %u", kMpTableMaxCpus,
-        kMpTableAddress, num_cpus));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the MP table can list 1 to %u CPUs in the EBDA at 0x%x, not %u",
+                        kMpTableMaxCpus, kMpTableAddress, num_cpus));
   }
 
   // The configuration table: header first, entries after, checksum last.
@@ -94,8 +94,8 @@ absl::Status WriteMpTable(const GuestMemory& memory, uint32_t num_cpus) {
                       .type = kMpProcessor,
                       .local_apic_id = static_cast<uint8_t>(cpu),
                       .local_apic_version = kMpLocalApicVersion,
-                      .cpu_flags = static_cast<uint8_t>(
-                          kMpCpuEnabled | (cpu == 0 ? kMpCpuBootProcessor : 0)),
+                      .cpu_flags = static_cast<uint8_t>(kMpCpuEnabled |
+                                                        (cpu == 0 ? kMpCpuBootProcessor : 0)),
                       .cpu_signature = kCpuSignature,
                       .feature_flags = kCpuFeatureFpu | kCpuFeatureApic,
                       .reserved = {0, 0},
@@ -165,9 +165,8 @@ absl::Status WriteMpTable(const GuestMemory& memory, uint32_t num_cpus) {
   absl::Status status = memory.Zero(GuestAddress(kMpTableAddress), kMpTableLimit - kMpTableAddress);
   if (status.ok()) status = memory.Write(GuestAddress(kMpTableAddress), image);
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrFormat("cannot write the MP table at 0x%x: %s", kMpTableAddress,
-                                        status.message()));
+    return absl::Status(status.code(), absl::StrFormat("cannot write the MP table at 0x%x: %s",
+                                                       kMpTableAddress, status.message()));
   }
   return absl::OkStatus();
 }

@@ -15,27 +15,27 @@ namespace vmm::x86 {
 
 // 4.1 MP Floating Pointer Structure (16 bytes, paragraph aligned).
 struct MpFloatingPointer {
-  char signature[4];          // "_MP_"
-  uint32_t config_table;      // physical address of the configuration table
-  uint8_t length;             // in 16-byte paragraphs: 1
-  uint8_t spec_rev;           // 4 = version 1.4
-  uint8_t checksum;           // all 16 bytes sum to 0
-  uint8_t feature1;           // 0: a configuration table is present (no default configuration)
-  uint8_t feature2;           // bit 7 IMCRP: 0 = virtual wire mode, no IMCR
-  uint8_t feature3_5[3];      // reserved
+  char signature[4];      // "_MP_"
+  uint32_t config_table;  // physical address of the configuration table
+  uint8_t length;         // in 16-byte paragraphs: 1
+  uint8_t spec_rev;       // 4 = version 1.4
+  uint8_t checksum;       // all 16 bytes sum to 0
+  uint8_t feature1;       // 0: a configuration table is present (no default configuration)
+  uint8_t feature2;       // bit 7 IMCRP: 0 = virtual wire mode, no IMCR
+  uint8_t feature3_5[3];  // reserved
 };
 
 // 4.2 MP Configuration Table Header (44 bytes).
 struct MpConfigTableHeader {
-  char signature[4];          // "PCMP"
-  uint16_t base_table_length; // header + all base entries
-  uint8_t spec_rev;           // 4
-  uint8_t checksum;           // the base table sums to 0
-  char oem_id[8];             // space padded
-  char product_id[12];        // space padded
+  char signature[4];           // "PCMP"
+  uint16_t base_table_length;  // header + all base entries
+  uint8_t spec_rev;            // 4
+  uint8_t checksum;            // the base table sums to 0
+  char oem_id[8];              // space padded
+  char product_id[12];         // space padded
   uint32_t oem_table_pointer;
   uint16_t oem_table_size;
-  uint16_t entry_count;       // number of base entries
+  uint16_t entry_count;  // number of base entries
   uint32_t local_apic_address;
   uint16_t extended_table_length;
   uint8_t extended_table_checksum;
@@ -53,12 +53,12 @@ enum MpEntryType : uint8_t {
 
 // 4.3.1 Processor Entry (20 bytes).
 struct MpProcessorEntry {
-  uint8_t type;               // kMpProcessor
+  uint8_t type;  // kMpProcessor
   uint8_t local_apic_id;
   uint8_t local_apic_version;
-  uint8_t cpu_flags;          // kMpCpuEnabled | kMpCpuBootProcessor
-  uint32_t cpu_signature;     // CPUID.1 EAX layout: stepping, model, family
-  uint32_t feature_flags;     // CPUID.1 EDX
+  uint8_t cpu_flags;       // kMpCpuEnabled | kMpCpuBootProcessor
+  uint32_t cpu_signature;  // CPUID.1 EAX layout: stepping, model, family
+  uint32_t feature_flags;  // CPUID.1 EDX
   uint32_t reserved[2];
 };
 inline constexpr uint8_t kMpCpuEnabled = 1 << 0;
@@ -66,17 +66,17 @@ inline constexpr uint8_t kMpCpuBootProcessor = 1 << 1;
 
 // 4.3.2 Bus Entry (8 bytes).
 struct MpBusEntry {
-  uint8_t type;               // kMpBus
+  uint8_t type;  // kMpBus
   uint8_t bus_id;
-  char bus_type[6];           // "ISA   " (Table 4-8), space padded
+  char bus_type[6];  // "ISA   " (Table 4-8), space padded
 };
 
 // 4.3.3 I/O APIC Entry (8 bytes).
 struct MpIoApicEntry {
-  uint8_t type;               // kMpIoApic
+  uint8_t type;  // kMpIoApic
   uint8_t ioapic_id;
   uint8_t ioapic_version;
-  uint8_t flags;              // bit 0 EN
+  uint8_t flags;  // bit 0 EN
   uint32_t address;
 };
 inline constexpr uint8_t kMpIoApicEnabled = 1 << 0;
@@ -84,9 +84,9 @@ inline constexpr uint8_t kMpIoApicEnabled = 1 << 0;
 // 4.3.4 I/O Interrupt Assignment Entry and 4.3.5 Local Interrupt Assignment Entry share a layout
 // (8 bytes); the destination is an IOAPIC id and INTIN pin, or a local APIC id and LINTIN pin.
 struct MpInterruptEntry {
-  uint8_t type;               // kMpIoInterrupt or kMpLocalInterrupt
-  uint8_t interrupt_type;     // MpInterruptType
-  uint16_t flags;             // polarity bits 1:0, trigger bits 3:2; 0 = conforms to the bus
+  uint8_t type;            // kMpIoInterrupt or kMpLocalInterrupt
+  uint8_t interrupt_type;  // MpInterruptType
+  uint16_t flags;          // polarity bits 1:0, trigger bits 3:2; 0 = conforms to the bus
   uint8_t source_bus_id;
   uint8_t source_bus_irq;
   uint8_t destination_apic_id;  // 0xff in a local entry: every local APIC
@@ -99,10 +99,10 @@ inline constexpr uint16_t kMpLevelActiveHigh = 0b01 | (0b11 << 2);
 
 // Table 4-11 interrupt types.
 enum MpInterruptType : uint8_t {
-  kMpInt = 0,      // vectored interrupt, vector from the APIC redirection table
+  kMpInt = 0,  // vectored interrupt, vector from the APIC redirection table
   kMpNmi = 1,
   kMpSmi = 2,
-  kMpExtInt = 3,   // vectored interrupt, vector from the 8259A
+  kMpExtInt = 3,  // vectored interrupt, vector from the 8259A
 };
 
 // The ISA bus id in the table, and the number of ISA IRQs wired to the IOAPIC.
@@ -137,8 +137,8 @@ inline constexpr uint32_t kMpTableMaxCpus =
 //
 // ISA IRQ 0 goes to pin 0, not pin 2 as on PC chipsets: the VMM keeps KVM's default GSI routing
 // (kvm_setup_default_irq_routing: GSI n -> IOAPIC pin n and 8259 input n for n < 16), and KVM's
-// in-kernel PIT raises GSI 0, so the timer arrives at IOAPIC pin 0. QEMU instead installs a GSI 0 ->
-// pin 2 route and reports it as an interrupt source override; Firecracker, like us, keeps the
+// in-kernel PIT raises GSI 0, so the timer arrives at IOAPIC pin 0. QEMU instead installs a GSI 0
+// -> pin 2 route and reports it as an interrupt source override; Firecracker, like us, keeps the
 // default and lists IRQ 0 on pin 0. If the VMM ever sets its own routing, this table must follow.
 //
 // Errors: InvalidArgument when num_cpus is 0 or above kMpTableMaxCpus; OutOfRange when guest memory

@@ -132,8 +132,8 @@ class VirtioScsi::RequestWorker {
     const bool has_sense = task.status() != sc::Status::kGood;
     const auto sense = task.sense_data();
     response.sense_len = has_sense ? std::min<uint32_t>(sense_size, sense.size()) : 0;
-    const uint64_t residual = !slot.data_in.empty() ? task.data_in_residual()
-                                                     : task.data_out_residual();
+    const uint64_t residual =
+        !slot.data_in.empty() ? task.data_in_residual() : task.data_out_residual();
     response.residual = static_cast<uint32_t>(std::min<uint64_t>(residual, UINT32_MAX));
     const uint64_t data_in_written = sc::TotalLength(slot.data_in) - task.data_in_residual();
     Respond(slot, response, std::span<const uint8_t>(sense.data(), response.sense_len),
@@ -206,7 +206,8 @@ class VirtioScsi::RequestWorker {
     // The target reads at most sc::kMaxCdbSize CDB bytes; the rest of a longer CDB area is skipped.
     const uint32_t cdb_bytes = std::min<uint32_t>(cdb_size, sc::kMaxCdbSize);
     uint8_t header_bytes[sizeof(CommandHeader) + sc::kMaxCdbSize];
-    sc::GatherFrom(slot.header, std::span<uint8_t>(header_bytes, sizeof(CommandHeader) + cdb_bytes));
+    sc::GatherFrom(slot.header,
+                   std::span<uint8_t>(header_bytes, sizeof(CommandHeader) + cdb_bytes));
     CommandHeader header;
     std::memcpy(&header, header_bytes, sizeof(header));
     const LunAddress address = DecodeLunField(header.lun);
@@ -299,7 +300,8 @@ class VirtioScsi::ControlWorker : public QueueWorker {
           Break("a control request too malformed to answer");
           return;
         }
-        if (absl::Status pushed_used = queue_.PushUsed((*chain)->head, *written); !pushed_used.ok()) {
+        if (absl::Status pushed_used = queue_.PushUsed((*chain)->head, *written);
+            !pushed_used.ok()) {
           Break(pushed_used.message());
           return;
         }
@@ -336,8 +338,9 @@ class VirtioScsi::ControlWorker : public QueueWorker {
       AnResponse response{};
       response.event_actual = 0;
       response.response = kResponseOk;
-      sc::ScatterTo(chain.writable, std::span<const uint8_t>(
-                                        reinterpret_cast<const uint8_t*>(&response), sizeof(response)));
+      sc::ScatterTo(
+          chain.writable,
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&response), sizeof(response)));
       return sizeof(response);
     }
     // Unknown control request: answer with the first byte of a response, as far as one fits.
@@ -382,9 +385,7 @@ class VirtioScsi::ControlWorker : public QueueWorker {
         return kTmfFunctionRejected;
     }
   }
-
 };
-
 
 void VirtioScsi::ThreadState::FlushInterrupts() {
   for (auto& worker : workers) worker->FlushInterrupt();
@@ -426,8 +427,8 @@ absl::StatusOr<std::unique_ptr<VirtioScsi>> VirtioScsi::Create(
     }
     for (uint32_t thread : options.queue_to_iothread) {
       if (thread >= options.iothreads.size()) {
-        return absl::InvalidArgumentError(absl::StrFormat("queue mapped to iothread %u of %u", thread,
-                                                          options.iothreads.size()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("queue mapped to iothread %u of %u", thread, options.iothreads.size()));
       }
     }
   }
@@ -500,7 +501,6 @@ uint32_t VirtioScsi::IothreadFor(uint32_t request_queue) const {
   if (!options_.queue_to_iothread.empty()) return options_.queue_to_iothread[request_queue];
   return request_queue % options_.iothreads.size();
 }
-
 
 absl::Status VirtioScsi::ThreadState::OpenTargetQueues(
     const std::map<uint8_t, std::shared_ptr<sc::Target>>& targets) {

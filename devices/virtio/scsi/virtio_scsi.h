@@ -46,7 +46,8 @@ class ScsiHotplug {
   // CHANGED on the target's other units (SPC-4), and a TRANSPORT_RESET event with reason RESCAN
   // (virtio 1.2 §5.6.6.3.1) when the driver took VIRTIO_SCSI_F_HOTPLUG, upon which Linux scans
   // that LUN. NotFound for a target the controller does not have, AlreadyExists for a LUN in use.
-  absl::Status Attach(uint8_t target, uint16_t lun, std::shared_ptr<devices::scsi::LogicalUnit> unit);
+  absl::Status Attach(uint8_t target, uint16_t lun,
+                      std::shared_ptr<devices::scsi::LogicalUnit> unit);
   // Takes the unit at `target`:`lun` out: new commands to it get LOGICAL UNIT NOT SUPPORTED, the
   // commands it has in flight complete first (on each queue's iothread: nothing is cancelled or
   // lost), then the guest is told as for Attach (reason REMOVED). Returns the unit; NotFound if

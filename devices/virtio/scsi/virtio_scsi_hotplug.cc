@@ -18,8 +18,7 @@ absl::Status VirtioScsi::ThreadState::AddUnit(uint8_t target, uint16_t lun,
   auto queue = target_queues.find(target);
   if (queue == target_queues.end()) return absl::OkStatus();  // not active on this thread
   ASSIGN_OR_RETURN(const int fd, queue->second->AddUnit(lun, std::move(unit)));
-  if (absl::Status watched = thread->AddFd(fd, [this] { ProcessCompletions(); });
-      !watched.ok()) {
+  if (absl::Status watched = thread->AddFd(fd, [this] { ProcessCompletions(); }); !watched.ok()) {
     queue->second->TakeUnit(lun);
     return watched;
   }
@@ -59,7 +58,8 @@ absl::Status VirtioScsi::AddUnitToQueues(uint8_t target, uint16_t lun,
   if (!active_) return absl::OkStatus();  // the next activation starts from the targets
   for (size_t i = 0; i < thread_states_.size(); ++i) {
     ThreadState* state = thread_states_[i].get();
-    absl::Status added = OnThread(*state->thread, [&] { return state->AddUnit(target, lun, unit); });
+    absl::Status added =
+        OnThread(*state->thread, [&] { return state->AddUnit(target, lun, unit); });
     if (!added.ok()) {
       for (size_t j = 0; j < i; ++j) {
         ThreadState* undo = thread_states_[j].get();
@@ -117,8 +117,7 @@ absl::Status ScsiHotplug::Attach(uint8_t target, uint16_t lun,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<sc::LogicalUnit>> ScsiHotplug::Detach(uint8_t target,
-                                                                     uint16_t lun) {
+absl::StatusOr<std::shared_ptr<sc::LogicalUnit>> ScsiHotplug::Detach(uint8_t target, uint16_t lun) {
   absl::MutexLock lock(&mutex_);
   const auto found = targets_.find(target);
   if (found == targets_.end()) {

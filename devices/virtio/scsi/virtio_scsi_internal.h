@@ -32,7 +32,7 @@ struct VirtioScsi::ThreadState {
   std::vector<std::unique_ptr<RequestWorker>> workers;
   std::unique_ptr<ControlWorker> control;
   std::unique_ptr<EventWorker> event;  // iothread 0's, once the driver enabled the event queue
-  std::vector<int> fds;  // registered with the thread
+  std::vector<int> fds;                // registered with the thread
   std::vector<int> pollers;
 
   void SubmitAll() {
@@ -144,8 +144,8 @@ class VirtioScsi::EventWorker : public QueueWorker {
     }
     if (missed_) event.event |= kEventsMissed;
     missed_ = false;
-    sc::ScatterTo(chain.writable,
-                  std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&event), sizeof(event)));
+    sc::ScatterTo(chain.writable, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&event),
+                                                           sizeof(event)));
     if (absl::Status pushed = queue_.PushUsed(chain.head, sizeof(event)); !pushed.ok()) {
       Break(pushed.message());
       return;

@@ -191,7 +191,8 @@ class VirtioScsiTest : public ::testing::Test {
     return *memory_->ReadObject<CommandResponse>(command.response);
   }
   std::array<uint8_t, 18> SenseOf(const Command& command) {
-    return *memory_->ReadObject<std::array<uint8_t, 18>>(command.response + sizeof(CommandResponse));
+    return *memory_->ReadObject<std::array<uint8_t, 18>>(command.response +
+                                                         sizeof(CommandResponse));
   }
 
   static constexpr std::array<uint8_t, 8> kLun0 = {1, 0, 0x40, 0, 0, 0, 0, 0};
@@ -203,8 +204,8 @@ class VirtioScsiTest : public ::testing::Test {
     backend_options.size_bytes = 1 << 20;
     block::DriveOptions drive_options;
     drive_options.name = name;
-    auto drive = block::Drive::CreateFixed(
-        drive_options, std::make_shared<block::MemoryBackend>(backend_options));
+    auto drive = block::Drive::CreateFixed(drive_options,
+                                           std::make_shared<block::MemoryBackend>(backend_options));
     EXPECT_TRUE(drive.ok());
     std::shared_ptr<block::Drive> shared(*std::move(drive));
     if (drive_out != nullptr) *drive_out = shared;
@@ -398,7 +399,7 @@ TEST_F(VirtioScsiTest, LogicalUnitResetRaisesAUnitAttention) {
 TEST_F(VirtioScsiTest, LogicalUnitResetOfALunWithABusIdentifierIsIncorrectLun) {
   StartDevice(1, 1);
   for (const std::array<uint8_t, 8>& lun :
-       {std::array<uint8_t, 8>{1, 0, 0x01, 0x00, 0, 0, 0, 0},      // bus 1, LUN 0
+       {std::array<uint8_t, 8>{1, 0, 0x01, 0x00, 0, 0, 0, 0},           // bus 1, LUN 0
         std::array<uint8_t, 8>{1, 0, 0x40, 0x00, 0x40, 0x01, 0, 0}}) {  // a second level
     EXPECT_EQ(LogicalUnitReset(lun), kTmfIncorrectLun);
   }

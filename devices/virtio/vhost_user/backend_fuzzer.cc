@@ -16,8 +16,8 @@
 // VHOST_USER_FUZZER_SMOKE_MAIN it also has a main() running deterministic pseudo-random
 // conversations and a scripted QEMU-like one (the backend_fuzzer_smoke_test target).
 
-#include <sys/eventfd.h>
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -92,7 +92,7 @@ class CheckingDevice : public VirtioDevice {
       // Touch the rings as the device would.
       (void)activation.memory->ReadObject<uint16_t>(queue.config.available_ring + 2);
       (void)activation.memory->WriteObject<uint16_t>(queue.config.used_ring + 2,
-                                                      queue.config.start_index);
+                                                     queue.config.start_index);
       queue.interrupt->Signal();
     }
     active_ = true;

@@ -1,8 +1,8 @@
 #include "devices/virtio/vhost_user/backend.h"
 
-#include <poll.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -128,7 +128,9 @@ Message RingFd(Request request, uint32_t index, sys_util::ScopedFd fd) {
   return message;
 }
 
-sys_util::ScopedFd NewEventFd() { return sys_util::ScopedFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)); }
+sys_util::ScopedFd NewEventFd() {
+  return sys_util::ScopedFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+}
 
 uint64_t ReplyU64(const VhostUserBackend::Result& result) {
   EXPECT_TRUE(result.reply.has_value());
@@ -195,7 +197,7 @@ TEST_F(VhostUserBackendTest, OffersFeaturesAndQueues) {
   EXPECT_NE(features & kFeatureEventIdx, 0u);
   EXPECT_NE(features & kFeatureIndirectDesc, 0u);
   EXPECT_NE(features & kFeatureProtocolFeatures, 0u);
-  EXPECT_NE(features & (1ull << 2), 0u);  // the device's own bit
+  EXPECT_NE(features & (1ull << 2), 0u);   // the device's own bit
   EXPECT_EQ(features & (1ull << 40), 0u);  // a transport bit the device may not offer
   const uint64_t protocol = ReplyU64(Send(MakeEmpty(Request::kGetProtocolFeatures)));
   EXPECT_NE(protocol & kProtocolMq, 0u);
@@ -304,7 +306,7 @@ TEST_F(VhostUserBackendTest, HostileMessagesAreRefused) {
   Message two_fds = RingFd(Request::kSetVringCall, 0, NewEventFd());
   two_fds.fds.push_back(NewEventFd());
   ExpectError(std::move(two_fds));
-  ExpectError(Make<uint64_t>(Request::kSetVringCall, 0x200));  // reserved bit
+  ExpectError(Make<uint64_t>(Request::kSetVringCall, 0x200));                 // reserved bit
   ExpectError(Make(Request::kSetVringAddr, VringAddress{0, 1, 0, 0, 0, 0}));  // dirty log
   // Memory tables: past the file's end, misaligned, wrapping, descriptor count mismatch.
   ExpectError(front_.MemTable(kMemoryBytes + 4096));
@@ -359,11 +361,12 @@ TEST_F(VhostUserBackendTest, RunningRingChangesStopTheDeviceFirst) {
   EXPECT_EQ(device_.last.queues[0].config.start_index, 9);
   // New addresses: the position is read at the old used ring before the ring moves.
   ASSERT_TRUE(front_.memory().WriteObject<uint16_t>(ring0.used_ring + 2, 12).ok());
-  const QueueConfig moved = DriverQueue::Layout(kQueueSize, GuestAddress(kGuestBase + 0x80000), true);
-  ExpectOk(Make(Request::kSetVringAddr,
-                VringAddress{0, 0, front_.UserAddress(moved.descriptor_table),
-                             front_.UserAddress(moved.used_ring),
-                             front_.UserAddress(moved.available_ring), 0}));
+  const QueueConfig moved =
+      DriverQueue::Layout(kQueueSize, GuestAddress(kGuestBase + 0x80000), true);
+  ExpectOk(
+      Make(Request::kSetVringAddr, VringAddress{0, 0, front_.UserAddress(moved.descriptor_table),
+                                                front_.UserAddress(moved.used_ring),
+                                                front_.UserAddress(moved.available_ring), 0}));
   EXPECT_EQ(device_.stops, 2);
   ASSERT_TRUE(backend_.Synchronize().ok());
   EXPECT_EQ(device_.last.queues[0].config.start_index, 12);
@@ -523,9 +526,7 @@ class Connection {
   void Send(Request request, const T& payload, std::vector<int> fds = {}) {
     ASSERT_TRUE(SendMessage(fd_.get(), request, 0, AsBytes(payload), fds).ok());
   }
-  void SendEmpty(Request request) {
-    ASSERT_TRUE(SendMessage(fd_.get(), request, 0, {}).ok());
-  }
+  void SendEmpty(Request request) { ASSERT_TRUE(SendMessage(fd_.get(), request, 0, {}).ok()); }
   uint64_t ReadU64() {
     auto reply = ReadReply(fd_.get());
     EXPECT_TRUE(reply.ok()) << reply.status();
@@ -615,8 +616,10 @@ class VhostUserServerTest : public ::testing::Test {
     EXPECT_EQ(connection.ReadU64(), 3u);
 
     // INQUIRY (SPC-4 §6.6), 96 bytes.
-    GuestAllocator allocator(GuestAddress(kGuestBase + 0x40000), GuestAddress(kGuestBase + kMemoryBytes));
-    const GuestAddress request = allocator.Allocate(sizeof(scsi::CommandHeader) + scsi::kDefaultCdbSize);
+    GuestAllocator allocator(GuestAddress(kGuestBase + 0x40000),
+                             GuestAddress(kGuestBase + kMemoryBytes));
+    const GuestAddress request =
+        allocator.Allocate(sizeof(scsi::CommandHeader) + scsi::kDefaultCdbSize);
     const GuestAddress response =
         allocator.Allocate(sizeof(scsi::CommandResponse) + scsi::kDefaultSenseSize);
     const GuestAddress data = allocator.Allocate(96);
@@ -647,9 +650,10 @@ class VhostUserServerTest : public ::testing::Test {
     EXPECT_EQ(status->response, scsi::kResponseOk);
     EXPECT_EQ(status->status, 0);
     std::array<char, 8> vendor{};
-    EXPECT_TRUE(front.memory()
-                    .Read(data + 8, std::span<uint8_t>(reinterpret_cast<uint8_t*>(vendor.data()), 8))
-                    .ok());
+    EXPECT_TRUE(
+        front.memory()
+            .Read(data + 8, std::span<uint8_t>(reinterpret_cast<uint8_t*>(vendor.data()), 8))
+            .ok());
     return std::string(vendor.data(), 8);
   }
 

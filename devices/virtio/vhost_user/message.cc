@@ -49,8 +49,8 @@ absl::Status ReadFull(int socket, uint8_t* data, size_t length, const ReadLimits
     if (got < 0) return sys_util::ErrnoStatus(errno, "vhost-user: reading the socket");
     if (got == 0) {
       return absl::DataLossError(absl::StrFormat(
-          "vhost-user: the front end closed the connection inside a message (%u of %u bytes)",
-          done, length));
+          "vhost-user: the front end closed the connection inside a message (%u of %u bytes)", done,
+          length));
     }
     done += static_cast<size_t>(got);
   }
@@ -125,9 +125,9 @@ absl::StatusOr<std::optional<Message>> ReadMessage(int socket, const ReadLimits&
                              sizeof(Header) - static_cast<size_t>(got), limits));
   }
   if ((message.header.flags & kVersionMask) != kVersion) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "vhost-user: request %u has protocol version %u (only 1 is spoken)",
-        message.header.request, message.header.flags & kVersionMask));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("vhost-user: request %u has protocol version %u (only 1 is spoken)",
+                        message.header.request, message.header.flags & kVersionMask));
   }
   if ((message.header.flags & kFlagReply) != 0) {
     return absl::InvalidArgumentError(
@@ -159,10 +159,9 @@ absl::Status SendFrame(int socket, const Header& header, std::span<const uint8_t
 }  // namespace
 
 absl::Status SendReply(int socket, const Header& request, std::span<const uint8_t> payload) {
-  return SendFrame(socket,
-                   Header{request.request, kVersion | kFlagReply,
-                          static_cast<uint32_t>(payload.size())},
-                   payload, {});
+  return SendFrame(
+      socket, Header{request.request, kVersion | kFlagReply, static_cast<uint32_t>(payload.size())},
+      payload, {});
 }
 
 absl::Status SendMessage(int socket, Request request, uint32_t flags,
@@ -182,8 +181,7 @@ absl::StatusOr<Message> ReadReply(int socket) {
   }
   message.payload.resize(message.header.size);
   if (message.header.size > 0) {
-    RETURN_IF_ERROR(
-        ReadFull(socket, message.payload.data(), message.payload.size(), ReadLimits{}));
+    RETURN_IF_ERROR(ReadFull(socket, message.payload.data(), message.payload.size(), ReadLimits{}));
   }
   return message;
 }

@@ -10,11 +10,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "absl/strings/str_format.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/protocol.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio::vhost_user {
 
@@ -33,9 +33,9 @@ struct Message {
   absl::StatusOr<T> PayloadAs() const {
     static_assert(std::is_trivially_copyable_v<T>);
     if (payload.size() != sizeof(T)) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "vhost-user request %u: payload of %u bytes, expected %u", header.request,
-          payload.size(), sizeof(T)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("vhost-user request %u: payload of %u bytes, expected %u", header.request,
+                          payload.size(), sizeof(T)));
     }
     T value;
     std::memcpy(&value, payload.data(), sizeof(T));

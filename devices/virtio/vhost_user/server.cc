@@ -28,9 +28,7 @@ VhostUserServer::VhostUserServer(sys_util::ScopedFd listener, VirtioDevice& devi
 
 VhostUserServer::~VhostUserServer() = default;
 
-void VhostUserServer::Stop() {
-  sys_util::SignalEventFd(stop_.get());
-}
+void VhostUserServer::Stop() { sys_util::SignalEventFd(stop_.get()); }
 
 absl::Status VhostUserServer::Run() {
   if (!stop_.valid()) return absl::InternalError("vhost-user: no eventfd for stopping");
@@ -70,8 +68,7 @@ void VhostUserServer::Serve(int connection) {
     if (fds[1].revents != 0) return;
     // The whole message within 10 s of its first byte, and SIGTERM (Stop) ends even a read in
     // the middle of one.
-    auto message =
-        ReadMessage(connection, ReadLimits{absl::Now() + kMessageTimeout, stop_.get()});
+    auto message = ReadMessage(connection, ReadLimits{absl::Now() + kMessageTimeout, stop_.get()});
     if (!message.ok()) {
       std::fprintf(stderr, "vhost-user: dropping the front end: %s\n",
                    std::string(message.status().message()).c_str());

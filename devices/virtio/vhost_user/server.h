@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "vmm/sys_util/scoped_fd.h"
 #include "devices/virtio/vhost_user/backend.h"
 #include "devices/virtio/virtio_device.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio::vhost_user {
 
