@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "api/api_token.h"
-#include "api/host_path.h"
 #include "block/stats.h"
+#include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace api {
@@ -206,7 +206,8 @@ absl::StatusOr<std::string> RequestedPath(VmControl& control, absl::string_view 
     return absl::InvalidArgumentError(absl::StrCat(verb, ": the path of the image is empty"));
   }
   const bool as_given = control.MediaPathsConfined() || requested.find('\0') != std::string::npos;
-  std::string path = as_given || requested[0] == '/' ? requested : AbsolutePath(requested);
+  std::string path =
+      as_given || requested[0] == '/' ? requested : sys_util::AbsolutePath(requested);
   if (path.size() >= PATH_MAX) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: the path %s is %d bytes long; the limit is %d (PATH_MAX)", verb,

@@ -38,10 +38,10 @@
 #include "absl/synchronization/notification.h"
 #include "api/api_core.h"
 #include "api/api_token.h"
-#include "api/host_path.h"
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
+#include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace api {

@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "vmm/machine/layout.h"
 #include "vmm/sys_util/descriptors.h"
+#include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/version.h"
@@ -466,7 +467,7 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
   }
   ASSIGN_OR_RETURN(parsed.drives, ExtractDriveFlags(args));
   ASSIGN_OR_RETURN(parsed.io_groups, ExtractIoGroupFlags(args));
-  for (DriveSpec& drive : parsed.drives) drive.path = AbsolutePath(drive.path);
+  for (DriveSpec& drive : parsed.drives) drive.path = sys_util::AbsolutePath(drive.path);
 
   std::vector<std::string> for_abseil = {args.empty() ? std::string() : args[0]};
   std::map<std::string, std::string> given;  // flag -> as typed, for "given twice"

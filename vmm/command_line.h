@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "api/host_path.h"
 #include "vmm/drive_spec.h"
 #include "vmm/sys_util/scoped_fd.h"
 
@@ -28,9 +27,6 @@ absl::StatusOr<uint64_t> ParseMemorySize(absl::string_view text);
 // range and, if given, why it is what it is.
 absl::Status CheckRange(absl::string_view flag, int64_t value, int64_t min, int64_t max,
                         absl::string_view why = "");
-
-// The control API's path rule (api/host_path.h), which the launchers' paths follow too.
-using api::AbsolutePath;
 
 // An input file the VMM reads whole (--kernel, --initrd): it must exist, be readable, be a regular
 // file and not be empty. Checked before /dev/kvm is opened, so that a typo is reported as such.
@@ -81,7 +77,7 @@ struct ParsedCommandLine {
   // (sys_util::VersionText()).
   enum class Request { kRun, kHelp, kHelpFull, kVersion };
   Request request = Request::kRun;
-  // The drive flags, in command-line order, their paths made absolute (AbsolutePath).
+  // The drive flags, in command-line order, their paths made absolute (sys_util::AbsolutePath).
   std::vector<DriveSpec> drives;
   std::vector<IoGroupSpec> io_groups;  // --io-group
 };

@@ -89,16 +89,6 @@ TEST(CheckRangeTest, SaysTheRangeAndWhy) {
   EXPECT_EQ(CheckRange("--poll-max-ns", -5, 0, 10).message(), "--poll-max-ns=-5: must be 0 to 10");
 }
 
-TEST(AbsolutePathTest, JoinsTheWorkingDirectory) {
-  const std::string cwd = Cwd();
-  ASSERT_FALSE(cwd.empty());
-  EXPECT_EQ(AbsolutePath("/srv/./isos//a.iso"), "/srv/isos/a.iso");
-  EXPECT_EQ(AbsolutePath("a.iso"), cwd + "/a.iso");
-  EXPECT_EQ(AbsolutePath("./sub/../a.iso"), cwd + "/sub/../a.iso");  // ".." is the kernel's to walk
-  EXPECT_EQ(AbsolutePath("/"), "/");
-  EXPECT_EQ(AbsolutePath(""), "");
-}
-
 class InputFileTest : public ::testing::Test {
  protected:
   void SetUp() override {

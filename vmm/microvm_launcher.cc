@@ -33,6 +33,7 @@
 #include "vmm/launcher_sandbox.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage_flags.h"
+#include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/vm.h"
 #include "vmm/vm_api.h"
@@ -170,11 +171,11 @@ absl::Status Configure(vmm::VmConfig& config) {
         "bazel-bin/tests/guest/test_guest; microvm --help lists every flag)");
   }
   // Absolute from here on: the control API reports them, and the VMM may chdir (--jail).
-  config.kernel_path = vmm::AbsolutePath(kernel);
+  config.kernel_path = sys_util::AbsolutePath(kernel);
   RETURN_IF_ERROR(vmm::CheckInputFile("--kernel", kernel, config.kernel_path));
   const std::string initrd = absl::GetFlag(FLAGS_initrd);
   if (!initrd.empty()) {
-    config.initrd_path = vmm::AbsolutePath(initrd);
+    config.initrd_path = sys_util::AbsolutePath(initrd);
     RETURN_IF_ERROR(vmm::CheckInputFile("--initrd", initrd, config.initrd_path));
   }
   ASSIGN_OR_RETURN(config.memory_bytes, vmm::ParseMemorySize(absl::GetFlag(FLAGS_memory)));

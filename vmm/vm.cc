@@ -20,6 +20,7 @@
 #include "vmm/acpi/machine_acpi.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/kvm/kvm_ioevent_registrar.h"
+#include "vmm/kvm/kvm_irq_line.h"
 #include "vmm/kvm/kvm_msi.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
@@ -42,20 +43,6 @@ constexpr uint64_t kKvmIdentityMapAddress = 0xfffbc000;
 
 // The POST code the test guest writes at its first ring-3 instruction (docs/machine.md).
 constexpr uint8_t kPostCodeRing3 = 0x03;
-
-// Drives one IOAPIC/PIC input through KVM_IRQ_LINE.
-class KvmIrqLine : public IrqLine {
- public:
-  KvmIrqLine(VmFd& vm, uint32_t irq) : vm_(vm), irq_(irq) {}
-  void SetLevel(bool asserted) override {
-    absl::Status status = vm_.SetIrqLine(irq_, asserted);
-    if (!status.ok()) absl::FPrintF(stderr, "microvm: IRQ %u: %s\n", irq_, status.message());
-  }
-
- private:
-  VmFd& vm_;
-  const uint32_t irq_;
-};
 
 DeviceDescription PortDevice(std::string name, std::vector<std::string> compatible,
                              std::vector<DeviceDescription::Range> ranges) {

@@ -16,6 +16,7 @@
 #include "vmm/loader/image_file.h"
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
+#include "vmm/machine/ioevent_registrar.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/storage.h"
 #include "vmm/sys_util/scoped_fd.h"
@@ -24,7 +25,6 @@
 #include "vmm/x86/boot_cpu.h"
 
 namespace devices::pci {
-class IoEventRegistrar;
 class PciRootBus;
 }  // namespace devices::pci
 
@@ -153,7 +153,7 @@ class Vm {
   std::shared_ptr<devices::legacy::I8042> i8042_;
   std::shared_ptr<devices::legacy::AcpiPowerManagement> acpi_pm_;  // the power button
   std::unique_ptr<KvmMsiController> msi_;
-  std::unique_ptr<devices::pci::IoEventRegistrar> ioevents_;
+  std::unique_ptr<vmm::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;
   std::unique_ptr<Storage> storage_;
   std::vector<std::unique_ptr<VcpuRunner>> vcpus_;

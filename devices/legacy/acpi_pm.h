@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "vmm/machine/acpi_pm_layout.h"
 #include "vmm/machine/bus.h"
 #include "vmm/machine/irq_line.h"
 
@@ -52,20 +53,10 @@ namespace devices::legacy {
 // Thread-safe: Read/Write come from vCPU threads, PressPowerButton from any thread. The callbacks
 // are called without the device's lock held; `sci` is driven with it held (so levels reach the
 // irqchip in the order the state changed).
-class AcpiPowerManagement : public vmm::BusDevice {
+// The block's layout (offsets, sizes, the reset value, the S5 sleep type) is the machine's
+// (vmm/machine/acpi_pm_layout.h), inherited here so the registers read as AcpiPowerManagement's.
+class AcpiPowerManagement : public vmm::BusDevice, public vmm::AcpiPmLayout {
  public:
-  // The block's layout.
-  static constexpr uint64_t kBlockSize = 16;
-  static constexpr uint64_t kPm1StatusOffset = 0x0;
-  static constexpr uint64_t kPm1EnableOffset = 0x2;
-  static constexpr uint64_t kPm1EventBlockOffset = kPm1StatusOffset;
-  static constexpr uint8_t kPm1EventBlockBytes = 4;  // FADT PM1_EVT_LEN: status + enable
-  static constexpr uint64_t kPm1ControlOffset = 0x4;
-  static constexpr uint8_t kPm1ControlBytes = 2;  // FADT PM1_CNT_LEN
-  static constexpr uint64_t kPmTimerOffset = 0x8;
-  static constexpr uint8_t kPmTimerBytes = 4;  // FADT PM_TMR_LEN
-  static constexpr uint64_t kResetOffset = 0xc;
-
   // 4.8.3.1.1 PM1 Status bits.
   static constexpr uint16_t kTimerStatus = 1u << 0;
   static constexpr uint16_t kBusMasterStatus = 1u << 4;
@@ -93,18 +84,12 @@ class AcpiPowerManagement : public vmm::BusDevice {
   static constexpr int kSleepTypeShift = 10;
   static constexpr uint16_t kSleepTypeMask = 0x7u << kSleepTypeShift;
   static constexpr uint16_t kSleepEnable = 1u << 13;
-  // The SLP_TYP the DSDT's \_S5_ package announces and this device decodes as "power off". (The
-  // value is the platform's choice, 7.4.2; 5 is easy to recognise in a register dump.)
-  static constexpr uint8_t kSleepTypeS5 = 5;
 
   // 4.8.3.3: the PM timer runs at 3.579545 MHz and is 24 bits wide here; TMR_STS is set whenever
   // its bit 23 changes.
   static constexpr uint64_t kTimerHz = 3'579'545;
   static constexpr uint32_t kTimerMask = 0x00ff'ffff;
   static constexpr int kTimerStatusBit = 23;
-
-  // FADT RESET_VALUE.
-  static constexpr uint8_t kResetValue = 0x42;
 
   // Monotonic nanoseconds; the default reads CLOCK_MONOTONIC.
   using Clock = std::function<uint64_t()>;

@@ -130,7 +130,7 @@ class VirtioPciTransport::Events : public VirtioDeviceEvents {
 
 absl::StatusOr<std::shared_ptr<VirtioPciTransport>> VirtioPciTransport::Create(
     std::unique_ptr<VirtioDevice> device, const vmm::GuestMemory& memory, vmm::MsiController& msi,
-    pci::IoEventRegistrar* ioevents, Options options) {
+    vmm::IoEventRegistrar* ioevents, Options options) {
   if (device == nullptr) return absl::InvalidArgumentError("virtio-pci: no device");
   const uint32_t type = device->device_type();
   if (type == 0 || type > 0xffff - kPciDeviceIdBase) {
@@ -153,7 +153,7 @@ absl::StatusOr<std::shared_ptr<VirtioPciTransport>> VirtioPciTransport::Create(
 VirtioPciTransport::VirtioPciTransport(const pci::PciIdentity& identity,
                                        std::unique_ptr<VirtioDevice> device,
                                        const vmm::GuestMemory& memory,
-                                       pci::IoEventRegistrar* ioevents)
+                                       vmm::IoEventRegistrar* ioevents)
     : PciDevice(identity),
       device_(std::move(device)),
       memory_(memory),
@@ -566,7 +566,7 @@ void VirtioPciTransport::RegisterDoorbellsLocked(uint64_t bar_address) {
   if (ioevents_ == nullptr) return;
   for (size_t i = 0; i < queues_.size(); ++i) {
     Queue& queue = *queues_[i];
-    const pci::IoEventRegistrar::Spec spec{
+    const vmm::IoEventRegistrar::Spec spec{
         .address = bar_address + kNotifyOffset + i * kNotifyOffMultiplier,
         .length = 2,  // the 16-bit queue index write of §4.1.5.2
         .pio = false,

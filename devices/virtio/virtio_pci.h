@@ -11,10 +11,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "devices/pci/ioevent_registrar.h"
 #include "devices/pci/pci_device.h"
 #include "devices/virtio/virtio_device.h"
 #include "vmm/machine/guest_memory.h"
+#include "vmm/machine/ioevent_registrar.h"
 #include "vmm/machine/msi.h"
 #include "vmm/sys_util/scoped_fd.h"
 
@@ -111,7 +111,7 @@ class VirtioPciTransport : public pci::PciDevice {
   // always exit to the VMM) must outlive Shutdown(). Allocates num_queues + 1 MSI vectors.
   static absl::StatusOr<std::shared_ptr<VirtioPciTransport>> Create(
       std::unique_ptr<VirtioDevice> device, const vmm::GuestMemory& memory, vmm::MsiController& msi,
-      pci::IoEventRegistrar* ioevents, Options options = {});
+      vmm::IoEventRegistrar* ioevents, Options options = {});
   ~VirtioPciTransport() override;
 
   VirtioDevice& virtio_device() { return *device_; }
@@ -148,11 +148,11 @@ class VirtioPciTransport : public pci::PciDevice {
     uint64_t descriptor_table = 0;
     uint64_t available_ring = 0;
     uint64_t used_ring = 0;
-    std::optional<pci::IoEventRegistrar::Spec> ioevent;  // registered doorbell, if any
+    std::optional<vmm::IoEventRegistrar::Spec> ioevent;  // registered doorbell, if any
   };
 
   VirtioPciTransport(const pci::PciIdentity& identity, std::unique_ptr<VirtioDevice> device,
-                     const vmm::GuestMemory& memory, pci::IoEventRegistrar* ioevents);
+                     const vmm::GuestMemory& memory, vmm::IoEventRegistrar* ioevents);
   absl::Status Initialize(vmm::MsiController& msi);
 
   // Common configuration (§4.1.4.3).
@@ -184,7 +184,7 @@ class VirtioPciTransport : public pci::PciDevice {
 
   const std::unique_ptr<VirtioDevice> device_;
   const vmm::GuestMemory& memory_;
-  pci::IoEventRegistrar* const ioevents_;
+  vmm::IoEventRegistrar* const ioevents_;
   const uint64_t offered_features_;
   const uint32_t config_size_;
   std::vector<std::unique_ptr<Queue>> queues_;  // fixed after Initialize()

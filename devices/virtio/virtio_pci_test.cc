@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "devices/pci/bar_allocator.h"
-#include "devices/pci/ioevent_registrar.h"
 #include "devices/pci/pci_regs.h"
 #include "devices/pci/pci_root_bus.h"
 #include "devices/pci/testing/fake_msi.h"
@@ -21,6 +20,7 @@
 #include "vmm/kvm/kvm_msi.h"
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
+#include "vmm/machine/ioevent_registrar.h"
 
 namespace devices::virtio {
 namespace {
@@ -66,7 +66,7 @@ class FakeDevice : public VirtioDevice {
   int resets = 0;
 };
 
-class FakeRegistrar : public pci::IoEventRegistrar {
+class FakeRegistrar : public vmm::IoEventRegistrar {
  public:
   struct Entry {
     int fd;
@@ -827,7 +827,7 @@ TEST(VirtioPciKvmTest, DoorbellsAndVectorsOnKvm) {
   const uint64_t bar0 = (*transport)->bar_address(0);
   for (uint16_t q = 0; q < 3; ++q) EXPECT_TRUE((*transport)->notify_registered(q)) << q;
   // KVM has queue 1's doorbell: the same registration again is refused.
-  const pci::IoEventRegistrar::Spec doorbell{.address = bar0 + 0x3004, .length = 2};
+  const vmm::IoEventRegistrar::Spec doorbell{.address = bar0 + 0x3004, .length = 2};
   EXPECT_FALSE(registrar.Register((*transport)->notify_fd(1), doorbell).ok());
 
   auto config_write = [&](uint32_t offset, uint32_t value, size_t size) {

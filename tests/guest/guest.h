@@ -50,7 +50,7 @@ struct guest_test {
 #define GUEST_EXIT_PASS 0
 #define GUEST_EXIT_FAIL 1
 #define GUEST_EXIT_USAGE 2 /* unknown test name or bad arguments */
-#define GUEST_EXIT_EXCEPTION                                          \
+#define GUEST_EXIT_EXCEPTION \
   3 /* unexpected CPU exception (vector, error, RIP, CR2 are printed) \
      */
 

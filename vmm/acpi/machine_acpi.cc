@@ -7,9 +7,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "devices/legacy/acpi_pm.h"
 #include "vmm/acpi/aml.h"
 #include "vmm/acpi/tables.h"
+#include "vmm/machine/acpi_pm_layout.h"
 #include "vmm/machine/layout.h"
 #include "vmm/sys_util/host_file.h"
 #include "vmm/sys_util/status_macros.h"
@@ -221,8 +221,7 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
     // 7.4.2.5 \_S5 (soft off): the SLP_TYP values for PM1a/PM1b; the OS writes SLP_TYPa with SLP_EN
     // to PM1a_CNT (4.8.3.2.1, 7.4.2), where the power-management device decodes it as power-off.
     root.push_back(aml::Name(
-        "_S5", aml::Package({aml::Integer(devices::legacy::AcpiPowerManagement::kSleepTypeS5),
-                             aml::Integer(0)})));
+        "_S5", aml::Package({aml::Integer(AcpiPmLayout::kSleepTypeS5), aml::Integer(0)})));
   }
   Bytes out;
   for (const Bytes& term : root) out.insert(out.end(), term.begin(), term.end());
@@ -233,7 +232,7 @@ absl::StatusOr<Bytes> BuildDsdtAml(const MachineDescription& machine) {
 absl::StatusOr<const DeviceDescription*> FindPowerManagement(const MachineDescription& machine) {
   const DeviceDescription* pm = FindCompatible(machine, kAcpiPmCompatible);
   if (pm == nullptr) return nullptr;
-  using Pm = devices::legacy::AcpiPowerManagement;
+  using Pm = AcpiPmLayout;
   if (pm->space != DeviceDescription::AddressSpace::kPortIo || pm->ranges.empty() ||
       pm->ranges.front().size != Pm::kBlockSize ||
       pm->ranges.front().base > kPortIoSpaceBytes - Pm::kBlockSize) {
@@ -273,7 +272,7 @@ FadtConfig MakeFadt(const MachineDescription& machine, const DeviceDescription* 
   // fixed-feature power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does
   // not. The PM timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI
   // (5.2.10).
-  using Pm = devices::legacy::AcpiPowerManagement;
+  using Pm = AcpiPmLayout;
   const uint64_t base = pm->ranges.front().base;
   fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtSleepButton | kFadtResetRegSupported;
   fadt.facs_address = static_cast<uint32_t>(facs_address);

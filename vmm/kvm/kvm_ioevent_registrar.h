@@ -1,15 +1,15 @@
 #ifndef VMM_KVM_KVM_IOEVENT_REGISTRAR_H_
 #define VMM_KVM_KVM_IOEVENT_REGISTRAR_H_
 
-#include "devices/pci/ioevent_registrar.h"
 #include "vmm/kvm/kvm.h"
+#include "vmm/machine/ioevent_registrar.h"
 
 namespace vmm {
 
-// The devices' IoEventRegistrar (devices/pci/ioevent_registrar.h) on KVM_IOEVENTFD: the assembly
+// The devices' IoEventRegistrar (vmm/machine/ioevent_registrar.h) on KVM_IOEVENTFD: the assembly
 // gives it to virtio-pci, which knows no KVM. `vm` must outlive the registrar and every
 // registration.
-class KvmIoEventRegistrar : public devices::pci::IoEventRegistrar {
+class KvmIoEventRegistrar : public vmm::IoEventRegistrar {
  public:
   explicit KvmIoEventRegistrar(VmFd& vm) : vm_(vm) {}
   absl::Status Register(int event_fd, const Spec& spec) override {

@@ -1,4 +1,4 @@
-#include "api/host_path.h"
+#include "vmm/sys_util/host_path.h"
 
 #include <limits.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
-namespace api {
+namespace sys_util {
 
 std::string AbsolutePath(const std::string& path) {
   if (path.empty()) return path;
@@ -27,4 +27,4 @@ std::string AbsolutePath(const std::string& path) {
   return absl::StrCat("/", absl::StrJoin(parts, "/"));
 }
 
-}  // namespace api
+}  // namespace sys_util

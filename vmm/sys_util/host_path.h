@@ -1,9 +1,9 @@
-#ifndef API_HOST_PATH_H_
-#define API_HOST_PATH_H_
+#ifndef VMM_SYS_UTIL_HOST_PATH_H_
+#define VMM_SYS_UTIL_HOST_PATH_H_
 
 #include <string>
 
-namespace api {
+namespace sys_util {
 
 // `path` made absolute against the working directory (no symlink is resolved and nothing needs
 // to exist: "." components and repeated slashes go, ".." stays, as the kernel would walk it).
@@ -12,6 +12,6 @@ namespace api {
 // they name the same file whoever reads them.
 std::string AbsolutePath(const std::string& path);
 
-}  // namespace api
+}  // namespace sys_util
 
-#endif  // API_HOST_PATH_H_
+#endif  // VMM_SYS_UTIL_HOST_PATH_H_

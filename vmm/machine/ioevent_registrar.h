@@ -1,16 +1,17 @@
-#ifndef DEVICES_PCI_IOEVENT_REGISTRAR_H_
-#define DEVICES_PCI_IOEVENT_REGISTRAR_H_
+#ifndef VMM_MACHINE_IOEVENT_REGISTRAR_H_
+#define VMM_MACHINE_IOEVENT_REGISTRAR_H_
 
 #include <cstdint>
 #include <optional>
 
 #include "absl/status/status.h"
 
-namespace devices::pci {
+namespace vmm {
 
 // Where a guest write should signal an eventfd without an exit to the VMM (KVM_IOEVENTFD). Devices
 // use this to turn doorbell registers (virtio notify addresses) into eventfds their iothreads poll.
-// An interface so device tests can fake it; KvmIoEventRegistrar is the real one.
+// A machine primitive beside MsiController (msi.h): devices get one from the assembly, and device
+// tests fake it; vmm/kvm's KvmIoEventRegistrar is the real one.
 class IoEventRegistrar {
  public:
   struct Spec {
@@ -25,6 +26,6 @@ class IoEventRegistrar {
   virtual absl::Status Unregister(int event_fd, const Spec& spec) = 0;
 };
 
-}  // namespace devices::pci
+}  // namespace vmm
 
-#endif  // DEVICES_PCI_IOEVENT_REGISTRAR_H_
+#endif  // VMM_MACHINE_IOEVENT_REGISTRAR_H_
