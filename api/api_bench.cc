@@ -1,13 +1,13 @@
-// api_bench: the control API's round-trip latency, and a background query load, for
-// tools/bench-api. A benchmark, not a test: it prints numbers and fails only when the API does.
+// api_bench: the control API's round-trip latency, and a background query load, for tools/bench-api.
+// A benchmark, not a test: it prints numbers and fails only when the API does.
 //
 //   api_bench --api unix:PATH latency [--drive cd1] [--iso PATH] [--calls 2000] [--pairs 500]
 //       GetStatus, ListDrives and GetStats round trips (--calls each, after 100 warm-up calls),
 //       then Insert(--iso) + Eject(force) pairs on --drive (an idle, empty CD-ROM).
 //   api_bench --api unix:PATH load [--drive cd0] [--seconds S] [--interval-us N] [--wait-s S]
 //       GetStatus + GetStats on --drive back to back (or one pair every --interval-us) until
-//       SIGINT/SIGTERM or --seconds; waits up to --wait-s for the socket to appear first. Prints
-//       the call count and rate at the end.
+//       SIGINT/SIGTERM or --seconds; waits up to --wait-s for the socket to appear first. Prints the
+//       call count and rate at the end.
 //
 // Output lines start with "api-bench:" and are key=value pairs.
 #include <signal.h>

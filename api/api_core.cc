@@ -316,8 +316,8 @@ bool ApiCore::AddWatcher(WatchQueue* queue, grpc::Status* refusal) {
   }
   // A stream that fell behind is over, though its handler may stay blocked in Write() for as long
   // as its client neither reads nor goes away: it no longer takes a slot (H13 of
-  // docs/security.md: 32 stopped clients refused every new Watch for good). It is cancelled, which
-  // ends it at once if its client is merely slow.
+  // docs/security.md: 32 stopped clients refused every new Watch for good). It is cancelled, which ends it
+  // at once if its client is merely slow.
   int open = 0;
   for (WatchQueue* watcher : watchers_) {
     if (watcher->overflowed()) {

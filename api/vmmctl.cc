@@ -13,9 +13,8 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  // `media watch` runs until interrupted: take SIGINT/SIGTERM on a thread of our own (blocked
-  // before gRPC starts its threads, so they inherit the mask) and end the stream cleanly, exit
-  // status 0.
+  // `media watch` runs until interrupted: take SIGINT/SIGTERM on a thread of our own (blocked before
+  // gRPC starts its threads, so they inherit the mask) and end the stream cleanly, exit status 0.
   bool watch = false;
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "media" && args[i + 1] == "watch") watch = true;

@@ -1,5 +1,4 @@
-// vmmctl's statistics, I/O limits and disk commands (vm stats, drive limit, disk
-// add|remove|resize).
+// vmmctl's statistics, I/O limits and disk commands (vm stats, drive limit, disk add|remove|resize).
 #include <algorithm>
 #include <cstdint>
 #include <map>

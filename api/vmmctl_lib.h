@@ -42,10 +42,9 @@ struct ApiAddress {
 };
 absl::StatusOr<ApiAddress> ParseApiAddress(absl::string_view api);
 
-// Connects within `timeout`. A unix socket is checked first with a plain connect(2) so that a
-// missing socket, a path that is not a socket, a stale socket (ECONNREFUSED) or a permission
-// problem is reported at once with errno's words instead of after the timeout. UNAVAILABLE on
-// failure.
+// Connects within `timeout`. A unix socket is checked first with a plain connect(2) so that a missing
+// socket, a path that is not a socket, a stale socket (ECONNREFUSED) or a permission problem is
+// reported at once with errno's words instead of after the timeout. UNAVAILABLE on failure.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const ApiAddress& address,
                                                        absl::Duration timeout);
 
@@ -96,8 +95,8 @@ std::string DriveTable(const google::protobuf::RepeatedPtrField<vmm::v1::DriveSt
 std::string EventLine(const vmm::v1::MediaEvent& event);
 std::string VmInfoText(const vmm::v1::VmInfo& info);
 std::string StatsTable(const vmm::v1::GetStatsResponse& stats);
-// Protobuf JSON (lowerCamelCase field names, zero values printed; 64-bit integers as strings, as
-// the proto3 JSON mapping says). `pretty`: indented over several lines; else one line.
+// Protobuf JSON (lowerCamelCase field names, zero values printed; 64-bit integers as strings, as the
+// proto3 JSON mapping says). `pretty`: indented over several lines; else one line.
 std::string ToJson(const google::protobuf::Message& message, bool pretty);
 
 }  // namespace vmmctl

@@ -158,8 +158,7 @@ class FakeVmm final : public vmm::v1::MediaService::Service, public vmm::v1::VmS
           request->drive() + " is a disk: it has no removable medium to insert, eject or watch");
     }
     if (d->locked() && !request->force()) {
-      // The real server asks the guest (block/media.h); a guest that agrees unlocks and opens the
-      // tray.
+      // The real server asks the guest (block/media.h); a guest that agrees unlocks and opens the tray.
       if (guest_agrees_) {
         d->set_locked(false);
         d->set_tray_open(true);
@@ -724,8 +723,7 @@ TEST_F(VmmctlTest, EjectInsertTrayAndTheLock) {
       HasSubstr("cd0: the guest has locked the drive; it was asked to eject the medium, and "
                 "the tray opens if it agrees (--wait waits for that, --force ejects now)\n"));
   EXPECT_THAT(refused.err, Not(HasSubstr("use force")));
-  // A guest that never answers: --wait ends at --timeout with DEADLINE_EXCEEDED, the drive
-  // unchanged.
+  // A guest that never answers: --wait ends at --timeout with DEADLINE_EXCEEDED, the drive unchanged.
   Result waited = Vmmctl({"--timeout", "1", "media", "eject", "cd0", "--wait"});
   EXPECT_EQ(waited.status, kExitRpcFailed);
   EXPECT_THAT(waited.err, HasSubstr("was asked to eject; waiting up to 1s"));
@@ -888,9 +886,9 @@ TEST_F(VmmctlTest, WatchEndsWithAnErrorWhenTheServerGoesAway) {
   EXPECT_TRUE(r.status == 0 || r.status == kExitRpcFailed) << r.status << " " << r.err;
 }
 
-// Issue 17: the real vmmctl, its stdout a pipe nobody reads. Once the pipe is full vmmctl is
-// blocked writing an event, where no cancellation reaches it; SIGTERM must still end it, with the
-// status of an interrupted watch.
+// Issue 17: the real vmmctl, its stdout a pipe nobody reads. Once the pipe is full vmmctl is blocked
+// writing an event, where no cancellation reaches it; SIGTERM must still end it, with the status
+// of an interrupted watch.
 TEST_F(VmmctlTest, WatchEndsOnSigtermWhileItsOutputIsBlocked) {
   const std::string vmmctl =
       absl::StrCat(std::getenv("TEST_SRCDIR"), "/", std::getenv("TEST_WORKSPACE"), "/api/vmmctl");

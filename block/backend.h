@@ -24,8 +24,8 @@ class BlockQueue {
  public:
   virtual ~BlockQueue() = default;
 
-  // Queues `request` for the next Submit(). Never blocks and never fails here: a request that
-  // cannot be issued (ring full, bad range) completes, or is issued later, through the handler.
+  // Queues `request` for the next Submit(). Never blocks and never fails here: a request that cannot
+  // be issued (ring full, bad range) completes, or is issued later, through the handler.
   virtual void Enqueue(const Request& request, uint64_t cookie) = 0;
   // Issues everything queued since the last call.
   virtual void Submit() = 0;

@@ -25,8 +25,7 @@ std::string CacheModeName(CacheMode mode);
 inline bool UsesDirectIo(CacheMode mode) {
   return mode == CacheMode::kNone || mode == CacheMode::kDirectsync;
 }
-// What the device reports as its volatile write cache (SCSI caching page WCE, ATA IDENTIFY word
-// 85).
+// What the device reports as its volatile write cache (SCSI caching page WCE, ATA IDENTIFY word 85).
 inline bool WriteCacheEnabled(CacheMode mode) {
   return mode != CacheMode::kWritethrough && mode != CacheMode::kDirectsync;
 }

@@ -59,8 +59,8 @@ DriveInfo MakeInfo(const DriveOptions& options, bool removable, const BackendInf
   return info;
 }
 
-// The BlockQueue a Drive hands to a device. One per iothread, used only there: the hot path takes
-// no lock and makes no system call beyond what the backend makes.
+// The BlockQueue a Drive hands to a device. One per iothread, used only there: the hot path takes no
+// lock and makes no system call beyond what the backend makes.
 //
 // Completion fds: the queue owns an epoll fd (its completion_fd()) holding its own eventfd and the
 // completion fd of every backend queue beneath it. An epoll fd is readable while any fd in its set

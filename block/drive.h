@@ -115,9 +115,9 @@ class Drive {
   // one fd to its own epoll set (nested epoll) and calls ProcessCompletions() when it is readable;
   // it never sees the backend's fds. A removable drive's fd also wakes on a medium change, so the
   // queue can release the old medium when idle: a ProcessCompletions() with nothing to deliver is
-  // normal. The handler may Enqueue() and Submit(). Destroying a queue with requests in flight
-  // drops their completions (drain first); do not destroy it from inside its handler or from a
-  // media listener.
+  // normal. The handler may Enqueue() and Submit(). Destroying a queue with requests in flight drops
+  // their completions (drain first); do not destroy it from inside its handler or from a media
+  // listener.
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler);
 
   struct Shared;  // state shared with the queues (drive.cc)

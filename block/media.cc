@@ -100,8 +100,8 @@ absl::Status RemovableMedia::Eject(bool force) {
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->tray_open && !now->present) return absl::OkStatus();  // nothing to do
   if (now->locked && !force) return AskGuestToEject(now);
-  // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks
-  // with PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
+  // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks with
+  // PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
   if (!now->tray_open) {
     auto opened = CopyOf(now);
     opened->tray_open = true;

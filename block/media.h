@@ -14,14 +14,12 @@
 
 namespace block {
 
-// The state of a removable-media drive (a CD-ROM), as one immutable snapshot. The I/O path reads
-// the current snapshot with one atomic load and never asks the host: QEMU's emulated CD-ROM lost
-// two thirds of its throughput by probing the host drive on every request (qemu-devel, January
-// 2019).
+// The state of a removable-media drive (a CD-ROM), as one immutable snapshot. The I/O path reads the
+// current snapshot with one atomic load and never asks the host: QEMU's emulated CD-ROM lost two
+// thirds of its throughput by probing the host drive on every request (qemu-devel, January 2019).
 struct MediaState {
-  // A medium is in the drive. (Independent of the tray: a guest may open the tray of a loaded
-  // drive; an open tray makes the medium unreachable, and present && tray_open means "in the open
-  // tray".)
+  // A medium is in the drive. (Independent of the tray: a guest may open the tray of a loaded drive;
+  // an open tray makes the medium unreachable, and present && tray_open means "in the open tray".)
   bool present = false;
   bool tray_open = false;
   // The guest prevents removal (SCSI/MMC PREVENT ALLOW MEDIUM REMOVAL).

@@ -37,8 +37,8 @@ struct Request {
   }
 };
 
-// How a request ended: `error` is 0 or a positive errno. The transport maps it to its own
-// vocabulary (SCSI sense, ATA error bits, virtio status):
+// How a request ended: `error` is 0 or a positive errno. The transport maps it to its own vocabulary
+// (SCSI sense, ATA error bits, virtio status):
 //   EIO, ENOSPC, EDQUOT ... what the host said;
 //   EROFS      a write to a read-only drive;
 //   ERANGE     a range outside the medium (rejected before any I/O);

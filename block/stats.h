@@ -23,8 +23,7 @@ struct LatencyHistogram {
 
   // The bucket a latency of `us` microseconds falls in.
   static int BucketFor(uint64_t us);
-  // The exclusive upper bound of bucket `bucket` in microseconds (the last bucket has none:
-  // UINT64_MAX).
+  // The exclusive upper bound of bucket `bucket` in microseconds (the last bucket has none: UINT64_MAX).
   static uint64_t BucketUpperBoundUs(int bucket);
 
   // An upper bound for the `percentile` (0..100) latency in microseconds: the upper bound of the

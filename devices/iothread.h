@@ -50,8 +50,8 @@ class IoThread {
   // Ends the loop and joins the thread. Handlers still registered are dropped (not called).
   void Stop();
 
-  // Runs `fn` on the loop thread and waits for it (or runs it at once when called on the loop
-  // thread or before Start()). Use for setting up and tearing down per-thread state.
+  // Runs `fn` on the loop thread and waits for it (or runs it at once when called on the loop thread
+  // or before Start()). Use for setting up and tearing down per-thread state.
   void RunSync(absl::AnyInvocable<void()> fn);
   // Queues `fn` to run on the loop thread.
   void Post(absl::AnyInvocable<void()> fn);

@@ -97,9 +97,9 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv);
 // --helpfull and --version.
 absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help);
 
-// Blocks SIGINT, SIGTERM and SIGHUP for the calling thread and every thread it starts from now on
-// (call before the first), and returns a non-blocking signalfd that reads them: a launcher's main
-// loop stops the VMM on them.
+// Blocks SIGINT, SIGTERM and SIGHUP for the calling thread and every thread it starts from now on (call
+// before the first), and returns a non-blocking signalfd that reads them: a launcher's main loop
+// stops the VMM on them.
 absl::StatusOr<sys_util::ScopedFd> StopSignalFd();
 
 }  // namespace vmm

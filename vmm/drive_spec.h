@@ -12,8 +12,7 @@
 namespace vmm {
 
 // One drive from the command line:
-//   --disk
-//   PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate][,readonly]
+//   --disk PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate][,readonly]
 //   --cdrom [PATH]          (no path: an empty drive; a host optical drive such as /dev/sr0, or
 //                            host:PATH to insist on one, is passed through: block/host_cdrom.h)
 //   --ide-disk PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1]
@@ -34,8 +33,8 @@ struct DriveSpec {
   // takes this long (",probe-delay-us=N"), behind the host CD-ROM backend, to show the I/O path
   // never probes. Unset: a plain read-only file.
   std::optional<int64_t> probe_delay_us;
-  // CD-ROMs: "host:PATH" was given: PATH must be a host optical drive (else an error). Without it,
-  // a PATH that is a block device answering as a CD-ROM drive is passed through too, and any other
+  // CD-ROMs: "host:PATH" was given: PATH must be a host optical drive (else an error). Without it, a
+  // PATH that is a block device answering as a CD-ROM drive is passed through too, and any other
   // path is an image file.
   bool host_drive = false;
   std::string path;  // empty for a CD-ROM without a medium

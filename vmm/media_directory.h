@@ -11,13 +11,13 @@
 
 namespace vmm {
 
-// The one directory the control API may take CD/DVD media and disk images from (--media-dir). An
-// API caller names a file in it (relative, or absolute under the directory); the file is opened
-// once, strictly beneath the directory (openat2 RESOLVE_BENEATH, no magic links), checked with
-// fstat and handed to the drive as that open file: no second open by path, and any path that leads
-// out ("..", an absolute path elsewhere, a symlink) is PermissionDenied whether or not its target
-// exists, so the API reveals nothing about files outside. H1 of docs/security.md: without it, a
-// caller could attach /etc/shadow as the guest's CD.
+// The one directory the control API may take CD/DVD media and disk images from (--media-dir). An API caller names
+// a file in it (relative, or absolute under the directory); the file is opened once, strictly
+// beneath the directory (openat2 RESOLVE_BENEATH, no magic links), checked with fstat and handed
+// to the drive as that open file: no second open by path, and any path that leads out ("..", an
+// absolute path elsewhere, a symlink) is PermissionDenied whether or not its target exists, so
+// the API reveals nothing about files outside. H1 of docs/security.md: without it, a caller
+// could attach /etc/shadow as the guest's CD.
 class MediaDirectory {
  public:
   // Opens `path` (O_PATH | O_DIRECTORY). Errors name it.

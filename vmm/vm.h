@@ -90,11 +90,11 @@ class Vm {
   const acpi::AcpiTables& acpi_tables() const { return acpi_tables_; }
   Storage& storage() { return *storage_; }
 
-  // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM/SIGHUP, or -1) ends the
-  // VM too. With OnReboot::kRestart a guest reset does not stop it: the machine is built again (a
-  // new KVM VM, cleared memory, every device in its power-on state, the kernel and initrd reloaded
-  // from the files opened at the start) on the same drives, media and Vm object (the control API
-  // keeps working), and the guest boots again.
+  // Blocks until the VM stops. `signal_fd` (a signalfd for SIGINT/SIGTERM/SIGHUP, or -1) ends the VM too.
+  // With OnReboot::kRestart a guest reset does not stop it: the machine is built again (a new KVM
+  // VM, cleared memory, every device in its power-on state, the kernel and initrd reloaded from
+  // the files opened at the start) on the same drives, media and Vm object (the control API keeps
+  // working), and the guest boots again.
   VmExit Run(int signal_fd);
   // Guest restarts so far (OnReboot::kRestart).
   int restarts() const;

@@ -23,8 +23,7 @@ namespace devices::legacy {
 //   +0x0  PM1_STS  16 bits  4.8.3.1.1: write 1 to clear. Bit 0 TMR_STS (bit 23 of the timer
 //                           changed), bit 8 PWRBTN_STS (PressPowerButton()), bit 15 WAK_STS
 //                           (never set: the machine does not sleep). Other bits read 0.
-//   +0x2  PM1_EN   16 bits  4.8.3.1.2: read/write. Bits 0 TMR_EN, 5 GBL_EN, 8 PWRBTN_EN, 9
-//   SLPBTN_EN,
+//   +0x2  PM1_EN   16 bits  4.8.3.1.2: read/write. Bits 0 TMR_EN, 5 GBL_EN, 8 PWRBTN_EN, 9 SLPBTN_EN,
 //                           10 RTC_EN, 14 PCIEXP_WAKE_DIS keep what is written (ACPICA reads enable
 //                           bits back to check they "stick"); other bits read 0.
 //   +0x4  PM1_CNT  16 bits  4.8.3.2.1: bit 0 SCI_EN reads 1 (the machine is always in ACPI mode: no
@@ -47,8 +46,8 @@ namespace devices::legacy {
 // The SCI: `sci` is driven high while (PM1_STS & PM1_EN) has an event bit set (TMR, GBL, PWRBTN,
 // SLPBTN, RTC: 4.8.3.1), low otherwise; the FADT declares it as ISA IRQ 9, level-triggered,
 // active-high (MADT interrupt source override). TMR_STS is computed when the device is accessed
-// (there is no timer thread), so a guest that enables TMR_EN gets the timer-overflow SCI at its
-// next access to the block rather than exactly when bit 23 flips; Linux never enables it.
+// (there is no timer thread), so a guest that enables TMR_EN gets the timer-overflow SCI at its next
+// access to the block rather than exactly when bit 23 flips; Linux never enables it.
 //
 // Thread-safe: Read/Write come from vCPU threads, PressPowerButton from any thread. The callbacks
 // are called without the device's lock held; `sci` is driven with it held (so levels reach the

@@ -13,8 +13,8 @@
 namespace devices::legacy {
 
 // The part of an i8042 keyboard controller a guest needs: the status and command registers at 0x64,
-// the data port at 0x60, the controller commands Linux's i8042 driver issues while probing (read
-// and write the command byte, self tests, port enable/disable) so it finds a controller with no
+// the data port at 0x60, the controller commands Linux's i8042 driver issues while probing (read and
+// write the command byte, self tests, port enable/disable) so it finds a controller with no
 // keyboard, and command 0xFE (pulse the reset line), the classic way to reboot a PC: it calls
 // `on_reset`. Registered as two one-byte devices: offset 0 of each is its port.
 class I8042 {

@@ -50,8 +50,7 @@ class Serial : public vmm::BusDevice {
   uint8_t scratch_ ABSL_GUARDED_BY(mutex_) = 0;
   uint8_t fifo_control_ ABSL_GUARDED_BY(mutex_) = 0;
   uint16_t divisor_ ABSL_GUARDED_BY(mutex_) = 12;  // 9600 baud at 1.8432 MHz
-  // The transmitter-empty interrupt is pending until the guest reads IIR (reporting it) or writes
-  // THR.
+  // The transmitter-empty interrupt is pending until the guest reads IIR (reporting it) or writes THR.
   bool thr_empty_interrupt_ ABSL_GUARDED_BY(mutex_) = false;
   bool irq_asserted_ ABSL_GUARDED_BY(mutex_) = false;
 };

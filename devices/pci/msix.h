@@ -47,8 +47,8 @@ class MsixCapability {
   uint64_t table_bytes() const { return uint64_t{vector_count_} * 16; }
   uint64_t pba_bytes() const { return (uint64_t{vector_count_} + 63) / 64 * 8; }
 
-  // Device side. Sends `vector`'s message, or marks it pending when masked (see above).
-  // Out-of-range vectors are ignored. Lock-free; callable from any thread.
+  // Device side. Sends `vector`'s message, or marks it pending when masked (see above). Out-of-range
+  // vectors are ignored. Lock-free; callable from any thread.
   void Trigger(uint32_t vector);
   // Whether the guest enabled MSI-X (Message Control bit 15). Lock-free.
   bool enabled() const { return enabled_.load(); }

@@ -32,10 +32,10 @@ class PciHostBridge : public PciDevice {
   void WriteBar(int, uint64_t, std::span<const uint8_t>) override {}
 };
 
-// PCI bus 0 behind configuration mechanism #1 (PCI 3.0 §3.2.2.3.2): a 32-bit CONFIG_ADDRESS
-// register at port 0xCF8 (bit 31 enable, bits 23:16 bus, 15:11 device, 10:8 function, 7:2 register)
-// and a CONFIG_DATA window at 0xCFC-0xCFF accessed with byte, word or dword I/O at the byte offset
-// within the addressed dword. Registered on the port I/O bus as one 8-port device.
+// PCI bus 0 behind configuration mechanism #1 (PCI 3.0 §3.2.2.3.2): a 32-bit CONFIG_ADDRESS register
+// at port 0xCF8 (bit 31 enable, bits 23:16 bus, 15:11 device, 10:8 function, 7:2 register) and a
+// CONFIG_DATA window at 0xCFC-0xCFF accessed with byte, word or dword I/O at the byte offset within
+// the addressed dword. Registered on the port I/O bus as one 8-port device.
 //
 // - Only a 32-bit write to 0xCF8 latches CONFIG_ADDRESS (narrower writes there are other chipset
 //   registers on a PC, such as 0xCF9 reset control, and are ignored here); reads of 0xCF8 return

@@ -481,8 +481,7 @@ TEST_F(PciRootBusTest, ShutdownUnmapsEverything) {
   EXPECT_FALSE(device->bar_mapping(1));
 }
 
-// Buses dying before the devices (or the other way round) is safe: the registrations own the
-// device.
+// Buses dying before the devices (or the other way round) is safe: the registrations own the device.
 TEST(PciLifetimeTest, DevicesOutliveOrPredeceaseBuses) {
   std::shared_ptr<TestDevice> device = TestDevice::Create(0x0001);
   {

@@ -24,8 +24,8 @@ namespace devices::scsi {
 // Thin provisioning, when the drive can discard: UNMAP, and WRITE SAME with UNMAP, become discards;
 // LBPME in READ CAPACITY(16), LBPU/LBPWS/LBPWS10 in VPD page B2h, LBPRZ = 0 (a discarded range may
 // read back as its old data: block/request.h). WRITE SAME without UNMAP writes its block (zeros go
-// out from a static zero buffer; another pattern from a per-task buffer, replicated), in requests
-// of up to 1 MiB issued together; ext4 zeroes new extents with it.
+// out from a static zero buffer; another pattern from a per-task buffer, replicated), in requests of
+// up to 1 MiB issued together; ext4 zeroes new extents with it.
 class Disk final : public LogicalUnit {
  public:
   // InvalidArgument for a removable drive or an unsupported block size.

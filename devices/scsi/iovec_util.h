@@ -30,9 +30,8 @@ bool IsZero(std::span<const iovec> buffers, uint64_t length);
 void TrimInto(std::span<const iovec> buffers, uint64_t length, std::vector<iovec>* out);
 
 // Streams response data into data-in buffers, up to a limit (the smaller of the allocation length
-// and the buffers), while counting everything the command produced: SPC-4 (allocation length): a
-// response is built whole and truncated at the allocation length, with its length fields describing
-// the whole.
+// and the buffers), while counting everything the command produced: SPC-4 (allocation length): a response is
+// built whole and truncated at the allocation length, with its length fields describing the whole.
 class DataInWriter {
  public:
   DataInWriter(std::span<const iovec> buffers, uint64_t limit);

@@ -43,8 +43,7 @@ enum class MediaChangeReport {
   // drive when that one was reported, UNIT ATTENTION 06/28/00 NOT READY TO READY CHANGE.
   kUnitAttentions,
   // ATAPI (QEMU ide-cd): once a new medium is ready, the first command not exempt from unit
-  // attention gets NOT READY 02/3A/00, the next UNIT ATTENTION 06/28/00. For guests that do not
-  // poll
+  // attention gets NOT READY 02/3A/00, the next UNIT ATTENTION 06/28/00. For guests that do not poll
   // GET EVENT STATUS NOTIFICATION this shows the tray having been open.
   kNotReadyThenUnitAttention,
 };

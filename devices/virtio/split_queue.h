@@ -29,8 +29,8 @@ struct QueueConfig {
   uint16_t start_index = 0;
 };
 
-// One available descriptor chain, walked and validated: every buffer lies wholly inside guest
-// memory and is given as host memory. Device-readable buffers all come before device-writable ones
+// One available descriptor chain, walked and validated: every buffer lies wholly inside guest memory
+// and is given as host memory. Device-readable buffers all come before device-writable ones
 // (§2.7.4.2: "a device MUST NOT ... readable after writable" is the driver's rule; a chain breaking
 // it is rejected).
 struct DescriptorChain {
@@ -53,10 +53,10 @@ class SplitQueue {
 
   // The next available chain, or nullopt when the driver has published nothing new. Errors
   // (FailedPrecondition / OutOfRange, with a message saying what was wrong): the available index
-  // moved by more than the queue size, a head or next index >= size, a loop (a chain longer than
-  // the queue size, or an indirect table with more entries than it has), an indirect descriptor
-  // inside an indirect table or with NEXT set, a zero-length or misaligned indirect table, a buffer
-  // outside guest memory, a readable buffer after a writable one, total length over 4 GiB.
+  // moved by more than the queue size, a head or next index >= size, a loop (a chain longer than the
+  // queue size, or an indirect table with more entries than it has), an indirect descriptor inside
+  // an indirect table or with NEXT set, a zero-length or misaligned indirect table, a buffer outside
+  // guest memory, a readable buffer after a writable one, total length over 4 GiB.
   absl::StatusOr<std::optional<DescriptorChain>> Pop();
   // Makes the chain `head` used with `written` bytes written into its writable buffers (§2.7.8).
   // Publishes the used index with release ordering after the element.
@@ -74,8 +74,7 @@ class SplitQueue {
   bool HasAvailable() const;
 
   uint16_t size() const { return config_.size; }
-  // Where the device is in the rings, e.g. for vhost-user GET_VRING_BASE (§ of the vhost-user
-  // spec).
+  // Where the device is in the rings, e.g. for vhost-user GET_VRING_BASE (§ of the vhost-user spec).
   uint16_t next_available() const { return next_available_; }
   void set_next_available(uint16_t index) { next_available_ = index; }
 

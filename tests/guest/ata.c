@@ -313,8 +313,8 @@ const char *ata_init(struct ata_ctrl *c, unsigned index, bool verbose) {
 /* After SRST every device that is there shows BSY until its reset is done, then Sector Count =
  * LBA Low = 01h (ATA-8 ACS 9.12: the diagnostic signature). Waits for that on each unit in `mask`
  * (select it while the visible status is not BSY, then read): a reset that completes
- * asynchronously (QEMU runs it in a bottom half, leaving the previous selection in place until
- * then) cannot be mistaken for a finished one. Returns the units that never came back. */
+ * asynchronously (QEMU runs it in a bottom half, leaving the previous selection in place until then)
+ * cannot be mistaken for a finished one. Returns the units that never came back. */
 static unsigned reset_wait(struct ata_chan *ch, unsigned mask, uint64_t timeout_us) {
   unsigned failed = 0;
   for (unsigned u = 0; u < 2; u++) {
@@ -620,8 +620,7 @@ bool ata_exec(struct ata_dev *d, const struct ata_cmd *c, struct ata_result *r) 
       goto done;
     }
     if (ch->ctrl->verbose) {
-      /* ATA8-APT: the CDB phase has CoD = 1, IO = 0 (checked only when verbose: one more access).
-       */
+      /* ATA8-APT: the CDB phase has CoD = 1, IO = 0 (checked only when verbose: one more access). */
       r->ireason = rd(ch, ATA_REG_COUNT);
       if ((r->ireason & (ATAPI_IR_COD | ATAPI_IR_IO)) != ATAPI_IR_COD) {
         printf("ata: %u:%u: CDB phase with interrupt reason 0x%02x (expected CoD=1 IO=0)\n",

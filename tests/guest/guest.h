@@ -49,10 +49,8 @@ struct guest_test {
 /* Exit statuses (the VMM exits with them; QEMU's isa-debug-exit with (status << 1) | 1). */
 #define GUEST_EXIT_PASS 0
 #define GUEST_EXIT_FAIL 1
-#define GUEST_EXIT_USAGE 2 /* unknown test name or bad arguments */
-#define GUEST_EXIT_EXCEPTION \
-  3 /* unexpected CPU exception (vector, error, RIP, CR2 are printed) \
-     */
+#define GUEST_EXIT_USAGE 2     /* unknown test name or bad arguments */
+#define GUEST_EXIT_EXCEPTION 3 /* unexpected CPU exception (vector, error, RIP, CR2 are printed) */
 
 __attribute__((noreturn, format(printf, 1, 2))) void test_fail(const char *fmt, ...);
 /* Name of the running test ("" before one was selected). */
@@ -126,11 +124,10 @@ static inline uint32_t inl(uint16_t port) {
 }
 
 /* ================================================================================================
- * MMIO (anything below 4 GiB; 0xc0000000-0xffffffff is mapped uncached) and barriers. x86 keeps
- * stores ordered with other stores and loads with loads, and UC accesses are not reordered at all;
- * the compiler barrier stops GCC from moving ordinary memory accesses (descriptor rings) across a
- * device access. Use mb()/wmb()/rmb() between a DMA buffer and its doorbell when the buffer is in
- * write-back RAM.
+ * MMIO (anything below 4 GiB; 0xc0000000-0xffffffff is mapped uncached) and barriers. x86 keeps stores ordered with other stores and loads with loads, and UC
+ * accesses are not reordered at all; the compiler barrier stops GCC from moving ordinary memory
+ * accesses (descriptor rings) across a device access. Use mb()/wmb()/rmb() between a DMA buffer
+ * and its doorbell when the buffer is in write-back RAM.
  */
 #define compiler_barrier() __asm__ volatile("" : : : "memory")
 static inline void mb(void) { __asm__ volatile("mfence" : : : "memory"); }
@@ -267,8 +264,8 @@ static inline uint64_t dma_addr(const void *p) { return (uint64_t)(uintptr_t)p; 
  * irq_enable/irq_disable/cpu_wait_for_interrupt (ring-3 helpers).
  *
  * Test code starts with interrupts off (RFLAGS.IF = 0). irq_enable()/irq_disable() are STI/CLI:
- * native with IOPL 3, emulated by the #GP entry under PVM (~100 us each; PVM does honour the
- * guest's IF in ring 3). cpu_wait_for_interrupt() is HLT: in ring 3 it traps and the #GP entry does
+ * native with IOPL 3, emulated by the #GP entry under PVM (~100 us each; PVM does honour the guest's
+ * IF in ring 3). cpu_wait_for_interrupt() is HLT: in ring 3 it traps and the #GP entry does
  * "sti; hlt; cli", so it returns, interrupts off, after one interrupt has been handled.
  */
 typedef void (*irq_handler_fn)(unsigned vector, void *context);

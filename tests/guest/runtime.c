@@ -494,9 +494,9 @@ static uint64_t calibrate_with_pit(void) {
 }
 
 /* KVM paravirtual clock (Linux Documentation/virt/kvm/x86/msr.rst, MSR_KVM_SYSTEM_TIME_NEW):
- * the hypervisor fills a struct pvclock_vcpu_time_info whose tsc_to_system_mul and tsc_shift
- * convert TSC ticks to nanoseconds: ns = ((ticks << shift) * mul) >> 32 (a negative shift shifts
- * right). So ticks per second = 10^9 * 2^32 / mul / 2^shift. */
+ * the hypervisor fills a struct pvclock_vcpu_time_info whose tsc_to_system_mul and tsc_shift convert
+ * TSC ticks to nanoseconds: ns = ((ticks << shift) * mul) >> 32 (a negative shift shifts right). So
+ * ticks per second = 10^9 * 2^32 / mul / 2^shift. */
 #define MSR_KVM_SYSTEM_TIME_NEW 0x4b564d01
 #define KVM_FEATURE_CLOCKSOURCE2 (1u << 3)
 struct pvclock_vcpu_time_info {

@@ -108,8 +108,7 @@ bool scsi_inquiry_std(struct scsi_lun *l);
 /* TEST UNIT READY until GOOD, swallowing UNIT ATTENTIONs; fails the test after timeout_us or on
  * another error. Prints the UAs consumed when verbose. */
 void scsi_wait_ready(struct scsi_lun *l, uint64_t timeout_us, bool verbose);
-/* READ CAPACITY(16) (disk) or (10) (CD) into l->blocks / l->block_size; fails the test if not GOOD.
- */
+/* READ CAPACITY(16) (disk) or (10) (CD) into l->blocks / l->block_size; fails the test if not GOOD. */
 void scsi_read_capacity(struct scsi_lun *l, bool use16);
 
 /* Finds a disk (type 0) and a CD (type 5): REPORT LUNS on targets 0..max_scan (BAD_TARGET = no

@@ -30,9 +30,9 @@
  * 2000), verbose=1 (every fuzzed CDB), and the common scsi-* arguments (indirect=, event_idx=,
  * qsize=, msix=, ...). Prints one line per case, "hostile: <case>: <what happened>", and for a case
  * that went wrong "UNEXPECTED: ..." in it and "hostile: <case>: FAIL"; "NOTE:" marks what is odd
- * but tolerated. Writes only at disk LBAs capacity * 3/8 .. + 4400 (and garbage where a fuzzed
- * WRITE lands); reads capacity * 5/8 .. + 8 as the untouched reference. Meant for --scsi-queues=2
- * (one request queue works too: the other-queue checks then say they were skipped).
+ * but tolerated. Writes only at disk LBAs capacity * 3/8 .. + 4400 (and garbage where a fuzzed WRITE
+ * lands); reads capacity * 5/8 .. + 8 as the untouched reference. Meant for --scsi-queues=2 (one request
+ * queue works too: the other-queue checks then say they were skipped).
  */
 #include "tests/guest/guest.h"
 #include "tests/guest/pattern.h"
@@ -1389,8 +1389,7 @@ static void case_status_order(void) {
   note("; driver_feature written after FEATURES_OK reads 0x%08x (negotiated 0x%08x)", lo,
        (uint32_t)host.vp.driver_features);
   if (lo != (uint32_t)host.vp.driver_features) bad("driver features changed after FEATURES_OK");
-  /* Features the device does not offer (RING_PACKED), and no VERSION_1: FEATURES_OK must not stick.
-   */
+  /* Features the device does not offer (RING_PACKED), and no VERSION_1: FEATURES_OK must not stick. */
   const uint64_t offered = host.vp.device_features;
   const struct {
     const char *what;
@@ -1476,8 +1475,7 @@ static void case_reset_in_flight(void) {
 }
 
 /* Junk on the transport that must change nothing: a queue that does not exist, wrong-width writes,
- * read-only fields, doorbells of nonexistent queues, a doorbell storm, MSI-X vectors out of range.
- */
+ * read-only fields, doorbells of nonexistent queues, a doorbell storm, MSI-X vectors out of range. */
 static void case_transport_junk(void) {
   mmio_write16(common_addr(VIRTIO_COMMON_Q_SELECT), 0x1234);
   uint16_t size = mmio_read16(common_addr(VIRTIO_COMMON_Q_SIZE));
@@ -1545,8 +1543,8 @@ static void case_cfg_sizes(void) {
     uint32_t cdb_size, sense_size;
     unsigned hdr_cdb; /* CDB bytes in our header */
     uint32_t resp_sense;
-    bool must_work; /* legal sizes, commands that fit: every command must be GOOD and data in place
-                     */
+    bool
+        must_work; /* legal sizes, commands that fit: every command must be GOOD and data in place */
   } variants[] = {
       {6, 0, 6, 0, false},
       {0, 96, 0, 96, false},

@@ -120,9 +120,9 @@ struct vscsi_req {
   void *user; /* free for the caller */
   unsigned user_index;
   /* DMA */
-  uint8_t *hdr;  /* struct virtio_scsi_req_cmd: lun[8] id u64 task_attr prio crn cdb[cdb_size] */
-  uint8_t *resp; /* struct virtio_scsi_resp_cmd: sense_len resid status_qualifier status response
-                    sense[] */
+  uint8_t *hdr; /* struct virtio_scsi_req_cmd: lun[8] id u64 task_attr prio crn cdb[cdb_size] */
+  uint8_t *
+      resp; /* struct virtio_scsi_resp_cmd: sense_len resid status_qualifier status response sense[] */
 };
 
 struct vscsi_event {

@@ -1,10 +1,9 @@
 // The control API end to end (docs/api.md): boots the test guest (tests/guest) in microvm with
-// --api-socket and drives the VMM through a real gRPC client (the generated vmm.v1 stubs) and
-// through vmmctl as a subprocess, while the guest runs:
+// --api-socket and drives the VMM through a real gRPC client (the generated vmm.v1 stubs) and through
+// vmmctl as a subprocess, while the guest runs:
 // - eject and insert while the guest reads (virtio-scsi and IDE CD-ROMs): the guest's scsi-media /
 //   ide-media tests print "@@EJECT cd" and "@@INSERT cd", the test answers with Eject(cd0) and
-//   Insert(cd0, new.iso), and the guest must see NOT READY, UNIT ATTENTION 06/28/00 and the new
-//   data;
+//   Insert(cd0, new.iso), and the guest must see NOT READY, UNIT ATTENTION 06/28/00 and the new data;
 // - eject while the guest holds the lock (guest test scsi-lock): refused (FAILED_PRECONDITION)
 //   without force, and nothing changes; forced, the guest sees the medium gone;
 // - guest-initiated ejects (START STOP UNIT LoEj) reach the Watch stream (EJECT_REQUESTED while
@@ -12,9 +11,8 @@
 // - 8 threads x 100 mixed calls on an idle CD-ROM while the guest reads another one: no deadlock,
 //   the final state matches the last successful change, and the Watch stream saw every change;
 // - malformed and hostile requests (unknown and empty drive names, overlong paths, directories,
-//   FIFOs, missing or unreadable files, garbage bytes, a flood of watchers), the socket's mode
-//   0600, and socket paths that exist (a file, a directory, a live socket: refused; a stale socket:
-//   reused);
+//   FIFOs, missing or unreadable files, garbage bytes, a flood of watchers), the socket's mode 0600,
+//   and socket paths that exist (a file, a directory, a live socket: refused; a stale socket: reused);
 // - vmmctl from the shell: media list/status/eject/insert/tray/watch, vm info --json, vm stats,
 //   pause/resume, shutdown.
 // Skips without /dev/kvm or python3 (tools/make-pattern-image).
@@ -461,8 +459,8 @@ class ApiTest : public ::testing::Test {
     ASSERT_TRUE(im.error.empty()) << im.error;
   }
 
-  // Boots the guest with `cmdline`; `on_line` sees every line of the console (and its answer goes
-  // to the guest's serial input).
+  // Boots the guest with `cmdline`; `on_line` sees every line of the console (and its answer goes to
+  // the guest's serial input).
   static ProcessResult RunVm(const std::string& cmdline, const std::vector<std::string>& flags,
                              std::function<std::string(const std::string&)> on_line = nullptr,
                              absl::Duration timeout = absl::Seconds(60),
@@ -505,8 +503,7 @@ class ApiTest : public ::testing::Test {
   }
 };
 
-// ---- Eject and insert while the guest reads
-// ------------------------------------------------------
+// ---- Eject and insert while the guest reads ------------------------------------------------------
 
 TEST_F(ApiTest, EjectAndInsertWhileTheGuestReadsScsi) {
   const std::string sock = SocketPath("scsi-media.sock");
@@ -615,8 +612,7 @@ TEST_F(ApiTest, EjectAndInsertWhileTheGuestReadsIde) {
   EXPECT_THAT(r.out, HasSubstr("seed 33"));
 }
 
-// ---- The guest's lock
-// ----------------------------------------------------------------------------
+// ---- The guest's lock ----------------------------------------------------------------------------
 
 TEST_F(ApiTest, EjectWhileLockedIsRefusedUnlessForced) {
   const std::string sock = SocketPath("locked.sock");
@@ -681,8 +677,7 @@ TEST_F(ApiTest, EjectWhileLockedIsRefusedUnlessForced) {
   EXPECT_THAT(r.out, HasSubstr("06/28/00")) << "the guest saw no UNIT ATTENTION after the insert";
 }
 
-// ---- Guest-initiated eject
-// -----------------------------------------------------------------------
+// ---- Guest-initiated eject -----------------------------------------------------------------------
 
 TEST_F(ApiTest, GuestInitiatedEjectReachesTheWatchStream) {
   const std::string sock = SocketPath("guest-eject.sock");
@@ -763,8 +758,7 @@ TEST_F(ApiTest, GuestInitiatedEjectReachesTheWatchStream) {
   for (const pb::MediaEvent& e : only_cd0->Events()) EXPECT_EQ(e.drive(), "cd0") << Show(e);
 }
 
-// ---- Many concurrent calls
-// -----------------------------------------------------------------------
+// ---- Many concurrent calls -----------------------------------------------------------------------
 
 struct Observation {
   uint64_t generation;
@@ -780,8 +774,7 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
   bool hammered = false;
   std::optional<grpc::Status> shutdown_status;
   auto on_line = [&](const std::string& line) -> std::string {
-    // The guest reads cd0 (IDE) in a loop; each pass prints a line. After the first, cd1 is
-    // hammered.
+    // The guest reads cd0 (IDE) in a loop; each pass prints a line. After the first, cd1 is hammered.
     if (hammered || !absl::StrContains(line, "kib_per_s=")) return "";
     hammered = true;
     Client client(sock);
@@ -975,8 +968,7 @@ TEST_F(ApiTest, ManyConcurrentCallsKeepTheStateConsistent) {
             << (absl::Now() - boot) << " after boot\n";
 }
 
-// ---- Malformed and hostile requests
-// --------------------------------------------------------------
+// ---- Malformed and hostile requests --------------------------------------------------------------
 
 TEST_F(ApiTest, MalformedAndHostileRequests) {
   const std::string sock = SocketPath("hostile.sock");
@@ -1181,8 +1173,7 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
   EXPECT_THAT(r.out, HasSubstr("echo: bye"));
 }
 
-// ---- The socket path
-// -----------------------------------------------------------------------------
+// ---- The socket path -----------------------------------------------------------------------------
 
 TEST_F(ApiTest, SocketPathThatExistsIsRefusedStaleSocketIsReused) {
   auto refused = [&](const std::string& path, const std::string& what) {
@@ -1246,8 +1237,7 @@ TEST_F(ApiTest, SocketPathThatExistsIsRefusedStaleSocketIsReused) {
   EXPECT_FALSE(std::filesystem::exists(stale)) << "the socket outlived the VMM";
 }
 
-// ---- vmmctl from the shell
-// -----------------------------------------------------------------------
+// ---- vmmctl from the shell -----------------------------------------------------------------------
 
 TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
   const std::string sock = SocketPath("vmmctl.sock");

@@ -38,8 +38,7 @@ struct ProcessOptions {
   bool without_file_capabilities = false;
 };
 
-// Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the
-// timeout.
+// Runs argv[0] with arguments, capturing stdout and stderr; kills it with SIGKILL after the timeout.
 ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOptions& options = {});
 
 }  // namespace tests

@@ -268,10 +268,9 @@ FadtConfig MakeFadt(const MachineDescription& machine, const DeviceDescription* 
   }
   // 4.8 fixed hardware (the PC model, as QEMU's PIIX4 PM): Linux then keeps the 8259 PIC and the
   // identity mapping of ISA IRQs 0-15 to IOAPIC pins, which legacy devices such as the PIIX3 IDE
-  // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A
-  // fixed-feature power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does
-  // not. The PM timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI
-  // (5.2.10).
+  // channels (IRQ 14/15 by number) rely on; in hardware-reduced mode it has neither. A fixed-feature
+  // power button exists (PM1 PWRBTN_STS/EN: PWR_BUTTON clear), a sleep button does not. The PM
+  // timer is 24 bits (TMR_VAL_EXT clear). The FACS is required without HW_REDUCED_ACPI (5.2.10).
   using Pm = AcpiPmLayout;
   const uint64_t base = pm->ranges.front().base;
   fadt.flags = kFadtWbinvd | kFadtProcC1 | kFadtSleepButton | kFadtResetRegSupported;

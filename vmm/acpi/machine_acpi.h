@@ -15,10 +15,10 @@
 namespace vmm::acpi {
 
 // The compatible string of the ACPI fixed hardware's DeviceDescription (the device in
-// devices/legacy/acpi_pm.h): its first range is the 16-port block of PM1 event/control registers,
-// PM timer and reset register; the FADT points into it, its SCI is ISA IRQ kAcpiSciIrq (layout.h),
-// and the DSDT gets \_S5_. (The description carries no `interrupt`: the SCI is level-triggered,
-// which only the FADT and the MADT express.)
+// devices/legacy/acpi_pm.h): its first range is the 16-port block of PM1 event/control registers, PM
+// timer and reset register; the FADT points into it, its SCI is ISA IRQ kAcpiSciIrq (layout.h), and
+// the DSDT gets \_S5_. (The description carries no `interrupt`: the SCI is level-triggered, which
+// only the FADT and the MADT express.)
 inline constexpr char kAcpiPmCompatible[] = "microvm,acpi-pm";
 // The PCI host bridge's DeviceDescription (devices/pci PciRootBus::Describe()): configuration
 // mechanism #1 ports; its windows are MachineDescription::pci_windows.

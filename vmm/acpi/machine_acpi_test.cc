@@ -318,8 +318,8 @@ TEST(MachineAcpiTest, IaslDisassemblesTheTables) {
   EXPECT_THAT(ReadFile(log), HasSubstr("0 Errors"));
 }
 
-// Loads the tables into ACPICA's interpreter (the code Linux runs) with acpiexec and evaluates what
-// a guest evaluates: the namespace must load without exceptions and \_S5 must give the sleep type
+// Loads the tables into ACPICA's interpreter (the code Linux runs) with acpiexec and evaluates what a
+// guest evaluates: the namespace must load without exceptions and \_S5 must give the sleep type
 // the power-off register decodes.
 TEST(MachineAcpiTest, AcpiexecLoadsTheNamespace) {
   if (access("/usr/bin/acpiexec", X_OK) != 0)

@@ -286,9 +286,9 @@ int WriteTree(std::span<uint8_t> buffer, const MachineDescription& machine,
   w.Cell("#address-cells", 2);
   w.Cell("#size-cells", 1);
   // Devicetree Specification v0.4, 2.3.8: without `ranges` no child address maps into the parent,
-  // so an OS could not resolve the ports. Map I/O space 0-0xffff 1:1 onto parent addresses
-  // 0-0xffff: Linux's of_translate_ioport() then yields the port number (pci_address_to_pio() is
-  // the identity on x86); the same encoding as MIPS ISA bridges (e.g. loongson rs780e-pch.dtsi).
+  // so an OS could not resolve the ports. Map I/O space 0-0xffff 1:1 onto parent addresses 0-0xffff:
+  // Linux's of_translate_ioport() then yields the port number (pci_address_to_pio() is the identity
+  // on x86); the same encoding as MIPS ISA bridges (e.g. loongson rs780e-pch.dtsi).
   w.Cells("ranges",
           {kIsaIoSpace, 0, /*parent address*/ 0, 0, static_cast<uint32_t>(kPortIoSpaceBytes)});
   for (const DeviceDescription& device : machine.devices) {

@@ -156,8 +156,7 @@ absl::Status VmFd::CreateIrqchip() {
 
 absl::Status VmFd::CreatePit2() {
   kvm_pit_config config{};
-  // KVM_PIT_SPEAKER_DUMMY: port 0x61 reads are served in the kernel, as Linux's PIT calibration
-  // needs.
+  // KVM_PIT_SPEAKER_DUMMY: port 0x61 reads are served in the kernel, as Linux's PIT calibration needs.
   config.flags = KVM_PIT_SPEAKER_DUMMY;
   if (ioctl(fd_.get(), KVM_CREATE_PIT2, &config) < 0) return IoctlError("KVM_CREATE_PIT2");
   return absl::OkStatus();

@@ -13,8 +13,8 @@
 #include "absl/status/statusor.h"
 #include "vmm/sys_util/scoped_fd.h"
 
-// Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns
-// an absl::Status that names the call and the errno, so callers never see raw -1s.
+// Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns an
+// absl::Status that names the call and the errno, so callers never see raw -1s.
 namespace vmm {
 
 class VcpuFd;
@@ -62,9 +62,8 @@ class VmFd {
   // KVM_IRQFD: a write to `event_fd` raises `gsi`.
   absl::Status RegisterIrqfd(int event_fd, uint32_t gsi);
   absl::Status UnregisterIrqfd(int event_fd, uint32_t gsi);
-  // KVM_IOEVENTFD: a guest write of `length` bytes to `address` (port I/O or MMIO) signals
-  // `event_fd` in the kernel, without an exit to the VMM. With `datamatch`, only writes of that
-  // value do.
+  // KVM_IOEVENTFD: a guest write of `length` bytes to `address` (port I/O or MMIO) signals `event_fd`
+  // in the kernel, without an exit to the VMM. With `datamatch`, only writes of that value do.
   struct IoEventSpec {
     uint64_t address = 0;
     uint32_t length = 0;  // 0 (any length, MMIO only), 1, 2, 4 or 8

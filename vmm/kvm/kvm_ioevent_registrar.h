@@ -6,9 +6,8 @@
 
 namespace vmm {
 
-// The devices' IoEventRegistrar (vmm/machine/ioevent_registrar.h) on KVM_IOEVENTFD: the assembly
-// gives it to virtio-pci, which knows no KVM. `vm` must outlive the registrar and every
-// registration.
+// The machine's IoEventRegistrar (vmm/machine/ioevent_registrar.h) on KVM_IOEVENTFD: the assembly
+// gives it to virtio-pci, which knows no KVM. `vm` must outlive the registrar and every registration.
 class KvmIoEventRegistrar : public vmm::IoEventRegistrar {
  public:
   explicit KvmIoEventRegistrar(VmFd& vm) : vm_(vm) {}

@@ -12,11 +12,11 @@
 
 namespace vmm {
 
-// MSI vectors on KVM: each vector owns a GSI above the IOAPIC's pins and an eventfd registered as
-// an irqfd on it. KVM_SET_GSI_ROUTING replaces the whole table, so this class keeps the default
-// routes of the legacy pins (what KVM sets up with the in-kernel irqchip: GSI n to PIC pin n for n
-// < 16 (except 2, the cascade) and to IOAPIC pin n for n < 24) and adds one MSI route per
-// programmed vector.
+// MSI vectors on KVM: each vector owns a GSI above the IOAPIC's pins and an eventfd registered as an
+// irqfd on it. KVM_SET_GSI_ROUTING replaces the whole table, so this class keeps the default routes
+// of the legacy pins (what KVM sets up with the in-kernel irqchip: GSI n to PIC pin n for n < 16
+// (except 2, the cascade) and to IOAPIC pin n for n < 24) and adds one MSI route per programmed
+// vector.
 class KvmMsiController : public MsiController {
  public:
   explicit KvmMsiController(VmFd& vm);

@@ -6,10 +6,10 @@
 #include <cstdint>
 
 // The Linux/x86 boot protocol's data structures, written from the protocol documents rather than
-// from kernel headers: Documentation/x86/boot.rst ("The Linux/x86 Boot Protocol", section "THE
-// REAL-MODE KERNEL HEADER" gives every offset) and Documentation/x86/zero-page.rst (the layout of
-// the 4 KiB `boot_params` "zero page"). Offsets in comments are from the start of the zero page,
-// which is also the start of a bzImage file. All fields are little-endian, as the host's.
+// from kernel headers: Documentation/x86/boot.rst ("The Linux/x86 Boot Protocol", section "THE REAL-MODE
+// KERNEL HEADER" gives every offset) and Documentation/x86/zero-page.rst (the layout of the
+// 4 KiB `boot_params` "zero page"). Offsets in comments are from the start of the zero page, which is
+// also the start of a bzImage file. All fields are little-endian, as the host's.
 namespace vmm::loader {
 
 static_assert(std::endian::native == std::endian::little,
@@ -136,8 +136,8 @@ struct __attribute__((packed)) BootE820Entry {
 static_assert(sizeof(BootE820Entry) == 20);
 
 // zero-page.rst: the whole 4 KiB zero page. Fields a loader has no business with are byte arrays.
-// boot.rst "64-bit BOOT PROTOCOL": boot_params is "initialized to all zero. Then, the setup header
-// at offset 0x01f1 of kernel image on should be loaded into struct boot_params and examined".
+// boot.rst "64-bit BOOT PROTOCOL": boot_params is "initialized to all zero. Then, the setup header at
+// offset 0x01f1 of kernel image on should be loaded into struct boot_params and examined".
 struct __attribute__((packed)) BootParams {
   uint8_t screen_info[0x40];        // 0x000
   uint8_t apm_bios_info[0x14];      // 0x040

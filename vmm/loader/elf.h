@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <cstdint>
 
-// The parts of the ELF-64 format the kernel loader reads, from the System V ABI ("ELF-64 Object
-// File Format" and the gABI chapters "ELF Header", "Program Header", "Note Section"), and the Xen
-// ELF note the PVH boot ABI defines (xen/include/public/elfnote.h). Internal to //vmm/loader.
+// The parts of the ELF-64 format the kernel loader reads, from the System V ABI ("ELF-64 Object File
+// Format" and the gABI chapters "ELF Header", "Program Header", "Note Section"), and the Xen ELF note
+// the PVH boot ABI defines (xen/include/public/elfnote.h). Internal to //vmm/loader.
 namespace vmm::loader::elf {
 
 inline constexpr uint8_t kMagic[4] = {0x7f, 'E', 'L', 'F'};
@@ -25,8 +25,8 @@ inline constexpr uint32_t kPtNote = 4;          // PT_NOTE
 // has the value PN_XNUM" and the real count lives in section 0. Kernels never need that many.
 inline constexpr uint16_t kPnXnum = 0xffff;
 
-// elfnote.h: XEN_ELFNOTE_PHYS32_ENTRY, "Physical entry point into the kernel ... in 32-bit
-// protected mode with paging disabled", in a note whose name is "Xen".
+// elfnote.h: XEN_ELFNOTE_PHYS32_ENTRY, "Physical entry point into the kernel ... in 32-bit protected
+// mode with paging disabled", in a note whose name is "Xen".
 inline constexpr uint32_t kXenElfnotePhys32Entry = 18;
 inline constexpr char kXenNoteName[] = "Xen";  // namesz 4, including the NUL.
 
@@ -66,8 +66,7 @@ static_assert(sizeof(Elf64Phdr) == 56);
 static_assert(offsetof(Elf64Phdr, p_paddr) == 0x18);
 static_assert(offsetof(Elf64Phdr, p_memsz) == 0x28);
 
-// A note entry's header; the name and then the descriptor follow, each padded to the note
-// alignment.
+// A note entry's header; the name and then the descriptor follow, each padded to the note alignment.
 struct __attribute__((packed)) Elf64Nhdr {
   uint32_t n_namesz;
   uint32_t n_descsz;

@@ -12,8 +12,8 @@
 
 namespace vmm::loader {
 
-// A read-only regular file (kernel image, initrd) whose every read is bounds-checked against the
-// size it had when opened. Errors name the path, so a user sees which of several files is at fault.
+// A read-only regular file (kernel image, initrd) whose every read is bounds-checked against the size
+// it had when opened. Errors name the path, so a user sees which of several files is at fault.
 // Internal to //vmm/loader.
 class ImageFile {
  public:

@@ -18,10 +18,10 @@ struct InitrdPlacement {
 };
 
 // Reads the initrd at `path` into guest RAM as high as possible (as GRUB and QEMU do: that keeps it
-// clear of where the kernel decompresses and of early allocations above it): page-aligned, ending
-// at or below min(kernel.initrd_addr_max + 1, the end of RAM below 3 GiB), and starting at or above
-// the page after kernel.reserved_end. NotFound / PermissionDenied for the file, InvalidArgument if
-// it is empty, ResourceExhausted (with the sizes) if it does not fit.
+// clear of where the kernel decompresses and of early allocations above it): page-aligned, ending at
+// or below min(kernel.initrd_addr_max + 1, the end of RAM below 3 GiB), and starting at or above
+// the page after kernel.reserved_end. NotFound / PermissionDenied for the file, InvalidArgument if it
+// is empty, ResourceExhausted (with the sizes) if it does not fit.
 absl::StatusOr<InitrdPlacement> LoadInitrd(const GuestMemory& memory, const std::string& path,
                                            const LoadedKernel& kernel);
 // The same from a file opened before (see LoadKernel's ImageFile overload).

@@ -18,8 +18,7 @@ struct LoadedKernel {
     // ELF with a XEN_ELFNOTE_PHYS32_ENTRY note: 32-bit protected mode, paging off, EBX = the
     // hvm_start_info address (Xen PVH boot ABI). Write it with WritePvhStartInfo().
     kPvh,
-    // bzImage: the boot protocol's 64-bit entry (boot.rst "64-bit BOOT PROTOCOL"), RSI =
-    // boot_params.
+    // bzImage: the boot protocol's 64-bit entry (boot.rst "64-bit BOOT PROTOCOL"), RSI = boot_params.
     // Write boot_params with WriteLinuxBootParams().
     kLinux64,
     // ELF without a PVH note, e.g. a vmlinux: entered at e_entry in 64-bit long mode with RSI =
@@ -44,24 +43,21 @@ struct LoadedKernel {
   std::optional<std::vector<uint8_t>> bzimage_setup_header;
   // bzImage only: the header's protocol version (0x0206 for 2.06); 0 for ELF.
   uint16_t boot_protocol_version = 0;
-  // Highest address the initrd may occupy (inclusive, as boot.rst defines initrd_addr_max). From
-  // the bzImage header; 0x37ffffff for protocols before 2.03; 0xffffffff for ELF kernels, which
-  // have no such limit beyond the 4 GiB the entry modes can address (the initrd is still kept below
-  // 3 GiB).
+  // Highest address the initrd may occupy (inclusive, as boot.rst defines initrd_addr_max). From the
+  // bzImage header; 0x37ffffff for protocols before 2.03; 0xffffffff for ELF kernels, which have no
+  // such limit beyond the 4 GiB the entry modes can address (the initrd is still kept below 3 GiB).
   uint32_t initrd_addr_max = 0xffffffff;
 };
 
 // Loads the kernel image at `path` into guest RAM. The format is detected from the file's magic:
-//   - ELF64 (x86-64, ET_EXEC): every PT_LOAD segment at its p_paddr (p_filesz bytes copied, the
-//   rest
+//   - ELF64 (x86-64, ET_EXEC): every PT_LOAD segment at its p_paddr (p_filesz bytes copied, the rest
 //     of p_memsz zeroed). Each segment must lie in RAM at or above 1 MiB, below 3 GiB: below 1 MiB
 //     are the VMM's boot structures and the legacy BIOS area (docs/machine.md). A PT_NOTE holding a
 //     "Xen" XEN_ELFNOTE_PHYS32_ENTRY note makes it a kPvh kernel entered there; otherwise kElf64 at
 //     e_entry. The entry must lie inside a loaded segment.
-//   - bzImage (boot protocol >= 2.06 with XLF_KERNEL_64, so >= 2.12 in practice): the
-//   protected-mode
-//     kernel (file offset (setup_sects + 1) * 512 to the end) loaded at pref_address when the
-//     kernel is relocatable and pref_address is suitably aligned, else at 1 MiB; kLinux64 entry at
+//   - bzImage (boot protocol >= 2.06 with XLF_KERNEL_64, so >= 2.12 in practice): the protected-mode
+//     kernel (file offset (setup_sects + 1) * 512 to the end) loaded at pref_address when the kernel
+//     is relocatable and pref_address is suitably aligned, else at 1 MiB; kLinux64 entry at
 //     load address + 0x200.
 // Errors: NotFound (no such file), PermissionDenied (unreadable), InvalidArgument (not a kernel,
 // truncated, unsupported ELF class/machine/type, malformed headers, too old a boot protocol, a

@@ -88,8 +88,7 @@ absl::Status WriteLinuxBootParams(const GuestMemory& memory, const LinuxBootConf
           "device tree blob is %u bytes; at most %u fit at 0x%x after the setup_data header",
           config.fdt.size(), kFdtMaxBytes - sizeof(SetupDataHeader), kLinuxFdtBlobAddress));
     }
-    // setup_data exists from protocol 2.09 on; the 2.12 a bzImage needs for XLF_KERNEL_64 covers
-    // it.
+    // setup_data exists from protocol 2.09 on; the 2.12 a bzImage needs for XLF_KERNEL_64 covers it.
     if (params.hdr.version < kProtocol2_09) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the kernel's boot protocol 0x%04x predates setup_data (2.09); it cannot take an FDT",

@@ -26,8 +26,8 @@ inline constexpr uint64_t kLinuxFdtBlobAddress = kFdtAddress + sizeof(SetupDataH
 // at least 2.09 (arch/x86/kernel/setup.c parse_setup_data()); 2.15 is the protocol this follows.
 inline constexpr uint16_t kElfBootProtocolVersion = kProtocol2_15;
 // boot.rst sample boot configuration: heap_end = 0xe000, heap_end_ptr = heap_end - 0x200. Only the
-// 16-bit setup code uses the heap, which the 64-bit entry skips, but we say CAN_USE_HEAP, so make
-// it a sane value.
+// 16-bit setup code uses the heap, which the 64-bit entry skips, but we say CAN_USE_HEAP, so make it
+// a sane value.
 inline constexpr uint16_t kHeapEndPtr = 0xe000 - 0x200;
 // What Firecracker writes as kernel_alignment in the minimal ELF header (16 MiB, the x86-64
 // CONFIG_PHYSICAL_ALIGN maximum).
@@ -47,12 +47,11 @@ struct LinuxBootConfig {
   uint64_t acpi_rsdp_address = 0;
 };
 
-// Writes the Linux zero page (boot_params, Documentation/x86/zero-page.rst) at kZeroPageAddress,
-// the command line at kCmdlineAddress and, with an FDT, the setup_data node at kFdtAddress. For a
-// bzImage the kernel's own setup header is the base (boot.rst "64-bit BOOT PROTOCOL"); for an ELF
-// kernel a minimal one (boot_flag, "HdrS", version, kernel_alignment) as Firecracker writes. Then
-// the loader fields: type_of_loader 0xff, loadflags |= LOADED_HIGH | CAN_USE_HEAP, heap_end_ptr,
-// cmd_line_ptr
+// Writes the Linux zero page (boot_params, Documentation/x86/zero-page.rst) at kZeroPageAddress, the
+// command line at kCmdlineAddress and, with an FDT, the setup_data node at kFdtAddress. For a bzImage
+// the kernel's own setup header is the base (boot.rst "64-bit BOOT PROTOCOL"); for an ELF kernel a
+// minimal one (boot_flag, "HdrS", version, kernel_alignment) as Firecracker writes. Then the loader
+// fields: type_of_loader 0xff, loadflags |= LOADED_HIGH | CAN_USE_HEAP, heap_end_ptr, cmd_line_ptr
 // (+ ext_), ramdisk_image/size (+ ext_), vid_mode 0xffff, setup_data, acpi_rsdp_addr, and the e820
 // table from vmm::x86::BuildE820Map().
 // InvalidArgument: no kernel, a PVH kernel, a command line that is too long (over the bzImage's

@@ -4,9 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
-// The Xen PVH boot ABI's structures (xen/include/public/arch-x86/hvm/start_info.h;
-// docs/misc/pvh.pandoc), written from the published layout. All fields little-endian; "paddr"
-// fields are guest-physical.
+// The Xen PVH boot ABI's structures (xen/include/public/arch-x86/hvm/start_info.h; docs/misc/pvh.pandoc),
+// written from the published layout. All fields little-endian; "paddr" fields are guest-physical.
 namespace vmm::loader {
 
 // start_info.h: XEN_HVM_START_MAGIC_VALUE.

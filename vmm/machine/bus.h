@@ -23,8 +23,8 @@ class BusDevice {
   virtual void Write(uint64_t offset, std::span<const uint8_t> data) = 0;
 };
 
-// Dispatches guest accesses by address range. Ranges never overlap; registering one that would is
-// an error. Devices are called without the bus lock held, so a device may (re)register ranges from
+// Dispatches guest accesses by address range. Ranges never overlap; registering one that would is an
+// error. Devices are called without the bus lock held, so a device may (re)register ranges from
 // inside an access (a PCI BAR move does).
 class Bus {
  public:

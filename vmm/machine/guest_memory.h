@@ -14,8 +14,7 @@
 
 namespace vmm {
 
-// A guest-physical address. A distinct type so host pointers, offsets and guest addresses do not
-// mix.
+// A guest-physical address. A distinct type so host pointers, offsets and guest addresses do not mix.
 class GuestAddress {
  public:
   constexpr GuestAddress() = default;
@@ -71,9 +70,9 @@ class GuestMemoryRegion {
   bool private_anonymous_;
 };
 
-// Guest RAM: a set of non-overlapping regions. Every access is bounds-checked: a range is usable
-// only if it lies wholly inside one region. A guest (or a guest-supplied descriptor) can never make
-// the VMM touch host memory outside the guest's mappings through this class.
+// Guest RAM: a set of non-overlapping regions. Every access is bounds-checked: a range is usable only
+// if it lies wholly inside one region. A guest (or a guest-supplied descriptor) can never make the
+// VMM touch host memory outside the guest's mappings through this class.
 class GuestMemory {
  public:
   // Regions must not overlap; they are kept sorted by address.

@@ -46,8 +46,8 @@ inline constexpr uint16_t kI8042DataPort = 0x60;
 inline constexpr uint16_t kI8042CommandPort = 0x64;
 inline constexpr uint16_t kDebugExitPort = 0xf4;
 inline constexpr uint16_t kPostCodePort = 0x80;
-// The ACPI fixed hardware the FADT names (docs/machine.md "ACPI tables", devices/legacy/acpi_pm.h),
-// one 16-port block laid out as QEMU's PIIX4 PM: PM1a event block (PM1_STS, PM1_EN), PM1a control
+// The ACPI fixed hardware the FADT names (docs/machine.md "ACPI tables", devices/legacy/acpi_pm.h), one
+// 16-port block laid out as QEMU's PIIX4 PM: PM1a event block (PM1_STS, PM1_EN), PM1a control
 // block, PM timer, then the reset register. The SCI is ISA IRQ 9 (level, active high), as on PIIX4.
 inline constexpr uint16_t kAcpiPmBase = 0x600;
 inline constexpr uint16_t kAcpiPmBlockSize = 0x10;

@@ -8,8 +8,8 @@
 
 namespace vmm {
 
-// What the VMM wired up, in the terms a guest needs to find it: the input of the device tree (and
-// of anything else that describes the machine). Devices append themselves as the VM is assembled.
+// What the VMM wired up, in the terms a guest needs to find it: the input of the device tree (and of
+// anything else that describes the machine). Devices append themselves as the VM is assembled.
 struct DeviceDescription {
   enum class AddressSpace { kPortIo, kMmio };
   std::string node_name;                // e.g. "serial" (the unit address is appended).

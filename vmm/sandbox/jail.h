@@ -73,8 +73,7 @@ absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options);
 // is the initramfs, which cannot be pivoted), the shared directories and device nodes inside it;
 // then RLIMIT_NOFILE and RLIMIT_CORE lowered, PR_SET_DUMPABLE 0 (no core dump of guest memory, no
 // ptrace by the same user), supplementary groups dropped, gid and uid changed (every capability
-// goes with uid 0; checked), the parent-death signal again, NO_NEW_PRIVS. Any thread may call it;
-// glibc changes the ids of all.
+// goes with uid 0; checked), the parent-death signal again, NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
 absl::Status EnterJail(const JailOptions& options);
 
 }  // namespace vmm::sandbox

@@ -19,10 +19,10 @@ namespace vmm::sandbox {
 //
 // - the child is the VMM and carries on with the launch;
 // - the parent becomes the supervisor, the VMM's stand-in for whoever started it (a shell, an
-//   orchestrator holding its pid): it forwards SIGINT, SIGTERM and SIGHUP (the VMM's stop signals;
-//   as PID 1 the VMM would ignore any signal it does not take, so the other terminating ones end it
-//   with SIGKILL), waits for it, removes its cgroup, and exits as it did (the same status, or the
-//   same signal). Its own filter allows nothing else; it holds no descriptor but stdio.
+//   orchestrator holding its pid): it forwards SIGINT, SIGTERM and SIGHUP (the VMM's stop signals; as
+//   PID 1 the VMM would ignore any signal it does not take, so the other terminating ones end
+//   it with SIGKILL), waits for it, removes its cgroup, and exits as it did (the same status, or
+//   the same signal). Its own filter allows nothing else; it holds no descriptor but stdio.
 //
 // Firecracker's jailer does the same with --new-pid-ns, minus the supervisor (it daemonizes).
 

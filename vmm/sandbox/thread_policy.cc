@@ -25,8 +25,8 @@ namespace {
 // activates a virtio device or programs its MSI-X table; KVM_GET_REGS/KVM_GET_SREGS for the
 // report of a fatal exit. Not every 0xAE request: KVM_CREATE_VM, KVM_CREATE_VCPU, memory slots or
 // another vCPU's registers are none of a running thread's business (H15 of
-// docs/security.md). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in
-// C++ (vmm/kvm/kvm_abi.h).
+// docs/security.md). KVM_SET_GSI_ROUTING as the kernel numbers it: the header's macro is wrong in C++
+// (vmm/kvm/kvm_abi.h).
 void AllowVcpuKvmIoctls(SyscallAllowlist& list) {
   for (uint32_t request :
        {static_cast<uint32_t>(KVM_RUN), static_cast<uint32_t>(KVM_IRQ_LINE),
@@ -127,8 +127,7 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
     list.Add({__NR_ioctl, {{.index = 1, .value = request}}, EPERM});
   }
   // Nothing in a VMM sends data with a connection attempt: sendto/sendmsg with MSG_FASTOPEN would
-  // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules
-  // that allow them.
+  // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules that allow them.
   list.Add({__NR_sendto, {{.index = 3, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   list.Add({__NR_sendmsg, {{.index = 2, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
   // clang-format off

@@ -16,8 +16,7 @@ void SignalEventFd(int fd);
 // Takes the eventfd's whole count in one read that never blocks, whatever the descriptor's own
 // flags: a descriptor another process handed over (a vhost-user kick) may be a blocking one whose
 // count its owner already zeroed, and a plain read would then wait for ever (RWF_NOWAIT: EAGAIN
-// instead). Returns the count taken, 0 when there was none. An EFD_SEMAPHORE eventfd gives 1 a
-// read.
+// instead). Returns the count taken, 0 when there was none. An EFD_SEMAPHORE eventfd gives 1 a read.
 uint64_t DrainEventFd(int fd);
 
 // Whether `fd` (from another process: a vhost-user front end) is an eventfd, without /proc (absent

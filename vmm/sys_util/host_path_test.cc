@@ -25,6 +25,5 @@ TEST(HostPathTest, JoinsTheWorkingDirectory) {
   EXPECT_EQ(AbsolutePath(""), "");
 }
 
-
 }  // namespace
 }  // namespace sys_util

@@ -141,8 +141,7 @@ absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
     regs.rsi = boot_info;
     regs.rsp = regs.rbp = kBootStackTop;
   } else {
-    // Xen PVH ABI (docs/misc/pvh.pandoc): flat 32-bit segments, CR0.PE, paging off, EBX =
-    // start_info.
+    // Xen PVH ABI (docs/misc/pvh.pandoc): flat 32-bit segments, CR0.PE, paging off, EBX = start_info.
     const kvm_segment code = SegmentFromGdtEntry(gdt[kCode32Selector / 8], kCode32Selector);
     const kvm_segment data = SegmentFromGdtEntry(gdt[kData32Selector / 8], kData32Selector);
     sregs.cs = code;

@@ -35,13 +35,13 @@ absl::Status WriteIdentityPageTables(const GuestMemory& memory);
 absl::Status ConfigureBootVcpu(VcpuFd& vcpu, BootEntryMode mode, uint64_t entry,
                                uint64_t boot_info);
 
-// State every vCPU needs whatever the entry: FPU defaults, the boot MSRs, and the local APIC's
-// LINT0 as ExtINT (the 8259 PIC's output) and LINT1 as NMI, as the MP specification's virtual-wire
-// mode and firmware set them.
+// State every vCPU needs whatever the entry: FPU defaults, the boot MSRs, and the local APIC's LINT0
+// as ExtINT (the 8259 PIC's output) and LINT1 as NMI, as the MP specification's virtual-wire mode and
+// firmware set them.
 absl::Status ConfigureCommonVcpuState(VcpuFd& vcpu);
 
-// Encodes a GDT descriptor (Intel SDM Vol. 3A, 3.4.5). `flags` holds the access byte in bits 0-7
-// and the G/DB/L/AVL nibble in bits 12-15.
+// Encodes a GDT descriptor (Intel SDM Vol. 3A, 3.4.5). `flags` holds the access byte in bits 0-7 and
+// the G/DB/L/AVL nibble in bits 12-15.
 uint64_t GdtEntry(uint16_t flags, uint32_t base, uint32_t limit);
 // The kvm_segment KVM needs for a descriptor loaded with `selector`.
 kvm_segment SegmentFromGdtEntry(uint64_t entry, uint16_t selector);

@@ -137,8 +137,8 @@ inline constexpr uint32_t kMpTableMaxCpus =
 //
 // ISA IRQ 0 goes to pin 0, not pin 2 as on PC chipsets: the VMM keeps KVM's default GSI routing
 // (kvm_setup_default_irq_routing: GSI n -> IOAPIC pin n and 8259 input n for n < 16), and KVM's
-// in-kernel PIT raises GSI 0, so the timer arrives at IOAPIC pin 0. QEMU instead installs a GSI 0
-// -> pin 2 route and reports it as an interrupt source override; Firecracker, like us, keeps the
+// in-kernel PIT raises GSI 0, so the timer arrives at IOAPIC pin 0. QEMU instead installs a GSI 0 ->
+// pin 2 route and reports it as an interrupt source override; Firecracker, like us, keeps the
 // default and lists IRQ 0 on pin 0. If the VMM ever sets its own routing, this table must follow.
 //
 // Errors: InvalidArgument when num_cpus is 0 or above kMpTableMaxCpus; OutOfRange when guest memory

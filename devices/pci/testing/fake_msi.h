@@ -13,8 +13,7 @@
 
 namespace devices::pci::testing {
 
-// An MsiVector that records what it was told: the messages (SetMessage) and how many times it
-// fired.
+// An MsiVector that records what it was told: the messages (SetMessage) and how many times it fired.
 class FakeMsiVector : public vmm::MsiVector {
  public:
   struct Message {

@@ -127,9 +127,9 @@ inline constexpr uint32_t kResetRescan = 1;
 inline constexpr uint32_t kResetRemoved = 2;
 
 // §5.6.6.1: a virtio-scsi LUN field is lun[0] = 1, lun[1] = the target, and from lun[2] the SAM
-// LUN of the logical unit in that target (the driver sends flat space addressing, 0x40 | high
-// byte). Only the target is decided here; which unit the SAM LUN names is the SCSI target's one
-// rule (devices/scsi/lun.h DecodeLun), for commands and task management alike.
+// LUN of the logical unit in that target (the driver sends flat space addressing, 0x40 | high byte).
+// Only the target is decided here; which unit the SAM LUN names is the SCSI target's one rule
+// (devices/scsi/lun.h DecodeLun), for commands and task management alike.
 struct LunAddress {
   bool valid;  // lun[0] == 1
   uint8_t target;
