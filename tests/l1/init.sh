@@ -8,6 +8,7 @@
 # What the host reads on ttyS0, besides the test's own output:
 #   L1-NO-KVM REASON     kvm-amd did not create /dev/kvm: the run fails (no test runs)
 #   L1-FAIL REASON       L1 could not set up the test (no virtiofs, no job)
+#   L1-TRACE ...         a failed test during which a guest shut down: L1's KVM events before it
 #   L1-EXIT status=N     the test's exit status; L1 powers off next
 # L1's kernel logs to ttyS1, which the host keeps apart.
 
@@ -48,6 +49,27 @@ done
 # A heartbeat on the kernel's port, so the host tells a stalled L1 from a long quiet test.
 ( while sleep 15; do read -r up _ < /proc/uptime; echo "L1-ALIVE uptime=$up" > /dev/ttyS1; done ) &
 echo "L1-KVM $(dmesg | grep -m1 'Nested Paging' | sed 's/^\[ *[0-9.]*\] //')"
+# L1's KVM events in a ring through the test (as the nested tier's L2_TRACE_FAULTS): when a test
+# fails after a guest shut down (an L2 triple fault), what that vCPU did last is in the test's log.
+trace=/sys/kernel/debug/tracing
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+if [ -w "$trace/buffer_size_kb" ]; then
+  echo 2048 > "$trace/buffer_size_kb"
+  for e in kvm_exit kvm_entry kvm_userspace_exit kvm_pio kvm_mmio kvm_inj_exception kvm_inj_virq \
+           kvm_page_fault; do
+    echo 1 > "$trace/events/kvm/$e/enable" 2>/dev/null
+  done
+  echo 1 > "$trace/tracing_on"
+fi
 chroot /host /bin/bash "$job"
-echo "L1-EXIT status=$?"
+status=$?
+if [ "$status" != 0 ] && [ -r "$trace/trace" ]; then
+  echo 0 > "$trace/tracing_on"
+  first=$(grep -n -m1 'kvm_exit: .*reason shutdown' "$trace/trace" | cut -d: -f1)
+  if [ -n "$first" ]; then
+    echo "L1-TRACE a guest shut down (triple fault); L1's last KVM events before it:"
+    sed -n "$((first > 60 ? first - 60 : 1)),${first}p" "$trace/trace" | sed 's/^/L1-TRACE| /'
+  fi
+fi
+echo "L1-EXIT status=$status"
 l1_end
