@@ -206,6 +206,37 @@ void WriteDeviceCommon(FdtWriter& w, const DeviceDescription& device) {
   if (device.clock_frequency.has_value()) w.Cell("clock-frequency", *device.clock_frequency);
 }
 
+// Opens an interrupt controller's node with what both of the machine's have, in the bindings
+// Linux's x86 device-tree support understands (arch/x86/kernel/devicetree.c; the CE4100 SoC
+// introduced them). 2.4.2: an interrupt controller has an empty `interrupt-controller` property and
+// #interrupt-cells (<pin trigger-type>). No interrupt-map refers to it, but dtc's
+// interrupt_provider check (dtc 1.6) expects an interrupt provider to say how many address cells an
+// interrupt specifier's parent address has.
+void BeginInterruptController(FdtWriter& w, const char* compatible, uint64_t address) {
+  w.BeginNode(UnitName("interrupt-controller", address));
+  w.String("compatible", compatible);
+  std::vector<uint32_t> reg;
+  AppendAddress64(reg, address);
+  AppendAddress64(reg, kInterruptControllerWindowBytes);
+  w.Cells("reg", reg);
+  w.Empty("interrupt-controller");
+  w.Cell("#interrupt-cells", 2);
+  w.Cell("#address-cells", 0);
+}
+
+// The IOAPIC (the interrupt parent of every device) and the local APIC.
+void WriteInterruptControllers(FdtWriter& w) {
+  BeginInterruptController(w, "intel,ce4100-ioapic", kIoapicAddress);
+  w.Cell("phandle", kIoapicPhandle);
+  w.EndNode();
+
+  BeginInterruptController(w, "intel,ce4100-lapic", kLapicAddress);
+  // Linux (arch/x86/kernel/devicetree.c, dtb_lapic_setup) assumes an IMCR and PIC mode unless this
+  // is present; like the MP table's IMCRP bit 0 (MP Spec 1.4, 3.6.2.2), it says virtual wire mode.
+  w.Empty("intel,virtual-wire-mode");
+  w.EndNode();
+}
+
 int WriteTree(std::span<uint8_t> buffer, const MachineDescription& machine,
               const std::string& stdout_path) {
   FdtWriter w(buffer);
@@ -249,36 +280,7 @@ int WriteTree(std::span<uint8_t> buffer, const MachineDescription& machine,
   }
   w.EndNode();
 
-  // The interrupt controllers use the bindings Linux's x86 device-tree support understands
-  // (arch/x86/kernel/devicetree.c; the CE4100 SoC introduced them). 2.4.2: an interrupt controller
-  // has an empty `interrupt-controller` property and #interrupt-cells.
-  w.BeginNode(UnitName("interrupt-controller", kIoapicAddress));
-  w.String("compatible", "intel,ce4100-ioapic");
-  std::vector<uint32_t> ioapic_reg;
-  AppendAddress64(ioapic_reg, kIoapicAddress);
-  AppendAddress64(ioapic_reg, kInterruptControllerWindowBytes);
-  w.Cells("reg", ioapic_reg);
-  w.Empty("interrupt-controller");
-  w.Cell("#interrupt-cells", 2);  // <pin trigger-type>
-  // No interrupt-map refers to it, but dtc's interrupt_provider check (dtc 1.6) expects an
-  // interrupt provider to say how many address cells an interrupt specifier's parent address has.
-  w.Cell("#address-cells", 0);
-  w.Cell("phandle", kIoapicPhandle);
-  w.EndNode();
-
-  w.BeginNode(UnitName("interrupt-controller", kLapicAddress));
-  w.String("compatible", "intel,ce4100-lapic");
-  std::vector<uint32_t> lapic_reg;
-  AppendAddress64(lapic_reg, kLapicAddress);
-  AppendAddress64(lapic_reg, kInterruptControllerWindowBytes);
-  w.Cells("reg", lapic_reg);
-  w.Empty("interrupt-controller");
-  w.Cell("#interrupt-cells", 2);
-  w.Cell("#address-cells", 0);
-  // Linux (arch/x86/kernel/devicetree.c, dtb_lapic_setup) assumes an IMCR and PIC mode unless this
-  // is present; like the MP table's IMCRP bit 0 (MP Spec 1.4, 3.6.2.2), it says virtual wire mode.
-  w.Empty("intel,virtual-wire-mode");
-  w.EndNode();
+  WriteInterruptControllers(w);
 
   // The ISA bus (IEEE 1275 ISA binding): address = <space offset>, size = one cell.
   w.BeginNode("isa");

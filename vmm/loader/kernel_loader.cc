@@ -121,8 +121,9 @@ struct Segment {
   uint64_t memsz;
 };
 
-absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile& file,
-                                     uint64_t low_end) {
+// The ELF header of a 64-bit little-endian x86-64 executable with a usable program header table
+// (gABI "ELF Header"), or why the file is not one.
+absl::StatusOr<elf::Elf64Ehdr> ReadElfHeader(const ImageFile& file) {
   const std::string& path = file.path();
   // Check the class before the size: a 32-bit ELF header is only 52 bytes long.
   std::array<uint8_t, 16> ident;
@@ -171,6 +172,13 @@ absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile&
         absl::StrFormat("%s: ELF program header entries are %u bytes; an Elf64_Phdr needs %u", path,
                         ehdr.e_phentsize, sizeof(elf::Elf64Phdr)));
   }
+  return ehdr;
+}
+
+absl::StatusOr<LoadedKernel> LoadElf(const GuestMemory& memory, const ImageFile& file,
+                                     uint64_t low_end) {
+  const std::string& path = file.path();
+  ASSIGN_OR_RETURN(const elf::Elf64Ehdr ehdr, ReadElfHeader(file));
   // At most 0xfffe * 0xffff bytes: no overflow.
   const uint64_t table_size = uint64_t{ehdr.e_phnum} * ehdr.e_phentsize;
   if (ehdr.e_phoff > file.size() || table_size > file.size() - ehdr.e_phoff) {
@@ -266,21 +274,11 @@ std::string ProtocolString(uint16_t version) {
   return absl::StrFormat("%d.%02d", version >> 8, version & 0xff);
 }
 
-absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageFile& file,
-                                         uint64_t low_end) {
-  const std::string& path = file.path();
-  constexpr uint64_t kHeaderEnd = kSetupHeaderOffset + sizeof(SetupHeader);
-  // Any real bzImage is far longer: the setup code alone is at least 5 sectors.
-  if (file.size() < kHeaderEnd) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: truncated: the bzImage setup header runs to offset 0x%x but the file is %u bytes",
-        path, kHeaderEnd, file.size()));
-  }
-  std::array<uint8_t, kHeaderEnd> head;
-  RETURN_IF_ERROR(file.ReadAt(0, head));
-  SetupHeader header;
-  std::memcpy(&header, head.data() + kSetupHeaderOffset, sizeof(header));
-
+// A bzImage's setup header as this loader needs it (boot.rst): the boot flag, protocol 2.12 or
+// later with a 64-bit entry point, and a header that reaches init_size. Returns where the header
+// ends in the file.
+absl::StatusOr<uint64_t> CheckSetupHeader(const std::string& path, const SetupHeader& header,
+                                          uint8_t jump_offset_byte) {
   if (header.boot_flag != kBootFlagMagic) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s: bzImage boot_flag at 0x1fe is 0x%04x, not 0xaa55", path, header.boot_flag));
@@ -301,7 +299,7 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
   }
   // boot.rst: "The end of setup header can be calculated as follows: 0x0202 + byte value at offset
   // 0x0201". A header claiming protocol 2.12 must reach at least init_size (2.10), which we use.
-  const uint64_t header_end = kHeaderEndBase + head[kJumpOffsetByte];
+  const uint64_t header_end = kHeaderEndBase + jump_offset_byte;
   constexpr uint64_t kInitSizeEnd =
       kSetupHeaderOffset + offsetof(SetupHeader, init_size) + sizeof(uint32_t);
   if (header_end < kInitSizeEnd) {
@@ -309,6 +307,26 @@ absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageF
         "%s: the setup header ends at 0x%x, before the fields protocol %s defines (to 0x%x)", path,
         header_end, ProtocolString(header.version), kInitSizeEnd));
   }
+  return header_end;
+}
+
+absl::StatusOr<LoadedKernel> LoadBzImage(const GuestMemory& memory, const ImageFile& file,
+                                         uint64_t low_end) {
+  const std::string& path = file.path();
+  constexpr uint64_t kHeaderEnd = kSetupHeaderOffset + sizeof(SetupHeader);
+  // Any real bzImage is far longer: the setup code alone is at least 5 sectors.
+  if (file.size() < kHeaderEnd) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: truncated: the bzImage setup header runs to offset 0x%x but the file is %u bytes",
+        path, kHeaderEnd, file.size()));
+  }
+  std::array<uint8_t, kHeaderEnd> head;
+  RETURN_IF_ERROR(file.ReadAt(0, head));
+  SetupHeader header;
+  std::memcpy(&header, head.data() + kSetupHeaderOffset, sizeof(header));
+
+  ASSIGN_OR_RETURN(const uint64_t header_end,
+                   CheckSetupHeader(path, header, head[kJumpOffsetByte]));
 
   // boot.rst: "The real-mode code consists of the boot sector (always one 512-byte sector) plus the
   // setup code"; setup_sects 0 means 4. The protected-mode kernel follows it.

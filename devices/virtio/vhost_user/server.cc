@@ -57,12 +57,12 @@ absl::Status VhostUserServer::Run() {
 }
 
 void VhostUserServer::Serve(int connection) {
-  std::fprintf(stderr, "vhost-user: front end connected\n");
+  log_.Info("front end connected");
   while (true) {
     pollfd fds[2] = {{connection, POLLIN, 0}, {stop_.get(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      std::fprintf(stderr, "vhost-user: poll: %s\n", strerror(errno));
+      log_.Error("poll: %s", strerror(errno));
       return;
     }
     if (fds[1].revents != 0) return;
@@ -70,18 +70,17 @@ void VhostUserServer::Serve(int connection) {
     // the middle of one.
     auto message = ReadMessage(connection, ReadLimits{absl::Now() + kMessageTimeout, stop_.get()});
     if (!message.ok()) {
-      std::fprintf(stderr, "vhost-user: dropping the front end: %s\n",
-                   std::string(message.status().message()).c_str());
+      log_.Error("dropping the front end: %s", message.status().message());
       return;
     }
     if (!message->has_value()) {
-      std::fprintf(stderr, "vhost-user: front end disconnected\n");
+      log_.Info("front end disconnected");
       return;
     }
     const Header header = (*message)->header;
     VhostUserBackend::Result result = backend_.Handle(*std::move(*message));
     if (!result.status.ok()) {
-      std::fprintf(stderr, "vhost-user: %s\n", std::string(result.status.message()).c_str());
+      log_.Error("%s", result.status.message());
       // Failures the front end cannot be told about leave it and us out of step: drop it.
       if (!result.reply.has_value()) return;
     }
@@ -90,8 +89,7 @@ void VhostUserServer::Serve(int connection) {
     pollfd pending{connection, POLLIN, 0};
     if (poll(&pending, 1, 0) <= 0) {
       if (absl::Status synced = backend_.Synchronize(); !synced.ok()) {
-        std::fprintf(stderr, "vhost-user: starting the device: %s\n",
-                     std::string(synced.message()).c_str());
+        log_.Error("starting the device: %s", synced.message());
         // The front end asked whether this worked: it did not (e.g. a memory table the rings
         // cannot be found in).
         if (result.ack) result.reply = std::vector<uint8_t>{1, 0, 0, 0, 0, 0, 0, 0};
@@ -99,7 +97,7 @@ void VhostUserServer::Serve(int connection) {
     }
     if (result.reply.has_value()) {
       if (absl::Status sent = SendReply(connection, header, *result.reply); !sent.ok()) {
-        std::fprintf(stderr, "vhost-user: %s\n", std::string(sent.message()).c_str());
+        log_.Error("%s", sent.message());
         return;
       }
     }

@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "devices/virtio/vhost_user/backend.h"
 #include "devices/virtio/virtio_device.h"
+#include "vmm/sys_util/rate_limited_log.h"
 #include "vmm/sys_util/scoped_fd.h"
 
 namespace devices::virtio::vhost_user {
@@ -37,6 +38,9 @@ class VhostUserServer {
   sys_util::ScopedFd listener_;
   sys_util::ScopedFd stop_;  // eventfd
   VhostUserBackend backend_;
+  // Connections, disconnections and dropped front ends: a front end that reconnects in a loop
+  // cannot flood stderr (lines read "vhost-user: LEVEL: ...").
+  sys_util::RateLimitedLog log_{"vhost-user"};
   std::atomic<uint64_t> connections_{0};
 };
 
