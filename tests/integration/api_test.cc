@@ -51,6 +51,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "api/vmmctl_lib.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -102,30 +103,8 @@ std::string SocketPath(const std::string& name) {
   return *dir + "/" + name;
 }
 
-std::string CodeName(grpc::StatusCode code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int value = static_cast<int>(code);
-  return value >= 0 && value < 17 ? kNames[value] : absl::StrCat("CODE_", value);
-}
-
 std::string Describe(const grpc::Status& status) {
-  return absl::StrCat(CodeName(status.error_code()), ": ", status.error_message());
+  return absl::StrCat(vmmctl::StatusCodeName(status.error_code()), ": ", status.error_message());
 }
 
 std::string Show(const google::protobuf::Message& message) {
@@ -997,7 +976,7 @@ TEST_F(ApiTest, MalformedAndHostileRequests) {
     auto expect_code = [&](const grpc::Status& status, std::set<grpc::StatusCode> allowed,
                            const std::string& what, const std::string& mentions = "") {
       std::vector<std::string> names;
-      for (grpc::StatusCode code : allowed) names.push_back(CodeName(code));
+      for (grpc::StatusCode code : allowed) names.push_back(vmmctl::StatusCodeName(code));
       EXPECT_TRUE(allowed.count(status.error_code()))
           << what << ": got " << Describe(status) << ", expected " << absl::StrJoin(names, " or ");
       if (!mentions.empty()) {
