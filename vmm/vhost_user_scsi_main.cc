@@ -151,7 +151,7 @@ class SignalWatcher {
   static absl::StatusOr<std::unique_ptr<SignalWatcher>> Start(
       int signal_fd, devices::virtio::vhost_user::VhostUserServer& server) {
     ASSIGN_OR_RETURN(sys_util::ScopedFd stop, sys_util::MakeEventFd());
-    auto watcher = std::unique_ptr<SignalWatcher>(new SignalWatcher(std::move(stop)));
+    auto watcher = std::make_unique<SignalWatcher>(std::move(stop));
     SignalWatcher* self = watcher.get();
     ASSIGN_OR_RETURN(watcher->thread_,
                      sys_util::StartThread({.name = "signal-watcher"}, [self, signal_fd, &server] {
@@ -170,6 +170,8 @@ class SignalWatcher {
     return watcher;
   }
 
+  explicit SignalWatcher(sys_util::ScopedFd stop) : stop_(std::move(stop)) {}
+
   void Join() {
     if (!thread_.joinable()) return;
     sys_util::SignalEventFd(stop_.get());
@@ -178,7 +180,6 @@ class SignalWatcher {
   ~SignalWatcher() { Join(); }
 
  private:
-  explicit SignalWatcher(sys_util::ScopedFd stop) : stop_(std::move(stop)) {}
   sys_util::ScopedFd stop_;
   std::thread thread_;
 };
