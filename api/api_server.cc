@@ -43,6 +43,7 @@
 #include "proto/vmm/v1/vmm.grpc.pb.h"
 #include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/status_macros.h"
+#include "vmm/sys_util/thread.h"
 
 namespace api {
 namespace {
@@ -135,7 +136,7 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   // its threads (timers, executors, the sync server's pollers and workers) from the thread that
   // first initializes it and from its own threads: build everything on a thread that lowered
   // its own priority, and all of them run at that priority. (Nothing else in the VMM uses gRPC.)
-  std::thread starter([&] {
+  auto lower_priority = [&]() -> absl::Status {
     if (options.thread_nice > 0) {
       const int tid = static_cast<int>(syscall(SYS_gettid));
       errno = 0;
@@ -144,6 +145,9 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
         setpriority(PRIO_PROCESS, tid, std::min(current + options.thread_nice, 19));
       }
     }
+    return absl::OkStatus();
+  };
+  auto starter = sys_util::StartThread({.name = "api", .on_start = lower_priority}, [&] {
     grpc::ServerBuilder builder;
     if (staged_socket.has_value()) {
       builder.AddListeningPort("unix:" + staged_socket->bind_path(),
@@ -172,7 +176,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
     }
     server->server_ = builder.BuildAndStart();
   });
-  starter.join();
+  if (!starter.ok()) return starter.status();
+  starter->join();
   if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
     if (server->server_ != nullptr) server->server_->Shutdown();
     server->stopped_ = true;
@@ -218,15 +223,18 @@ void ApiServer::Stop() {
   auto finished = std::make_shared<absl::Notification>();
   grpc::Server* server = server_.get();
   const absl::Time shutdown_deadline = std::max(deadline, absl::Now());
-  std::thread shutdown([server, shutdown_deadline, finished] {
-    server->Shutdown(absl::ToChronoTime(shutdown_deadline));
-    server->Wait();
-    finished->Notify();
-  });
-  if (finished->WaitForNotificationWithDeadline(shutdown_deadline + kAbandonAfter)) {
-    shutdown.join();
+  auto shutdown =
+      sys_util::StartThread({.name = "api-stop"}, [server, shutdown_deadline, finished] {
+        server->Shutdown(absl::ToChronoTime(shutdown_deadline));
+        server->Wait();
+        finished->Notify();
+      });
+  // Without a thread to wait on (none could start), the server is abandoned as a stuck one is.
+  if (shutdown.ok() &&
+      finished->WaitForNotificationWithDeadline(shutdown_deadline + kAbandonAfter)) {
+    shutdown->join();
   } else {
-    shutdown.detach();
+    if (shutdown.ok()) shutdown->detach();
     abandoned_ = true;
     [[maybe_unused]] grpc::Server* leaked_server = server_.release();
     [[maybe_unused]] ApiCore* leaked_core = core_.release();
