@@ -12,7 +12,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -21,16 +24,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "absl/time/clock.h"
-#include "api/control_server.h"
+#include "api/vm_control.h"
 #include "vmm/acpi/machine_acpi.h"
-#include "vmm/api_flags.h"
 #include "vmm/command_line.h"
-#include "vmm/control_api.h"
 #include "vmm/drive_spec.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/host_kvm.h"
-#include "vmm/launcher_sandbox.h"
+#include "vmm/launch_sequence.h"
 #include "vmm/media_directory.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/host_path.h"
@@ -87,15 +87,6 @@ ABSL_FLAG(std::string, ide_cdrom, "",
           "-cdrom). Repeatable.");
 
 namespace {
-
-constexpr int kExitError = 1;
-
-int Fail(const std::string& message) {
-  absl::FPrintF(stderr, "microvm: %s\n", message);
-  return kExitError;
-}
-
-int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
 
 std::vector<vmm::HelpFlag> DriveHelp() {
   std::vector<vmm::HelpFlag> flags = vmm::SharedStorageHelp();
@@ -163,7 +154,7 @@ const vmm::ProgramHelp& Help() {
 
 // The flags' values, checked and turned into the VM's configuration before anything is opened:
 // every error names its flag and the value as typed (docs/errors.md).
-absl::Status Configure(vmm::VmConfig& config) {
+absl::Status ConfigureVm(vmm::VmConfig& config) {
   const std::string kernel = absl::GetFlag(FLAGS_kernel);
   if (kernel.empty()) {
     return absl::InvalidArgumentError(
@@ -324,99 +315,93 @@ void PrintBootReport(vmm::Vm& vm, const vmm::VmConfig& config, const vmm::VmExit
   }
 }
 
+// microvm's steps of the launch sequence (vmm/launch_sequence.h).
+class MicrovmProgram : public vmm::LauncherProgram {
+ public:
+  explicit MicrovmProgram(const vmm::LauncherExtensions& extensions) : extensions_(extensions) {}
+
+  const char* name() const override { return "microvm"; }
+  const vmm::ProgramHelp& help() const override { return Help(); }
+
+  absl::Status Configure(vmm::ParsedCommandLine& parsed) override {
+    config_.storage.drives = std::move(parsed.drives);
+    config_.storage.io_groups = std::move(parsed.io_groups);
+    config_.storage.simulated_drive = extensions_.simulated_drive;
+    return ConfigureVm(config_);
+  }
+
+  absl::StatusOr<Next> Build(const vmm::LaunchContext& context) override {
+    config_.launch_time = context.launch_time;
+    config_.host_pid = context.sandbox->supervised.host_pid;
+    config_.vcpu_thread_start =
+        context.sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
+    config_.storage.iothread_start =
+        context.sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
+    ASSIGN_OR_RETURN(serial_, SerialOutput::FromFlag());
+    config_.serial_output_fd = serial_->fd();
+    config_.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
+    auto vm = vmm::Vm::Create(config_);
+    if (!vm.ok()) return NameTheInput(config_, vm.status());
+    vm_ = *std::move(vm);
+    if (auto notice = vmm::Ring3CpuidNotice(vmm::DetectHostKvmKind())) {
+      absl::FPrintF(stderr, "microvm: %s\n", *notice);
+    }
+    // Debugging aids that dump what the VM would run with, instead of running it.
+    if (const std::string path = absl::GetFlag(FLAGS_dump_dtb); !path.empty()) {
+      absl::Status status = vmm::fdt::WriteFdtFile(vm_->device_tree(), path);
+      if (!status.ok()) return vmm::NameTheFlag("--dump-dtb", path, path, status);
+      return Next::kDone;
+    }
+    if (const std::string dir = absl::GetFlag(FLAGS_dump_acpi); !dir.empty()) {
+      absl::Status status = vmm::acpi::WriteAcpiFiles(vm_->acpi_tables(), dir);
+      if (!status.ok()) return vmm::NameTheFlag("--dump-acpi", dir, dir, status);
+      return Next::kDone;
+    }
+    return Next::kRun;
+  }
+
+  api::VmControl& ApiControl(const vmm::LaunchContext& context) override {
+    api_control_ = std::make_unique<vmm::VmApiControl>(*vm_, context.media_dir);
+    return *api_control_;
+  }
+
+  // The start has succeeded: now the console file may be created or truncated, in place of the
+  // stand-in the VM holds.
+  absl::Status BeforeJail(const vmm::LaunchContext&) override { return serial_->OpenFile(); }
+
+  absl::StatusOr<int> Run(const vmm::LaunchContext& context) override {
+    exit_ = vm_->Run(context.stop_signal_fd);
+    return exit_.status;
+  }
+
+  int Finish(int status) override {
+    if (exit_.kind == vmm::VmExit::Kind::kFatal) {
+      absl::FPrintF(stderr, "microvm: fatal: %s\n", exit_.message);
+    } else if (exit_.kind !=
+               vmm::VmExit::Kind::kGuestExit) {  // the test guest's own status is its say
+      absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit_.message);
+    }
+    if (absl::GetFlag(FLAGS_boot_report)) PrintBootReport(*vm_, config_, exit_);
+    return status;
+  }
+
+ private:
+  const vmm::LauncherExtensions& extensions_;
+  vmm::VmConfig config_;
+  std::optional<SerialOutput> serial_;
+  std::unique_ptr<vmm::Vm> vm_;
+  // Declared after the VM: the API's view of it goes first.
+  std::unique_ptr<vmm::VmApiControl> api_control_;
+  vmm::VmExit exit_{.kind = vmm::VmExit::Kind::kStopped};
+};
+
 }  // namespace
 
 namespace vmm {
 
 int RunMicrovm(int argc, char** argv, const LauncherExtensions& extensions) {
-  const absl::Time launch_time = absl::Now();
-  auto parsed = vmm::StartLauncher(argc, argv, Help());
-  if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->request != vmm::ParsedCommandLine::Request::kRun) return 0;
-  vmm::VmConfig config;
-  config.launch_time = launch_time;
-  config.storage.drives = std::move(parsed->drives);
-  config.storage.io_groups = std::move(parsed->io_groups);
-  config.storage.simulated_drive = extensions.simulated_drive;
-  if (absl::Status configured = Configure(config); !configured.ok()) return Fail(configured);
-  // The API's options, token and media directory (declared before the VM and the API: the
-  // directory is destroyed last).
-  auto api_flags = vmm::ApiFlagsFromCommandLine();
-  if (!api_flags.ok()) return Fail(api_flags.status());
-  api::ApiServerOptions& api_options = api_flags->options;
-  std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
-  // Before any thread starts: the jail's namespaces, and the process's filter, which every
-  // thread inherits (docs/security.md).
-  auto sandbox = vmm::EnableLauncherSandbox("microvm", config.storage.drives, *api_flags);
-  if (!sandbox.ok()) return Fail(sandbox.status());
-  config.host_pid = sandbox->supervised.host_pid;
-  config.vcpu_thread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kVcpu);
-  config.storage.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
-
-  auto serial = SerialOutput::FromFlag();
-  if (!serial.ok()) return Fail(serial.status());
-  config.serial_output_fd = serial->fd();
-  config.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
-
-  // SIGINT/SIGTERM/SIGHUP are taken through a signalfd by the main thread only, blocked before any
-  // thread starts so every thread inherits the mask.
-  auto signal_fd = vmm::StopSignalFd();
-  if (!signal_fd.ok()) return Fail(signal_fd.status());
-
-  auto vm = vmm::Vm::Create(config);
-  if (!vm.ok()) return Fail(NameTheInput(config, vm.status()));
-  if (auto notice = vmm::Ring3CpuidNotice(vmm::DetectHostKvmKind())) {
-    absl::FPrintF(stderr, "microvm: %s\n", *notice);
-  }
-
-  const std::string dump_path = absl::GetFlag(FLAGS_dump_dtb);
-  if (!dump_path.empty()) {
-    absl::Status status = vmm::fdt::WriteFdtFile((*vm)->device_tree(), dump_path);
-    if (!status.ok()) return Fail(vmm::NameTheFlag("--dump-dtb", dump_path, dump_path, status));
-    return 0;
-  }
-  const std::string acpi_dump_dir = absl::GetFlag(FLAGS_dump_acpi);
-  if (!acpi_dump_dir.empty()) {
-    absl::Status status = vmm::acpi::WriteAcpiFiles((*vm)->acpi_tables(), acpi_dump_dir);
-    if (!status.ok()) {
-      return Fail(vmm::NameTheFlag("--dump-acpi", acpi_dump_dir, acpi_dump_dir, status));
-    }
-    return 0;
-  }
-
-  // The control API: after the VM exists, stopped before it is destroyed (declared after it).
-  std::unique_ptr<vmm::VmApiControl> api_control;
-  std::unique_ptr<api::ControlServer> api_server;
-  if (!api_options.unix_socket_path.empty() || !api_options.tcp_address.empty()) {
-    api_control = std::make_unique<vmm::VmApiControl>(**vm, media_dir.get());
-    auto server = vmm::StartLauncherApi("microvm", api_options, *api_control);
-    if (!server.ok()) return Fail(server.status());
-    api_server = *std::move(server);
-  }
-
-  // The start has succeeded: now the console file may be created or truncated, in place of the
-  // stand-in the VM holds.
-  if (absl::Status opened = serial->OpenFile(); !opened.ok()) {
-    if (api_server != nullptr) api_server->Stop();
-    return Fail(opened);
-  }
-  // Everything is open (kernel, disks, /dev/kvm, the API's socket and plugin): into the jail
-  // before the guest runs a single instruction.
-  if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {
-    if (api_server != nullptr) api_server->Stop();
-    return Fail(jailed);
-  }
-  const vmm::VmExit exit = (*vm)->Run(signal_fd->get());
-  // No API call may reach the VM once it is stopping (Watch streams end here).
-  if (api_server != nullptr) api_server->Stop();
-  if (exit.kind == vmm::VmExit::Kind::kFatal) {
-    absl::FPrintF(stderr, "microvm: fatal: %s\n", exit.message);
-  } else if (exit.kind !=
-             vmm::VmExit::Kind::kGuestExit) {  // the test guest's own status is its say
-    absl::FPrintF(stderr, "microvm: %s, VM stopped\n", exit.message);
-  }
-  if (absl::GetFlag(FLAGS_boot_report)) PrintBootReport(**vm, config, exit);
-  return exit.status;
+  MicrovmProgram program(extensions);
+  return RunLauncher(program, argc, argv);
 }
 
 }  // namespace vmm

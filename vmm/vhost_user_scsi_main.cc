@@ -23,16 +23,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
-#include "api/control_server.h"
 #include "api/listen_address.h"
 #include "devices/virtio/vhost_user/server.h"
-#include "vmm/api_flags.h"
 #include "vmm/backend_api.h"
 #include "vmm/command_line.h"
-#include "vmm/control_api.h"
-#include "vmm/launcher_sandbox.h"
-#include "vmm/media_directory.h"
+#include "vmm/launch_sequence.h"
 #include "vmm/storage.h"
 #include "vmm/storage_flags.h"
 #include "vmm/sys_util/eventfd.h"
@@ -49,13 +44,6 @@ ABSL_FLAG(uint32_t, scsi_queues, 64,
 // --disk, --cdrom, --iothreads and --poll-max-ns: vmm/storage_flags.cc, shared with microvm.
 
 namespace {
-
-int Fail(const std::string& message) {
-  absl::FPrintF(stderr, "vhost-user-scsi: %s\n", message);
-  return 1;
-}
-
-int Fail(const absl::Status& status) { return Fail(std::string(status.message())); }
 
 std::vector<vmm::HelpFlag> DriveHelp() {
   std::vector<vmm::HelpFlag> flags = vmm::SharedStorageHelp();
@@ -102,7 +90,8 @@ const vmm::ProgramHelp& Help() {
 }
 
 // The flags' values, checked before anything is opened; errors name the flag and the value.
-absl::Status Configure(const std::vector<vmm::DriveSpec>& drives, vmm::StorageConfig& config) {
+absl::Status ConfigureStorage(const std::vector<vmm::DriveSpec>& drives,
+                              vmm::StorageConfig& config) {
   if (absl::GetFlag(FLAGS_socket).empty()) {
     return absl::InvalidArgumentError(
         "--socket=PATH is required: the vhost-user socket the front end connects to");
@@ -184,86 +173,91 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// vhost-user-scsi's steps of the launch sequence (vmm/launch_sequence.h).
+class VhostUserScsiProgram : public vmm::LauncherProgram {
+ public:
+  const char* name() const override { return "vhost-user-scsi"; }
+  const vmm::ProgramHelp& help() const override { return Help(); }
+
+  absl::Status Configure(vmm::ParsedCommandLine& parsed) override {
+    config_.io_groups = parsed.io_groups;
+    socket_path_ = absl::GetFlag(FLAGS_socket);
+    return ConfigureStorage(parsed.drives, config_);
+  }
+
+  // A stale socket replaced, a live one refused: connect() tells them apart, which the filter
+  // refuses.
+  absl::Status BeforeSandbox() override {
+    absl::Status ready = api::PrepareUnixSocketPath(socket_path_, "--socket");
+    if (!ready.ok()) return vmm::NameTheFlag("--socket", socket_path_, socket_path_, ready);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Next> Build(const vmm::LaunchContext& context) override {
+    // A front end that goes away mid-write must cost an error, not the process.
+    signal(SIGPIPE, SIG_IGN);
+    config_.iothread_start = context.sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
+    ASSIGN_OR_RETURN(storage_, vmm::Storage::Create(config_));
+    device_ = storage_->TakeScsiDevice();
+    if (device_ == nullptr) return absl::InternalError("no virtio-scsi device was built");
+    auto listener = Listen(socket_path_);
+    if (!listener.ok()) {
+      return vmm::NameTheFlag("--socket", socket_path_, socket_path_, listener.status());
+    }
+    socket_made_ = true;
+    server_ = std::make_unique<devices::virtio::vhost_user::VhostUserServer>(*std::move(listener),
+                                                                             *device_);
+    for (const vmm::AttachedDrive& drive : storage_->drives()) names_.push_back(drive.name);
+    return Next::kRun;
+  }
+
+  api::VmControl& ApiControl(const vmm::LaunchContext& context) override {
+    control_ = std::make_unique<vmm::BackendApiControl>(
+        *storage_,
+        absl::StrFormat("vhost-user-scsi on %s: %s", socket_path_, absl::StrJoin(names_, ", ")),
+        context.launch_time, context.sandbox->supervised.host_pid, [this] { server_->Stop(); },
+        context.media_dir);
+    return *control_;
+  }
+
+  absl::Status BeforeJail(const vmm::LaunchContext& context) override {
+    ASSIGN_OR_RETURN(watcher_, SignalWatcher::Start(context.stop_signal_fd, *server_));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<int> Run(const vmm::LaunchContext&) override {
+    absl::FPrintF(
+        stderr, "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
+        socket_path_, absl::StrJoin(names_, ", "), config_.scsi_queues, config_.iothreads);
+    RETURN_IF_ERROR(server_->Run());
+    return 0;
+  }
+
+  void Stop() override {
+    if (server_ != nullptr) server_->Stop();
+    if (watcher_ != nullptr) watcher_->Join();
+  }
+
+  // The vhost-user socket this made: nothing serves it any more.
+  ~VhostUserScsiProgram() override {
+    if (socket_made_) unlink(socket_path_.c_str());
+  }
+
+ private:
+  vmm::StorageConfig config_;
+  std::string socket_path_;
+  bool socket_made_ = false;
+  std::unique_ptr<vmm::Storage> storage_;
+  std::unique_ptr<devices::virtio::scsi::VirtioScsi> device_;
+  std::unique_ptr<devices::virtio::vhost_user::VhostUserServer> server_;
+  std::vector<std::string> names_;
+  std::unique_ptr<vmm::BackendApiControl> control_;
+  std::unique_ptr<SignalWatcher> watcher_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const absl::Time launch_time = absl::Now();
-  auto parsed = vmm::StartLauncher(argc, argv, Help());
-  if (!parsed.ok()) return Fail(parsed.status());
-  if (parsed->request != vmm::ParsedCommandLine::Request::kRun) return 0;
-  vmm::StorageConfig config;
-  config.io_groups = parsed->io_groups;
-  if (absl::Status configured = Configure(parsed->drives, config); !configured.ok()) {
-    return Fail(configured);
-  }
-  // The control API's options, token and media directory, and both socket paths readied (a stale
-  // socket replaced, a live one refused): before the sandbox, whose filter refuses the connect()
-  // that tells the two apart.
-  auto api_flags = vmm::ApiFlagsFromCommandLine();
-  if (!api_flags.ok()) return Fail(api_flags.status());
-  api::ApiServerOptions& api_options = api_flags->options;
-  std::unique_ptr<vmm::MediaDirectory>& media_dir = api_flags->media_dir;
-  const std::string socket_path = absl::GetFlag(FLAGS_socket);
-  if (absl::Status ready = api::PrepareUnixSocketPath(socket_path, "--socket"); !ready.ok()) {
-    return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, ready));
-  }
-
-  // Before any thread starts: the jail's namespaces, and the process's filter, which every
-  // thread inherits (docs/security.md).
-  auto sandbox = vmm::EnableLauncherSandbox("vhost-user-scsi", parsed->drives, *api_flags);
-  if (!sandbox.ok()) return Fail(sandbox.status());
-
-  // A front end that goes away mid-write must cost an error, not the process.
-  signal(SIGPIPE, SIG_IGN);
-  config.iothread_start = sandbox->sandbox.ThreadStart(vmm::sandbox::ThreadRole::kIo);
-
-  // SIGINT/SIGTERM/SIGHUP end the server through a signalfd, blocked before any thread starts.
-  auto signal_fd = vmm::StopSignalFd();
-  if (!signal_fd.ok()) return Fail(signal_fd.status());
-
-  auto storage = vmm::Storage::Create(config);
-  if (!storage.ok()) return Fail(storage.status());
-  std::unique_ptr<devices::virtio::scsi::VirtioScsi> device = (*storage)->TakeScsiDevice();
-  if (device == nullptr) return Fail("no virtio-scsi device was built");
-
-  auto listener = Listen(socket_path);
-  if (!listener.ok()) {
-    return Fail(vmm::NameTheFlag("--socket", socket_path, socket_path, listener.status()));
-  }
-  devices::virtio::vhost_user::VhostUserServer server(*std::move(listener), *device);
-
-  std::vector<std::string> names;
-  for (const vmm::AttachedDrive& drive : (*storage)->drives()) names.push_back(drive.name);
-  vmm::BackendApiControl control(
-      **storage,
-      absl::StrFormat("vhost-user-scsi on %s: %s", socket_path, absl::StrJoin(names, ", ")),
-      launch_time, sandbox->supervised.host_pid, [&server] { server.Stop(); }, media_dir.get());
-  // The same plugin and the same error wording as microvm's (vmm/control_api.h).
-  auto started = vmm::StartLauncherApi("vhost-user-scsi", api_options, control);
-  if (!started.ok()) {
-    unlink(socket_path.c_str());  // the vhost-user socket made above: nothing will serve it
-    return Fail(started.status());
-  }
-  std::unique_ptr<api::ControlServer> api_server = *std::move(started);
-
-  auto watcher = SignalWatcher::Start(signal_fd->get(), server);
-  if (!watcher.ok()) return Fail(watcher.status());
-
-  // Everything is open (disks, the sockets): into the jail before a front end connects.
-  if (absl::Status jailed = vmm::EnterLauncherJail(*sandbox, media_dir.get()); !jailed.ok()) {
-    server.Stop();
-    (*watcher)->Join();
-    if (api_server != nullptr) api_server->Stop();
-    unlink(socket_path.c_str());
-    return Fail(jailed);
-  }
-  absl::FPrintF(stderr,
-                "vhost-user-scsi: listening on %s (%s; %d request queue(s), %d iothread(s))\n",
-                socket_path, absl::StrJoin(names, ", "), config.scsi_queues, config.iothreads);
-  const absl::Status served = server.Run();
-  (*watcher)->Join();
-  if (api_server != nullptr) api_server->Stop();
-  unlink(socket_path.c_str());
-  if (!served.ok()) return Fail(std::string(served.message()));
-  return 0;
+  VhostUserScsiProgram program;
+  return vmm::RunLauncher(program, argc, argv);
 }

@@ -1,0 +1,82 @@
+#include "vmm/launch_sequence.h"
+
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "api/control_server.h"
+#include "vmm/api_flags.h"
+#include "vmm/control_api.h"
+#include "vmm/launcher_sandbox.h"
+
+namespace vmm {
+namespace {
+
+constexpr int kExitError = 1;
+
+int Fail(const LauncherProgram& program, const absl::Status& status) {
+  absl::FPrintF(stderr, "%s: %s\n", program.name(), status.message());
+  return kExitError;
+}
+
+// Steps 6 to 8 (RunLauncher): everything after Build, whose result the caller stops either way.
+absl::StatusOr<int> ServeAndRun(LauncherProgram& program, const LaunchContext& context,
+                                const ApiFlags& api_flags,
+                                std::unique_ptr<api::ControlServer>& api_server) {
+  if (api_flags.enabled()) {
+    auto started = StartLauncherApi(program.name(), api_flags.options, program.ApiControl(context));
+    if (!started.ok()) return started.status();
+    api_server = *std::move(started);
+  }
+  if (absl::Status ready = program.BeforeJail(context); !ready.ok()) return ready;
+  // Everything is open (images, /dev/kvm, sockets, the API's plugin): into the jail before the
+  // guest runs a single instruction or a front end connects.
+  if (absl::Status jailed = EnterLauncherJail(*context.sandbox, context.media_dir); !jailed.ok()) {
+    return jailed;
+  }
+  return program.Run(context);
+}
+
+}  // namespace
+
+int RunLauncher(LauncherProgram& program, int argc, char** argv) {
+  LaunchContext context{.launch_time = absl::Now()};
+  auto parsed = StartLauncher(argc, argv, program.help());
+  if (!parsed.ok()) return Fail(program, parsed.status());
+  if (parsed->request != ParsedCommandLine::Request::kRun) return 0;
+  if (absl::Status configured = program.Configure(*parsed); !configured.ok()) {
+    return Fail(program, configured);
+  }
+  // The API's options, token and media directory, its socket path readied: before the sandbox,
+  // whose filter refuses the connect() that tells a stale socket from a live one. Declared before
+  // the machine: the media directory is destroyed last.
+  auto api_flags = ApiFlagsFromCommandLine();
+  if (!api_flags.ok()) return Fail(program, api_flags.status());
+  if (absl::Status ready = program.BeforeSandbox(); !ready.ok()) return Fail(program, ready);
+  // Before any thread starts: the jail's namespaces (they belong to threads), and the process's
+  // filter, which every thread inherits (docs/security.md).
+  auto sandbox = EnableLauncherSandbox(program.name(), parsed->drives, *api_flags);
+  if (!sandbox.ok()) return Fail(program, sandbox.status());
+  context.sandbox = &*sandbox;
+  context.media_dir = api_flags->media_dir.get();
+  // Blocked before the first thread starts, so that every thread inherits the mask and only the
+  // signalfd reads them.
+  auto stop_signals = StopSignalFd();
+  if (!stop_signals.ok()) return Fail(program, stop_signals.status());
+  context.stop_signal_fd = stop_signals->get();
+
+  auto next = program.Build(context);
+  if (!next.ok()) return Fail(program, next.status());
+  if (*next == LauncherProgram::Next::kDone) return 0;
+  std::unique_ptr<api::ControlServer> api_server;
+  const absl::StatusOr<int> ran = ServeAndRun(program, context, *api_flags, api_server);
+  program.Stop();
+  // No API call may reach the machine once it is stopping (Watch streams end here).
+  if (api_server != nullptr) api_server->Stop();
+  if (!ran.ok()) return Fail(program, ran.status());
+  return program.Finish(*ran);
+}
+
+}  // namespace vmm
