@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <limits.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -329,6 +330,35 @@ TEST_F(StorageTest, HotPlugLeaksNothing) {
     EXPECT_EQ(CountEntries("/proc/self/fd"), fds) << "round " << round;
     EXPECT_EQ(CountEntries("/proc/self/task"), threads) << "round " << round;
   }
+}
+
+// The drive after the last one a VM may have (256, the virtio-scsi controller's and the API's
+// bound) is RESOURCE_EXHAUSTED, says why, and leaves no drive behind; the API passes the code on
+// (api/api_server.cc) and vmmctl prints the message.
+TEST_F(StorageTest, OneDriveTooManyIsResourceExhausted) {
+  StorageConfig config;
+  config.scsi_controller = true;
+  config.drives = {Drive(DriveSpec::Kind::kDisk, DriveSpec::Bus::kScsi, "disk.img")};
+  auto storage = Storage::Create(config);
+  ASSERT_TRUE(storage.ok()) << storage.status();
+  // One descriptor per image and a few per drive queue: more than the default 1,024.
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  files.rlim_cur = files.rlim_max;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &files), 0);
+  std::filesystem::create_directories(Path("many"));
+  absl::Status last;
+  for (int i = 0; i < 300 && last.ok(); ++i) {
+    DriveSpec spec;
+    spec.path = Path("many/" + std::to_string(i) + ".img");
+    WriteFile("many/" + std::to_string(i) + ".img", 4096);
+    auto image = block::raw::RawFileBackend::Open(spec.path, (*storage)->DiskFileOptions(spec));
+    ASSERT_TRUE(image.ok()) << image.status();
+    last = (*storage)->AttachDisk(spec, std::nullopt, *std::move(image)).status();
+  }
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted) << last;
+  EXPECT_EQ(last.message(), "the VM has 256 drives, the most it may have");
+  EXPECT_EQ((*storage)->drives().size(), 256u);
 }
 
 TEST_F(StorageTest, ProbeDelayNeedsTheTestBuild) {

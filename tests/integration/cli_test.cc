@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -350,6 +351,52 @@ TEST(StaleSocketTest, VhostUserScsiReplacesAStaleSocketAndRefusesALiveOne) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   std::filesystem::remove_all(socket_dir);
+}
+
+// SIGINT, SIGTERM and SIGHUP (a closed terminal) each stop a launcher cleanly: exit status 0, the
+// signal named on stderr, its socket removed. vhost-user-scsi shares the launch sequence and the
+// stop signals with microvm (vmm/launch_sequence.h) and needs no KVM to run.
+TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/stop-signals");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string disk = dir + "/disk.img";
+  std::ofstream(disk, std::ios::binary) << std::string(1 << 20, '\0');
+  const std::string binary = Binaries().at("vhost-user-scsi");
+  for (const auto& [signal_number, name] : std::vector<std::pair<int, std::string>>{
+           {SIGINT, "Interrupt"}, {SIGTERM, "Terminated"}, {SIGHUP, "Hangup"}}) {
+    SCOPED_TRACE(name);
+    // Short: sockaddr_un holds 108 bytes, and TEST_TMPDIR is long.
+    char socket_dir[] = "/tmp/stop-signal.XXXXXX";
+    ASSERT_NE(mkdtemp(socket_dir), nullptr);
+    const std::string path = std::string(socket_dir) + "/s.sock";
+    const std::string log = dir + "/" + name + ".log";  // a new file: no earlier run's lines
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      const int null = open("/dev/null", O_RDWR);
+      const int err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(null, 0);
+      dup2(null, 1);
+      dup2(err, 2);
+      execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + path).c_str(),
+            ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    bool listening = false;
+    for (int i = 0; i < 3000 && !listening; ++i) {
+      listening = absl::StrContains(Read(log), "listening on");
+      if (!listening) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(listening) << Read(log);
+    kill(pid, signal_number);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    EXPECT_THAT(Read(log), HasSubstr("vhost-user-scsi: " + name + ", stopping"));
+    EXPECT_NE(access(path.c_str(), F_OK), 0) << "the socket outlived the back end";
+    std::filesystem::remove_all(socket_dir);
+  }
 }
 
 // README.md and docs/ link only to documents in the repository, by relative paths: no link to a
