@@ -209,7 +209,13 @@ hotplug_markers() {
     # The jailed VMM (uid 65534) opens it now, long after it gave up root: the image must be its.
     HOTPLUG-ATTACH) chmod 0666 "$HOTPLUG_IMAGE"
                     l2_action "attach: $(l2_ctl disk add "$HOTPLUG_IMAGE" --id data --cache none 2>&1)"; echo ok >&3 ;;
-    HOTPLUG-DETACH) l2_action "detach: $(l2_ctl disk remove data 2>&1)"; l2_stats detached; echo ok >&3 ;;
+    # Detached, the image is free for another VMM: a second microvm opens it (and takes its lock)
+    # to build a VM, dumps that VM's device tree and exits.
+    HOTPLUG-DETACH) l2_action "detach: $(l2_ctl disk remove data 2>&1)"; l2_stats detached
+                    other=$("$MICROVM" --kernel="$L2_KERNEL" --disk="$HOTPLUG_IMAGE" \
+                      --dump-dtb=/dev/null --jail=off 2>&1)
+                    l2_action "other: status $? $(echo "$other" | tr '\n' ' ')"
+                    echo ok >&3 ;;
     HOTPLUG-REATTACH) l2_action "reattach: $(l2_ctl disk add "$HOTPLUG_IMAGE" --id again --cache none 2>&1)"; echo ok >&3 ;;
   esac
 }
@@ -225,6 +231,8 @@ nsc_scsi_hotplug_check() {
        "gone $(linux_result detach_seen_seconds) s after the detach (fio status $(linux_result detach_fio_status))"
   grep -q 'attach: data .*0:0:1' "$events" || linux_fail "$1" "vmmctl disk add did not attach data at LUN 1"
   grep -q 'detach: data: detached' "$events" || linux_fail "$1" "vmmctl disk remove did not detach data"
+  grep -q 'other: status 0 ' "$events" ||
+    linux_fail "$1" "another microvm could not open the detached image: $(grep -m1 'other: ' "$events")"
   grep -q 'reattach: again ' "$events" ||
     linux_fail "$1" "the detached image could not be attached again (its lock not released?)"
   linux_expect "$1" attach_verify ok
@@ -260,6 +268,12 @@ nsc_scsi_resize_check() {
        "$(linux_result grow_seen_seconds) s; host -> $(linux_result size_host); after a refused shrink" \
        "$(linux_result size_after_shrink)"
   linux_report resize_dmesg
+  # The kernel's own word that it took each new capacity (512-byte sectors: 32, 48, 64 MiB).
+  local change
+  for change in "65536 to 98304" "98304 to 131072"; do
+    linux_results resize_dmesg | grep -q "detected capacity change from $change\$" ||
+      linux_fail "$1" "the kernel did not log the capacity change from $change"
+  done
   linux_expect "$1" size_grown 50331648
   linux_expect "$1" grown_verify ok
   linux_expect "$1" size_host 67108864
