@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "api/vm_control.h"
-#include "vmm/sys_util/status_macros.h"
 #include "gtest/gtest.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
