@@ -349,9 +349,10 @@ TEST_F(StorageTest, OneDriveTooManyIsResourceExhausted) {
   std::filesystem::create_directories(Path("many"));
   absl::Status last;
   for (int i = 0; i < 300 && last.ok(); ++i) {
+    const std::string image_name = "many/" + std::to_string(i) + ".img";
+    WriteFile(image_name, 4096);
     DriveSpec spec;
-    spec.path = Path("many/" + std::to_string(i) + ".img");
-    WriteFile("many/" + std::to_string(i) + ".img", 4096);
+    spec.path = Path(image_name);
     auto image = block::raw::RawFileBackend::Open(spec.path, (*storage)->DiskFileOptions(spec));
     ASSERT_TRUE(image.ok()) << image.status();
     last = (*storage)->AttachDisk(spec, std::nullopt, *std::move(image)).status();

@@ -284,6 +284,26 @@ TEST_F(ErrorsDocTest, AFailedStartLeavesTheSerialFileAlone) {
   EXPECT_NE(access((dir_ + "/new-console.txt").c_str(), F_OK), 0);
 }
 
+// Starts vhost-user-scsi on `socket` with `disk`, stdin and stdout on /dev/null, stderr into
+// `stderr_path` (created or truncated) or the test's own; the child's pid, or -1.
+pid_t SpawnVhostUserScsi(const std::string& socket, const std::string& disk,
+                         const std::string& stderr_path = "") {
+  const std::string binary = Binaries().at("vhost-user-scsi");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_RDWR);
+    dup2(null, 0);
+    dup2(null, 1);
+    if (!stderr_path.empty()) {
+      dup2(open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
+    }
+    execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + socket).c_str(),
+          ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
 // A back end killed with SIGKILL leaves its socket behind: the next one on the same path replaces
 // it under the default seccomp filter (the check that tells a stale socket from a live one needs
 // connect(), which the filter refuses, so it runs before the filter), and refuses a live one.
@@ -315,16 +335,8 @@ TEST(StaleSocketTest, VhostUserScsiReplacesAStaleSocketAndRefusesALiveOne) {
   ASSERT_FALSE(connects());
 
   const std::string binary = Binaries().at("vhost-user-scsi");
-  const pid_t pid = fork();
+  const pid_t pid = SpawnVhostUserScsi(path, disk);
   ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int null = open("/dev/null", O_RDWR);
-    dup2(null, 0);
-    dup2(null, 1);
-    execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + path).c_str(),
-          ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
   bool listening = false;
   for (int i = 0; i < 3000 && !listening; ++i) {
     listening = connects();
@@ -362,7 +374,6 @@ TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
   std::filesystem::create_directories(dir);
   const std::string disk = dir + "/disk.img";
   std::ofstream(disk, std::ios::binary) << std::string(1 << 20, '\0');
-  const std::string binary = Binaries().at("vhost-user-scsi");
   for (const auto& [signal_number, name] : std::vector<std::pair<int, std::string>>{
            {SIGINT, "Interrupt"}, {SIGTERM, "Terminated"}, {SIGHUP, "Hangup"}}) {
     SCOPED_TRACE(name);
@@ -371,18 +382,8 @@ TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
     ASSERT_NE(mkdtemp(socket_dir), nullptr);
     const std::string path = std::string(socket_dir) + "/s.sock";
     const std::string log = dir + "/" + name + ".log";  // a new file: no earlier run's lines
-    const pid_t pid = fork();
+    const pid_t pid = SpawnVhostUserScsi(path, disk, log);
     ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      const int null = open("/dev/null", O_RDWR);
-      const int err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      dup2(null, 0);
-      dup2(null, 1);
-      dup2(err, 2);
-      execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + path).c_str(),
-            ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
     bool listening = false;
     for (int i = 0; i < 3000 && !listening; ++i) {
       listening = absl::StrContains(Read(log), "listening on");
