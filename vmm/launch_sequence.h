@@ -37,7 +37,9 @@ class LauncherProgram {
   virtual const char* name() const = 0;
   virtual const ProgramHelp& help() const = 0;
   // Checks the program's own flags before anything is opened; errors name the flag and value.
-  virtual absl::Status Configure(ParsedCommandLine& parsed) = 0;
+  // `parsed` is read-only: the sequence hands the same drives to the sandbox afterwards (a
+  // passed-through host drive keeps its device node and the host's uevents in the jail).
+  virtual absl::Status Configure(const ParsedCommandLine& parsed) = 0;
   // What must happen before the filter forbids it (a socket path told stale from live with a
   // connect()).
   virtual absl::Status BeforeSandbox() { return absl::OkStatus(); }

@@ -45,7 +45,7 @@ class RecordingProgram : public LauncherProgram {
     static const auto* help = new ProgramHelp{.program = "recorder", .summary = "records steps"};
     return *help;
   }
-  absl::Status Configure(ParsedCommandLine&) override { return Step("Configure"); }
+  absl::Status Configure(const ParsedCommandLine&) override { return Step("Configure"); }
   absl::Status BeforeSandbox() override { return Step("BeforeSandbox"); }
   absl::StatusOr<Next> Build(const LaunchContext& context) override {
     // What the sequence promises a program by now.

@@ -323,9 +323,9 @@ class MicrovmProgram : public vmm::LauncherProgram {
   const char* name() const override { return "microvm"; }
   const vmm::ProgramHelp& help() const override { return Help(); }
 
-  absl::Status Configure(vmm::ParsedCommandLine& parsed) override {
-    config_.storage.drives = std::move(parsed.drives);
-    config_.storage.io_groups = std::move(parsed.io_groups);
+  absl::Status Configure(const vmm::ParsedCommandLine& parsed) override {
+    config_.storage.drives = parsed.drives;
+    config_.storage.io_groups = parsed.io_groups;
     config_.storage.simulated_drive = extensions_.simulated_drive;
     return ConfigureVm(config_);
   }

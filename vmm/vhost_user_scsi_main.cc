@@ -179,7 +179,7 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
   const char* name() const override { return "vhost-user-scsi"; }
   const vmm::ProgramHelp& help() const override { return Help(); }
 
-  absl::Status Configure(vmm::ParsedCommandLine& parsed) override {
+  absl::Status Configure(const vmm::ParsedCommandLine& parsed) override {
     config_.io_groups = parsed.io_groups;
     socket_path_ = absl::GetFlag(FLAGS_socket);
     return ConfigureStorage(parsed.drives, config_);
