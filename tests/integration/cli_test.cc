@@ -3,7 +3,9 @@
 //     flag README.md (and docs/vhost-user-scsi.md) names is among them;
 //   - every row of docs/errors.md is checked: rows marked "run" are run here (message and exit
 //     status), the others name a test, which must exist.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -286,9 +288,16 @@ TEST_F(ErrorsDocTest, AFailedStartLeavesTheSerialFileAlone) {
 
 // Starts vhost-user-scsi on `socket` with `disk`, stdin and stdout on /dev/null, stderr into
 // `stderr_path` (created or truncated) or the test's own; the child's pid, or -1.
+// `extra` flags follow --socket and --disk.
 pid_t SpawnVhostUserScsi(const std::string& socket, const std::string& disk,
-                         const std::string& stderr_path = "") {
+                         const std::string& stderr_path = "",
+                         const std::vector<std::string>& extra = {}) {
   const std::string binary = Binaries().at("vhost-user-scsi");
+  std::vector<std::string> args = {"vhost-user-scsi", "--socket=" + socket, "--disk=" + disk};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     const int null = open("/dev/null", O_RDWR);
@@ -297,8 +306,7 @@ pid_t SpawnVhostUserScsi(const std::string& socket, const std::string& disk,
     if (!stderr_path.empty()) {
       dup2(open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
     }
-    execl(binary.c_str(), "vhost-user-scsi", ("--socket=" + socket).c_str(),
-          ("--disk=" + disk).c_str(), static_cast<char*>(nullptr));
+    execv(binary.c_str(), argv.data());
     _exit(127);
   }
   return pid;
@@ -398,6 +406,55 @@ TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
     EXPECT_NE(access(path.c_str(), F_OK), 0) << "the socket outlived the back end";
     std::filesystem::remove_all(socket_dir);
   }
+}
+
+// The control API over TCP (--api-tcp) under the default sandbox (jailed when run as root): the
+// filter allows IPv4 stream sockets only when a TCP listener is configured, and this is the one
+// launch that configures it. vmmctl reaches the API with the token and not without it.
+TEST(TcpApiTest, VhostUserScsiServesItsApiOverTcp) {
+  const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tcp-api");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string disk = dir + "/disk.img";
+  std::ofstream(disk, std::ios::binary) << std::string(1 << 20, '\0');
+  const std::string token = dir + "/token";
+  std::ofstream(token) << "tcp-api-test-token\n";
+  ASSERT_EQ(chmod(token.c_str(), 0600), 0);
+  // A port free a moment ago (the kernel's pick for port 0).
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  close(probe);
+  const std::string api = absl::StrCat("127.0.0.1:", ntohs(address.sin_port));
+  char socket_dir[] = "/tmp/tcp-api.XXXXXX";  // short: sockaddr_un holds 108 bytes
+  ASSERT_NE(mkdtemp(socket_dir), nullptr);
+  const std::string log = dir + "/vhost-user-scsi.log";
+  const pid_t pid = SpawnVhostUserScsi(std::string(socket_dir) + "/s.sock", disk, log,
+                                       {"--api-tcp=" + api, "--api-token-file=" + token});
+  ASSERT_GE(pid, 0);
+  bool listening = false;
+  for (int i = 0; i < 3000 && !listening; ++i) {
+    listening = absl::StrContains(Read(log), "listening on");
+    if (!listening) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(listening) << Read(log);
+  const std::string vmmctl = Binaries().at("vmmctl");
+  ProcessResult info = RunProcess({vmmctl, "--api", api, "--api-token-file", token, "vm", "info"});
+  EXPECT_EQ(info.exit_status, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("disk0"));
+  ProcessResult no_token = RunProcess({vmmctl, "--api", api, "vm", "info"});
+  EXPECT_EQ(no_token.exit_status, 1) << no_token.err;
+  EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << Read(log);
+  EXPECT_THAT(Read(log), Not(HasSubstr("seccomp")));
+  std::filesystem::remove_all(socket_dir);
 }
 
 // README.md and docs/ link only to documents in the repository, by relative paths: no link to a

@@ -6,7 +6,8 @@
 // (pidfd_getfd). What a probe tries is what got through before:
 //   N1  opening a file and a socket through the VMM's own io_uring ring;
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
-//   N4  TIOCSTI into a terminal;  N5  MSG_FASTOPEN, UDP, connect;
+//   N4  TIOCSTI into a terminal;  N5  MSG_FASTOPEN, UDP, connect, any internet socket without
+//       --api-tcp;
 //   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod of a file outside the jail;
 //   N11 a descriptor inherited from whoever started the VMM.
 // The vCPU threads' programs are microvm's, which needs KVM: thread_policy_test runs the same
@@ -304,6 +305,11 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
               }),
       Errno(EACCES));
   EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_DGRAM, 0)); }),
+            Errno(EACCES));
+  // No --api-tcp: not even a stream socket of either internet family.
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_STREAM, 0)); }),
+            Errno(EACCES));
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET6, SOCK_STREAM, 0)); }),
             Errno(EACCES));
   close(tcp);
   close(listener);

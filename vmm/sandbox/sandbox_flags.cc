@@ -99,6 +99,7 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
   }
   SandboxOptions sandbox_options;
   sandbox_options.jail = jailed;
+  sandbox_options.tcp_listener = needs.host_network;
   auto sandbox = ProcessSandbox::Enable(setting, sandbox_options);
   if (!sandbox.ok()) {
     return absl::Status(sandbox.status().code(),

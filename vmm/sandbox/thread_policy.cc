@@ -179,14 +179,18 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
 #endif
   list.Refuse(__NR_prctl, EPERM);
   // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
-  // IPv4 and IPv6 only as stream sockets (the API's TCP listener): no datagram socket, which
-  // could send without connecting (H16). The type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
+  // IPv4 and IPv6 only with a TCP listener for the API (--api-tcp), and then only as stream
+  // sockets: no datagram socket, which could send without connecting (H16). Without one, no
+  // IPv4/IPv6 socket at all (gRPC's probe for IPv6 takes the refusal as "no IPv6"). The type's
+  // low bits; SOCK_CLOEXEC/NONBLOCK sit above.
   for (int domain : {AF_UNIX, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
   }
-  for (int domain : {AF_INET, AF_INET6}) {
-    list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)},
-                               {.index = 1, .mask = 0xf, .value = SOCK_STREAM}});
+  if (options.tcp_listener) {
+    for (int domain : {AF_INET, AF_INET6}) {
+      list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)},
+                                 {.index = 1, .mask = 0xf, .value = SOCK_STREAM}});
+    }
   }
   for (int domain : {AF_INET, AF_INET6}) {
     list.Add({__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}}, EACCES});

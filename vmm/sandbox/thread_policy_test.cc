@@ -35,10 +35,12 @@ namespace {
 // when the checks held, or through the violation report.
 
 const SandboxOptions kTrap{.action = ViolationAction::kTrap};
+// The control API listening on TCP (--api-tcp).
+const SandboxOptions kTrapWithTcpListener{.action = ViolationAction::kTrap, .tcp_listener = true};
 
-void ConfineOrDie(ThreadRole role) {
-  if (!ProcessSandbox::Enable(SeccompSetting{}, kTrap).ok()) ExitNow(2);
-  if (role != ThreadRole::kControl && !ConfineThisThread(role, kTrap).ok()) ExitNow(2);
+void ConfineOrDie(ThreadRole role, const SandboxOptions& options = kTrap) {
+  if (!ProcessSandbox::Enable(SeccompSetting{}, options).ok()) ExitNow(2);
+  if (role != ThreadRole::kControl && !ConfineThisThread(role, options).ok()) ExitNow(2);
 }
 
 TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverConnectOut) {
@@ -68,7 +70,7 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
 // connect() was refused.
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnected) {
   auto child = [&] {
-    ConfineOrDie(ThreadRole::kControl);
+    ConfineOrDie(ThreadRole::kControl, kTrapWithTcpListener);
     const int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) ExitNow(4);
     char c = 'x';
@@ -90,6 +92,26 @@ TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnect
     ExitNow(typed == -1 && typed_errno == EPERM && got_modes == 0 && udp == -1 &&
                     udp_errno == EACCES && tcp >= 0 && tcp4 >= 0 && sent == -1 &&
                     sent_errno == EACCES
+                ? 0
+                : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// Without --api-tcp nothing in the VMM has any use for IPv4 or IPv6: not even a stream socket can
+// be made (a compromised thread would use one to reach the host's loopback services).
+TEST(ThreadPolicyDeathTest, ControlThreadsWithoutATcpListenerMakeNoInternetSocket) {
+  auto child = [&] {
+    ConfineOrDie(ThreadRole::kControl);
+    const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int tcp4_errno = errno;
+    const int tcp6 = socket(AF_INET6, SOCK_STREAM, 0);
+    const int tcp6_errno = errno;
+    const int udp = socket(AF_INET, SOCK_DGRAM, 0);
+    const int udp_errno = errno;
+    const int unix_socket = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ExitNow(tcp4 == -1 && tcp4_errno == EACCES && tcp6 == -1 && tcp6_errno == EACCES && udp == -1 &&
+                    udp_errno == EACCES && unix_socket >= 0
                 ? 0
                 : 3);
   };
