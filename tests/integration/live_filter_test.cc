@@ -6,7 +6,7 @@
 // (pidfd_getfd). What a probe tries is what got through before:
 //   N1  opening a file and a socket through the VMM's own io_uring ring;
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
-//   N4  TIOCSTI into a terminal;  N5  MSG_FASTOPEN, UDP, connect, any internet socket without
+//   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;  N5  MSG_FASTOPEN, UDP, connect, any internet socket without
 //       --api-tcp;
 //   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod of a file outside the jail;
 //   N11 a descriptor inherited from whoever started the VMM.
@@ -16,6 +16,7 @@
 #include <grp.h>
 #include <liburing.h>
 #include <linux/filter.h>
+#include <linux/fs.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <pty.h>
@@ -282,6 +283,16 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
             Errno(EPERM));
   close(master);
   close(terminal);
+  // ioctl by request: one the VMM never issues is refused before any driver sees it (FIGETBSZ,
+  // which the VFS would answer for any file).
+  const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] {
+                      int block_size = 0;
+                      return Result(ioctl(file, FIGETBSZ, &block_size));
+                    }),
+            Errno(ENOTTY));
+  close(file);
   // N5: a TCP connection opened by sendto(MSG_FASTOPEN), a UDP datagram, connect().
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

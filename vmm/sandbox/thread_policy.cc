@@ -1,5 +1,7 @@
 #include "vmm/sandbox/thread_policy.h"
 
+#include <linux/cdrom.h>
+#include <linux/fs.h>
 #include <linux/kvm.h>
 #include <linux/sched.h>
 #include <signal.h>
@@ -11,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <initializer_list>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -113,19 +116,45 @@ SyscallAllowlist IoAllowlist(const SandboxOptions& options) {
   return list;
 }
 
+// ioctl on the control threads, by request: a filter cannot see what kind of descriptor a request
+// goes to, but the request number names its driver (the "type" byte, bits 8-15, is KVM's 0xAE for
+// every KVM request; Documentation/userspace-api/ioctl/ioctl-number.rst). What the VMM issues
+// after the sandbox is on: KVM set-up (the VM, its memory, vCPUs and interrupt routing), the size
+// of a block device, a host CD-ROM drive's tray, lock and status (block/host_cdrom.cc), the
+// terminal check glibc's stdio makes, and the descriptor flags libraries set. Every other request
+// is refused with ENOTTY, what a driver answers to a request it does not know: no loop device
+// (LOOP_SET_FD), file attributes (FS_IOC_SETFLAGS), console (KD*, VT_*) or SCSI (SG_IO) request
+// reaches a driver, whatever descriptor a compromised thread finds.
+void AllowControlIoctls(SyscallAllowlist& list, const SandboxOptions& options) {
+  auto request = [](unsigned long number) {
+    return ArgCondition{.index = 1, .value = static_cast<uint32_t>(number)};
+  };
+  // Terminal requests that act on someone else's session, refused by name first so that the
+  // violation says what was tried: TIOCSTI pushes input into a terminal (a command typed into the
+  // operator's shell, H16 of docs/security.md), TIOCLINUX and TIOCCONS reach the console,
+  // TIOCSCTTY and TIOCSETD take over or re-plumb a terminal.
+  for (unsigned long number :
+       std::initializer_list<unsigned long>{TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSCTTY, TIOCSETD}) {
+    list.Add({__NR_ioctl, {request(number)}, EPERM});
+  }
+  list.AllowIf(__NR_ioctl, {{.index = 1, .mask = 0xff00, .value = KVMIO << 8}});
+  for (unsigned long number : std::initializer_list<unsigned long>{
+           BLKGETSIZE64, BLKSSZGET, CDROM_GET_CAPABILITY, CDROM_DRIVE_STATUS, CDROM_LOCKDOOR,
+           CDROMEJECT, CDROMCLOSETRAY, TCGETS, TIOCGWINSZ, FIONBIO, FIONREAD, FIOCLEX, FIONCLEX}) {
+    list.AllowIf(__NR_ioctl, {request(number)});
+  }
+  // The jail lets go of the launching terminal (vmm/sandbox/jail.cc).
+  if (options.jail) list.AllowIf(__NR_ioctl, {request(TIOCNOTTY)});
+  list.Refuse(__NR_ioctl, ENOTTY);
+}
+
 // Everything the process does, set-up included, minus what a VMM never needs: exec, fork,
 // ptrace, mounts, namespaces, modules, kexec, BPF, keyrings, perf, userfaultfd. The listed calls
 // a compromised thread would reach for first are absent from this list, so they trap.
 SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   SyscallAllowlist list;
   AddRunningThreadBasics(list);
-  // Terminal ioctls that act on someone else's session: TIOCSTI pushes input into a terminal (a
-  // command typed into the operator's shell, H16 of docs/security.md), TIOCLINUX and
-  // TIOCCONS reach the console, TIOCSCTTY and TIOCSETD take over or re-plumb a terminal. The VMM
-  // only reads and sets its console's modes (TCGETS/TCSETS). Before the general ioctl rule below.
-  for (uint32_t request : {TIOCSTI, TIOCLINUX, TIOCCONS, TIOCSCTTY, TIOCSETD}) {
-    list.Add({__NR_ioctl, {{.index = 1, .value = request}}, EPERM});
-  }
+  AllowControlIoctls(list, options);
   // Nothing in a VMM sends data with a connection attempt: sendto/sendmsg with MSG_FASTOPEN would
   // open a TCP connection although connect() is refused (H16 of docs/security.md). Before the rules that allow them.
   list.Add({__NR_sendto, {{.index = 3, .mask = MSG_FASTOPEN, .value = MSG_FASTOPEN}}, EACCES});
@@ -141,8 +170,6 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       __NR_statfs, __NR_fstatfs, __NR_flock, __NR_ftruncate, __NR_fallocate, __NR_fsync,
       __NR_fdatasync, __NR_fadvise64, __NR_dup, __NR_dup2, __NR_dup3, __NR_pipe2,
       __NR_memfd_create,
-      // Devices: KVM set-up, block device sizes, host CD-ROM drives, terminals.
-      __NR_ioctl,
       // Event loops: the API, signals, timers, io_uring.
       __NR_epoll_create1, __NR_signalfd4, __NR_timerfd_create, __NR_timerfd_settime,
       __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,

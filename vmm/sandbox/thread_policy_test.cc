@@ -1,6 +1,7 @@
 #include "vmm/sandbox/thread_policy.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/io_uring.h>
 #include <linux/kvm.h>
 #include <linux/sched.h>
@@ -114,6 +115,23 @@ TEST(ThreadPolicyDeathTest, ControlThreadsWithoutATcpListenerMakeNoInternetSocke
                     udp_errno == EACCES && unix_socket >= 0
                 ? 0
                 : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// ioctl by request: what the VMM issues runs (a descriptor flag), any other request is refused
+// before it reaches a driver, even FIGETBSZ, which the VFS answers for any file.
+TEST(ThreadPolicyDeathTest, ControlThreadsIssueOnlyTheIoctlsTheVmmUses) {
+  auto child = [&] {
+    ConfineOrDie(ThreadRole::kControl);
+    const int file = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    if (file < 0) ExitNow(4);
+    int on = 1;
+    const int flagged = ioctl(file, FIOCLEX, &on);
+    int block_size = 0;
+    const int asked = ioctl(file, FIGETBSZ, &block_size);
+    const int asked_errno = errno;
+    ExitNow(flagged == 0 && asked == -1 && asked_errno == ENOTTY ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
