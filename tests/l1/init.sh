@@ -9,6 +9,7 @@
 #   L1-NO-KVM REASON     kvm-amd did not create /dev/kvm: the run fails (no test runs)
 #   L1-FAIL REASON       L1 could not set up the test (no virtiofs, no job)
 #   L1-TRACE ...         a failed test during which a guest shut down: L1's KVM events before it
+#   L1-EMULATION-FAULT   ... and that shutdown has the nested emulation's signature (below)
 #   L1-EXIT status=N     the test's exit status; L1 powers off next
 # L1's kernel logs to ttyS1, which the host keeps apart.
 
@@ -59,6 +60,9 @@ if [ -w "$trace/buffer_size_kb" ]; then
            kvm_page_fault; do
     echo 1 > "$trace/events/kvm/$e/enable" 2>/dev/null
   done
+  # The ring stops at the first shutdown exit (SVM_EXIT_SHUTDOWN, 127), so a test that runs on for
+  # minutes after it cannot overwrite what led to it.
+  echo 'traceoff if exit_reason == 127' > "$trace/events/kvm/kvm_exit/trigger" 2>/dev/null
   echo 1 > "$trace/tracing_on"
 fi
 chroot /host /bin/bash "$job"
@@ -69,6 +73,19 @@ if [ "$status" != 0 ] && [ -r "$trace/trace" ]; then
   if [ -n "$first" ]; then
     echo "L1-TRACE a guest shut down (triple fault); L1's last KVM events before it:"
     sed -n "$((first > 60 ? first - 60 : 1)),${first}p" "$trace/trace" | sed 's/^/L1-TRACE| /'
+    # The nested emulation's signature (docs/nested.md, "Reproduced on demand"): the vCPU's exit
+    # before the shutdown was a port I/O handled in user space, and the guest then took a #PF it
+    # could not deliver (EXITINTINFO 0x80000b0e: user read, page not present) on memory its page
+    # tables map. run_in_l1.sh runs such a test once more in a new L1.
+    shutdown=$(sed -n "${first}p" "$trace/trace")
+    task=$(echo "$shutdown" | awk '{print $1}')
+    before=$(head -n $((first - 1)) "$trace/trace" | awk -v t="$task" '$1 == t && /kvm_exit:/' | tail -n 1)
+    case "$shutdown" in
+      *"intr_info 0x80000b0e error_code 0x00000004"*)
+        case "$before" in
+          *" reason io "*) echo "L1-EMULATION-FAULT $task: #PF 0x80000b0e on the entry after a port-I/O exit" ;;
+        esac ;;
+    esac
   fi
 fi
 echo "L1-EXIT status=$status"
