@@ -312,6 +312,15 @@ pid_t SpawnVhostUserScsi(const std::string& socket, const std::string& disk,
   return pid;
 }
 
+// Whether the launcher whose stderr goes to `log` said it is listening, within 30 s.
+bool WaitForListening(const std::string& log) {
+  for (int i = 0; i < 3000; ++i) {
+    if (absl::StrContains(Read(log), "listening on")) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
 // A back end killed with SIGKILL leaves its socket behind: the next one on the same path replaces
 // it under the default seccomp filter (the check that tells a stale socket from a live one needs
 // connect(), which the filter refuses, so it runs before the filter), and refuses a live one.
@@ -392,12 +401,7 @@ TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
     const std::string log = dir + "/" + name + ".log";  // a new file: no earlier run's lines
     const pid_t pid = SpawnVhostUserScsi(path, disk, log);
     ASSERT_GE(pid, 0);
-    bool listening = false;
-    for (int i = 0; i < 3000 && !listening; ++i) {
-      listening = absl::StrContains(Read(log), "listening on");
-      if (!listening) absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_TRUE(listening) << Read(log);
+    EXPECT_TRUE(WaitForListening(log)) << Read(log);
     kill(pid, signal_number);
     int status = 0;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -436,12 +440,7 @@ TEST(TcpApiTest, VhostUserScsiServesItsApiOverTcp) {
   const pid_t pid = SpawnVhostUserScsi(std::string(socket_dir) + "/s.sock", disk, log,
                                        {"--api-tcp=" + api, "--api-token-file=" + token});
   ASSERT_GE(pid, 0);
-  bool listening = false;
-  for (int i = 0; i < 3000 && !listening; ++i) {
-    listening = absl::StrContains(Read(log), "listening on");
-    if (!listening) absl::SleepFor(absl::Milliseconds(10));
-  }
-  ASSERT_TRUE(listening) << Read(log);
+  ASSERT_TRUE(WaitForListening(log)) << Read(log);
   const std::string vmmctl = Binaries().at("vmmctl");
   ProcessResult info = RunProcess({vmmctl, "--api", api, "--api-token-file", token, "vm", "info"});
   EXPECT_EQ(info.exit_status, 0) << info.err;

@@ -423,6 +423,13 @@ scenario_hotplug() {
   st=$?
   result background_fio "$st"
   [ "$st" = 0 ] || fail "fio on $disk, beside the hot-plug, failed: $(tail -n 1 /tmp/bg.err)"
+  # The boot disk too (a real system's root disk): the API lets it go, and the guest sees it go.
+  echo "@@HOTPLUG-DETACH-BOOT"
+  read -r -t 60 _ || fail "no answer to @@HOTPLUG-DETACH-BOOT within 60 s"
+  t=$(uptime_s)
+  for i in $(seq 1 300); do [ -e "/sys/block/$disk" ] || break; sleep 0.1; done
+  [ -e "/sys/block/$disk" ] && fail "/dev/$disk, the boot disk, is still there 30 s after its detach"
+  result boot_detach_seen_seconds "$(elapsed "$t")"
   pass
 }
 
