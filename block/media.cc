@@ -99,7 +99,10 @@ absl::Status RemovableMedia::Eject(bool force) {
   absl::MutexLock lock(&change_mutex_);
   const std::shared_ptr<const MediaState> now = Load(current_);
   if (now->tray_open && !now->present) return absl::OkStatus();  // nothing to do
-  if (now->locked && !force) return AskGuestToEject(now);
+  // The lock keeps the tray shut; it cannot hold a disc in an open tray. Linux's sr locks the door
+  // on every open, so a guest that ejected (udev, answering an eject request) may lock again with
+  // the tray still open: the medium comes out all the same, as QEMU's eject does with an open tray.
+  if (now->locked && !force && !now->tray_open) return AskGuestToEject(now);
   // A forced eject leaves the guest's lock as it was: the lock is the guest's state (it unlocks with
   // PREVENT ALLOW MEDIUM REMOVAL), as with QEMU's "eject -f".
   if (!now->tray_open) {

@@ -169,6 +169,25 @@ TEST(RemovableMediaTest, LockRefusesRemovalUnlessForced) {
   EXPECT_TRUE(media.Current()->ready());
 }
 
+// A guest that ejected (udev answering an eject request) and then locked again with the tray
+// open, as Linux's sr does on every open: the medium still comes out of the open tray.
+TEST(RemovableMediaTest, EjectTakesTheMediumOutOfAnOpenTrayTheGuestLocked) {
+  RemovableMedia media(Disc(), "a.iso");
+  RecordingListener listener;
+  media.AddListener(&listener);
+  ASSERT_TRUE(media.GuestLoadEject(/*eject=*/true).ok());
+  media.SetLocked(true, /*by_guest=*/true);
+  listener.events.clear();
+  ASSERT_TRUE(media.Eject(/*force=*/false).ok());
+  EXPECT_EQ(listener.types(), (std::vector<T>{T::kRemoved}));
+  EXPECT_FALSE(media.Current()->present);
+  EXPECT_TRUE(media.Current()->tray_open);
+  EXPECT_TRUE(media.Current()->locked);
+  // Still locked: the tray does not close and open again on the host's say.
+  ASSERT_TRUE(media.SetTrayOpen(false, false).ok());
+  EXPECT_EQ(media.SetTrayOpen(true, false).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(RemovableMediaTest, GuestLoadEject) {
   RemovableMedia media(Disc(), "a.iso");
   RecordingListener listener;
