@@ -29,7 +29,9 @@ namespace devices::legacy {
 //                     writes are ignored (no item is writable, as QEMU 2.4 on made them).
 //   +0x4  DMA address, 64 bits big-endian: a 32-bit write at +0x4 sets the high half, one at +0x8
 //         the low half and starts the transfer; an 8-byte write at +0x4 sets both and starts it.
-//         Reads return the signature "QEMU CFG" (byte k of the 8 at +0x4+k).
+//         The high half is 0 again after every transfer, so firmware that lives below 4 GiB
+//         (SeaBIOS) writes the low half only. Reads return the signature "QEMU CFG" (byte k of
+//         the 8 at +0x4+k).
 //
 // A DMA transfer reads a descriptor from guest memory at the written address (FWCfgDmaAccess, all
 // big-endian: control u32, length u32, address u64). Control bits: kDmaSelect (the key in bits

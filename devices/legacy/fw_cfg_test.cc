@@ -172,6 +172,23 @@ TEST_F(FwCfgTest, DmaSelectsReadsAndSkips) {
   EXPECT_EQ(sys_util::Be32(Guest(kDescriptor, 4).data()), 0u);
 }
 
+// SeaBIOS writes only the low half (outl(htonl(addr), 0x518)): the high half is 0 after every
+// transfer, as QEMU has it.
+TEST_F(FwCfgTest, TheLowHalfAloneStartsATransfer) {
+  ASSERT_TRUE(device_.AddFile("etc/table", Bytes("0123456789")).ok());
+  EXPECT_EQ(Dma(uint32_t{FwCfg::kFirstFileKey} << 16 | FwCfg::kDmaSelect, 0, 0), 0u);
+  uint8_t bytes[FwCfg::kDmaDescriptorSize];
+  sys_util::PutBe32(bytes, FwCfg::kDmaRead);
+  sys_util::PutBe32(bytes + 4, 5);
+  sys_util::PutBe64(bytes + 8, kBuffer);
+  ASSERT_TRUE(memory_.Write(vmm::GuestAddress(kDescriptor), bytes).ok());
+  uint8_t low[4];
+  sys_util::PutBe32(low, static_cast<uint32_t>(kDescriptor));
+  device_.Write(8, low);
+  EXPECT_EQ(Guest(kBuffer, 5), Bytes("01234"));
+  EXPECT_EQ(sys_util::Be32(Guest(kDescriptor, 4).data()), 0u);
+}
+
 // The guest is hostile: buffers and descriptors outside RAM, writes, lengths up to 4 GiB. Nothing
 // outside guest RAM is touched, errors are reported in the descriptor when it can be.
 TEST_F(FwCfgTest, HostileTransfersEndInErrorsNotCrashes) {

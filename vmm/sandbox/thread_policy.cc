@@ -208,8 +208,8 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
   // IPv4 and IPv6 only with a TCP listener for the API (--api-tcp), and then only as stream
   // sockets: no datagram socket, which could send without connecting (H16). Without one, no
-  // IPv4/IPv6 socket at all (gRPC's probe for IPv6 takes the refusal as "no IPv6"). The type's
-  // low bits; SOCK_CLOEXEC/NONBLOCK sit above.
+  // IPv4/IPv6 socket at all: refused, not trapped, as a library probing for IPv6 expects. The
+  // type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
   for (int domain : {AF_UNIX, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
   }
