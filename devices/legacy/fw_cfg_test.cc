@@ -40,14 +40,20 @@ class FwCfgTest : public ::testing::Test {
     Select(key);
     return ReadData(count);
   }
-  // A descriptor at kDescriptor, then outl(htonl(high), 0x514); outl(htonl(low), 0x518).
-  uint32_t Dma(uint32_t control, uint32_t length, uint64_t address,
-               uint64_t descriptor = kDescriptor) {
+  // The guest's FWCfgDmaAccess at `descriptor` (big-endian; nothing written outside RAM).
+  void PlaceDescriptor(uint32_t control, uint32_t length, uint64_t address,
+                       uint64_t descriptor = kDescriptor) {
     uint8_t bytes[FwCfg::kDmaDescriptorSize];
     sys_util::PutBe32(bytes, control);
     sys_util::PutBe32(bytes + 4, length);
     sys_util::PutBe64(bytes + 8, address);
     (void)memory_.Write(vmm::GuestAddress(descriptor), bytes);
+  }
+  // The descriptor placed, then outl(htonl(high), 0x514); outl(htonl(low), 0x518); the control
+  // word the device wrote back.
+  uint32_t Dma(uint32_t control, uint32_t length, uint64_t address,
+               uint64_t descriptor = kDescriptor) {
+    PlaceDescriptor(control, length, address, descriptor);
     uint8_t half[4];
     sys_util::PutBe32(half, static_cast<uint32_t>(descriptor >> 32));
     device_.Write(4, half);
@@ -160,11 +166,7 @@ TEST_F(FwCfgTest, DmaSelectsReadsAndSkips) {
   EXPECT_EQ(ReadData(1), std::vector<uint8_t>{0});
   // A select alone rewinds; an 8-byte write of the address starts a transfer too.
   EXPECT_EQ(Dma(select, 0, 0), 0u);
-  uint8_t bytes[FwCfg::kDmaDescriptorSize];
-  sys_util::PutBe32(bytes, FwCfg::kDmaRead);
-  sys_util::PutBe32(bytes + 4, 3);
-  sys_util::PutBe64(bytes + 8, kBuffer);
-  ASSERT_TRUE(memory_.Write(vmm::GuestAddress(kDescriptor), bytes).ok());
+  PlaceDescriptor(FwCfg::kDmaRead, 3, kBuffer);
   uint8_t address[8];
   sys_util::PutBe64(address, kDescriptor);
   device_.Write(4, address);
@@ -177,11 +179,7 @@ TEST_F(FwCfgTest, DmaSelectsReadsAndSkips) {
 TEST_F(FwCfgTest, TheLowHalfAloneStartsATransfer) {
   ASSERT_TRUE(device_.AddFile("etc/table", Bytes("0123456789")).ok());
   EXPECT_EQ(Dma(uint32_t{FwCfg::kFirstFileKey} << 16 | FwCfg::kDmaSelect, 0, 0), 0u);
-  uint8_t bytes[FwCfg::kDmaDescriptorSize];
-  sys_util::PutBe32(bytes, FwCfg::kDmaRead);
-  sys_util::PutBe32(bytes + 4, 5);
-  sys_util::PutBe64(bytes + 8, kBuffer);
-  ASSERT_TRUE(memory_.Write(vmm::GuestAddress(kDescriptor), bytes).ok());
+  PlaceDescriptor(FwCfg::kDmaRead, 5, kBuffer);
   uint8_t low[4];
   sys_util::PutBe32(low, static_cast<uint32_t>(kDescriptor));
   device_.Write(8, low);
