@@ -6,8 +6,8 @@
 // (pidfd_getfd). What a probe tries is what got through before:
 //   N1  opening a file and a socket through the VMM's own io_uring ring;
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
-//   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;  N5  MSG_FASTOPEN, UDP, connect, any internet socket without
-//       --api-tcp;
+//   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;
+//   N5  MSG_FASTOPEN, UDP, connect, any internet socket without --api-tcp;
 //   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod of a file outside the jail;
 //   N11 a descriptor inherited from whoever started the VMM.
 // The vCPU threads' programs are microvm's, which needs KVM: thread_policy_test runs the same

@@ -376,9 +376,16 @@ wait_for_new_disk() {
   return 1
 }
 
+# Waits up to 30 s for /sys/block/$1 to go (a detached disk); fails when it stays.
+wait_for_disk_gone() {
+  local i
+  for i in $(seq 1 300); do [ -e "/sys/block/$1" ] || return 0; sleep 0.1; done
+  return 1
+}
+
 scenario_hotplug() {
   [ -n "$disk" ] || fail "no SCSI disk"
-  local t new st bg busy i
+  local t new st bg busy
   # The same job writes, then (verify_only) checks again after the disk came back.
   local verify_job="--name=verify --rw=write --bs=64k --direct=1 --ioengine=libaio --iodepth=8 --size=8M --verify=crc32c"
   fio --name=background --filename="/dev/$disk" --rw=randrw --bs=4k --direct=1 --ioengine=libaio \
@@ -401,8 +408,7 @@ scenario_hotplug() {
   echo "@@HOTPLUG-DETACH"
   read -r -t 60 _ || fail "no answer to @@HOTPLUG-DETACH within 60 s"
   t=$(uptime_s)
-  for i in $(seq 1 300); do [ -e "/sys/block/$new" ] || break; sleep 0.1; done
-  [ -e "/sys/block/$new" ] && fail "/dev/$new is still there 30 s after the detach"
+  wait_for_disk_gone "$new" || fail "/dev/$new is still there 30 s after the detach"
   result detach_seen_seconds "$(elapsed "$t")"
   wait "$busy"
   st=$?
@@ -427,8 +433,7 @@ scenario_hotplug() {
   echo "@@HOTPLUG-DETACH-BOOT"
   read -r -t 60 _ || fail "no answer to @@HOTPLUG-DETACH-BOOT within 60 s"
   t=$(uptime_s)
-  for i in $(seq 1 300); do [ -e "/sys/block/$disk" ] || break; sleep 0.1; done
-  [ -e "/sys/block/$disk" ] && fail "/dev/$disk, the boot disk, is still there 30 s after its detach"
+  wait_for_disk_gone "$disk" || fail "/dev/$disk, the boot disk, is still there 30 s after its detach"
   result boot_detach_seen_seconds "$(elapsed "$t")"
   pass
 }
