@@ -15,6 +15,7 @@
 #   MICROVM_L1_INITRAMFS   the L1 initramfs (tools/test builds it once; otherwise it is built here,
 #                          in TEST_TMPDIR or a temporary directory, with tools/make-linux-initramfs)
 #   MICROVM_L1_MEM=2G MICROVM_L1_SMP=2
+#   MICROVM_L0_QEMU        the qemu-system-x86_64 that runs L1 (default: this host's)
 #   MICROVM_L1_ATTEMPTS=4  L1 boots in all when L1's own kernel fails under the emulation (a crash,
 #                          a reset, a stall of its console): the command runs again in a new L1
 #   MICROVM_L1_FAULT_RERUNS=1  runs of the command again, in a new L1, when it failed after a guest's
@@ -30,7 +31,11 @@ me=run_in_l1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # In Bazel's runfiles the tools sit under the workspace root; from a checkout, beside this script.
 root=$(cd "$here/../.." && pwd)
-qemu=$(command -v qemu-system-x86_64) || { echo "$me: FAIL: qemu-system-x86_64 is missing (tools/setup)"; exit 1; }
+# MICROVM_L0_QEMU: the QEMU that emulates L1 (tools/test passes Debian 13's QEMU 10 from
+# tools/make-qemu-root: docs/nested.md, "Which QEMU emulates L1"); by default this host's.
+qemu=${MICROVM_L0_QEMU:-$(command -v qemu-system-x86_64)} ||
+  { echo "$me: FAIL: qemu-system-x86_64 is missing (tools/setup)"; exit 1; }
+[ -x "$qemu" ] || { echo "$me: FAIL: MICROVM_L0_QEMU=$qemu is not a program"; exit 1; }
 virtiofsd=/usr/lib/qemu/virtiofsd
 [ -x "$virtiofsd" ] || { echo "$me: FAIL: $virtiofsd is missing (qemu-system-common)"; exit 1; }
 
@@ -96,6 +101,7 @@ l1_state() {  # monitor-socket: what L1's vCPUs are doing, for a stalled L1
 
 # L1 kernel lines that mean L1 itself broke under the emulation (as in tests/nested/nested_harness.sh).
 fault_line='^\[ *[0-9.]+\] (BUG:|watchdog: BUG:|Oops|Kernel panic|general protection fault|kernel BUG)'
+echo "$me: L1 under $("$qemu" --version | head -n 1)"
 attempt=1
 emulation_reruns=0
 while :; do

@@ -154,7 +154,8 @@ nested_boot() {  # boot
     tail -n +1 -f "$log" | tr -d '\r' &
     tail_pid=$!
   fi
-  local cmd=("$LINUX_QEMU" -accel tcg,thread=multi -cpu max -M q35 -m "${NESTED_L1_MEM:-2G}"
+  # MICROVM_L0_QEMU: the QEMU that emulates L1 (tools/test: Debian 13's QEMU 10; docs/nested.md).
+  local cmd=("${MICROVM_L0_QEMU:-$LINUX_QEMU}" -accel tcg,thread=multi -cpu max -M q35 -m "${NESTED_L1_MEM:-2G}"
              -smp "${NESTED_L1_SMP:-2}" -nodefaults -no-reboot -display none -serial "file:$log" -serial "file:$klog"
              -kernel "$LINUX_KERNEL" -initrd "$NESTED_L1_INITRAMFS"
              -append "console=ttyS1 quiet panic=-1 ${NESTED_L1_APPEND:-}"

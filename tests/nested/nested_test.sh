@@ -15,6 +15,7 @@
 #   NESTED_DEBIAN=DIR       the Debian image (tools/make-debian-image's output; tools/test makes it);
 #                           unset: made here, into the default cache of tools/make-debian-image
 #   NESTED_CACHE=DIR        reuse built initramfs images (default: none under Bazel)
+#   MICROVM_L0_QEMU=PATH    the QEMU that emulates L1 (tools/test: QEMU 10; default this host's)
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -36,6 +37,7 @@ trap linux_cleanup EXIT
 started=$SECONDS
 nested_setup "$WORK" "${args[0]}" "${args[1]}" "${args[2]}" "${args[3]}" "${args[4]}" "${args[5]}" "${args[6]}" \
   "${NESTED_CACHE:-}"
+echo "L1 under $("${MICROVM_L0_QEMU:-$LINUX_QEMU}" --version | head -n 1)"
 # shellcheck disable=SC2034  # read by scenarios.sh (nested_debian_image, nested_debian_files)
 NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
 case " ${NESTED_ONLY:-debian} " in
