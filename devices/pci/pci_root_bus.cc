@@ -36,18 +36,56 @@ PciHostBridge::PciHostBridge()
                             .revision = 0x02,
                             // As QEMU's machines report (Red Hat / QEMU subsystem).
                             .subsystem_vendor_id = 0x1af4,
-                            .subsystem_id = 0x1100}) {}
+                            .subsystem_id = 0x1100}) {
+  // PAM0 has only the F segment's nibble; PAM1-PAM6 two segments each (bit 2 of each nibble is
+  // reserved on the 82441FX).
+  SetConfigWriteMask(kPam0, 0x30, 1);
+  for (uint32_t i = 1; i < kPamRegisters; ++i) SetConfigWriteMask(kPam0 + i, 0x33, 1);
+  absl::MutexLock lock(&pam_mutex_);
+  last_segments_ = PamSegments();
+}
+
+std::array<PciHostBridge::PamSegment, PciHostBridge::kPamSegments> PciHostBridge::PamSegments()
+    const {
+  std::array<PamSegment, kPamSegments> segments;
+  constexpr uint32_t kPiece = 0x4000;
+  for (uint32_t i = 0; i < kPamSegments - 1; ++i) {
+    // PAM1 bits 1:0 for 0xc0000, bits 5:4 for 0xc4000, PAM2 for 0xc8000 and 0xcc000, ...
+    const uint32_t value = ReadConfigRaw(kPam0 + 1 + i / 2, 1) >> (i % 2 == 0 ? 0 : 4);
+    segments[i] = {0xc0000 + i * kPiece, kPiece, (value & 1) != 0, (value & 2) != 0};
+  }
+  const uint32_t f_segment = ReadConfigRaw(kPam0, 1) >> 4;
+  segments[kPamSegments - 1] = {0xf0000, 0x10000, (f_segment & 1) != 0, (f_segment & 2) != 0};
+  return segments;
+}
+
+void PciHostBridge::SetPamListener(PamListener listener) {
+  absl::MutexLock lock(&pam_mutex_);
+  pam_listener_ = std::move(listener);
+}
+
+void PciHostBridge::AfterConfigWrite(uint32_t offset, size_t size) {
+  if (offset + size <= kPam0 || offset >= kPam0 + kPamRegisters) return;
+  const std::array<PamSegment, kPamSegments> segments = PamSegments();
+  PamListener listener;
+  {
+    absl::MutexLock lock(&pam_mutex_);
+    if (segments == last_segments_) return;
+    last_segments_ = segments;
+    listener = pam_listener_;
+  }
+  if (listener) listener(segments);
+}
 
 void PciHostBridge::ReadBar(int, uint64_t, std::span<uint8_t> data) {
   std::fill(data.begin(), data.end(), 0);
 }
 
 PciRootBus::PciRootBus(vmm::Bus& pio_bus, vmm::Bus& mmio_bus)
-    : pio_bus_(pio_bus), mmio_bus_(mmio_bus) {
-  auto bridge = std::make_shared<PciHostBridge>();
-  bridge->Attach(pio_bus_, mmio_bus_);
+    : pio_bus_(pio_bus), mmio_bus_(mmio_bus), host_bridge_(std::make_shared<PciHostBridge>()) {
+  host_bridge_->Attach(pio_bus_, mmio_bus_);
   absl::MutexLock lock(&mutex_);
-  functions_[SlotIndex(0, 0)] = std::move(bridge);
+  functions_[SlotIndex(0, 0)] = host_bridge_;
 }
 
 absl::StatusOr<std::shared_ptr<PciRootBus>> PciRootBus::Create(vmm::Bus& pio_bus,

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -20,16 +21,49 @@ namespace devices::pci {
 // The host bridge at 00:00.0, so guests find a normal root (Linux's pci_sanity_check looks for a
 // host bridge class or an Intel vendor ID on bus 0). It reports itself as QEMU's i440FX does:
 // Intel 82441FX PMC, class 06/00/00, no BARs.
+//
+// Its Programmable Attribute Map registers (82441FX data sheet, PAM0-PAM6 at 0x59-0x5f) are the
+// guest's to write, as firmware does to shadow itself in RAM: 13 segments of the legacy area,
+// 0xf0000-0xfffff (PAM0 bits 5:4) and 0xc0000-0xeffff in 16 KiB pieces (PAM1-PAM6, bits 1:0 for
+// the lower piece and 5:4 for the upper), each with a read-enable and a write-enable bit: reads
+// and writes of an enabled kind go to RAM, the others to the ROM or PCI below. Every other bit is
+// read-only (reserved), and all are 0 at power-on: both kinds go to ROM. The bridge keeps the
+// registers; what the machine maps where is the assembly's, told through the listener.
 class PciHostBridge : public PciDevice {
  public:
   static constexpr uint16_t kVendorIntel = 0x8086;
   static constexpr uint16_t kDevice82441 = 0x1237;
   static constexpr uint32_t kClassHostBridge = 0x060000;
+
+  static constexpr uint32_t kPam0 = 0x59;
+  static constexpr size_t kPamRegisters = 7;
+  static constexpr size_t kPamSegments = 13;
+  struct PamSegment {
+    uint32_t base;
+    uint32_t size;
+    bool read_ram;   // reads go to RAM, else to the ROM
+    bool write_ram;  // writes go to RAM, else to the ROM (dropped)
+    bool operator==(const PamSegment&) const = default;
+  };
+  using PamListener = std::function<void(std::span<const PamSegment> segments)>;
+
   PciHostBridge();
+
+  // The segments in address order as the registers set them now.
+  std::array<PamSegment, kPamSegments> PamSegments() const;
+  // Called, on the vCPU thread that wrote, after a write changed any segment (with all of them).
+  // Set before the guest runs.
+  void SetPamListener(PamListener listener);
 
  protected:
   void ReadBar(int, uint64_t, std::span<uint8_t> data) override;
   void WriteBar(int, uint64_t, std::span<const uint8_t>) override {}
+  void AfterConfigWrite(uint32_t offset, size_t size) override;
+
+ private:
+  mutable absl::Mutex pam_mutex_;
+  PamListener pam_listener_ ABSL_GUARDED_BY(pam_mutex_);
+  std::array<PamSegment, kPamSegments> last_segments_ ABSL_GUARDED_BY(pam_mutex_);
 };
 
 // PCI bus 0 behind configuration mechanism #1 (PCI 3.0 §3.2.2.3.2): a 32-bit CONFIG_ADDRESS register
@@ -68,6 +102,8 @@ class PciRootBus : public vmm::BusDevice {
   // Places `device` as function 0 of the lowest free device number and returns that number.
   absl::StatusOr<uint8_t> AddDevice(std::shared_ptr<PciDevice> device);
   std::shared_ptr<PciDevice> GetDevice(uint8_t device_number, uint8_t function) const;
+  // The host bridge at 00:00.0 (its PAM registers: SetPamListener).
+  std::shared_ptr<PciHostBridge> host_bridge() const { return host_bridge_; }
 
   // Shuts every device down (unmaps their BARs, stops virtio devices). Call before destroying the
   // buses or the VM when the devices might outlive them.
@@ -94,6 +130,7 @@ class PciRootBus : public vmm::BusDevice {
 
   vmm::Bus& pio_bus_;
   vmm::Bus& mmio_bus_;
+  const std::shared_ptr<PciHostBridge> host_bridge_;
   mutable absl::Mutex mutex_;
   uint32_t config_address_ ABSL_GUARDED_BY(mutex_) = 0;
   std::array<std::shared_ptr<PciDevice>, kSlots> functions_ ABSL_GUARDED_BY(mutex_);

@@ -136,6 +136,45 @@ TEST_F(PciRootBusTest, HostBridgeThroughByteWordAndDwordAccesses) {
   EXPECT_EQ(ConfigRead(0, 0, 1, 2), 0x3780u);
 }
 
+TEST_F(PciRootBusTest, PamRegistersAsSeaBiosShadowsItself) {
+  using Segment = PciHostBridge::PamSegment;
+  std::vector<std::vector<Segment>> heard;
+  root_->host_bridge()->SetPamListener([&heard](std::span<const Segment> segments) {
+    heard.emplace_back(segments.begin(), segments.end());
+  });
+  // Power-on: every segment reads and writes the ROM.
+  for (const Segment& segment : root_->host_bridge()->PamSegments()) {
+    EXPECT_FALSE(segment.read_ram || segment.write_ram) << std::hex << segment.base;
+  }
+  // Every segment to read/write RAM (0x33 per register, as SeaBIOS's make_bios_writable asks),
+  // in a dword write at 0x58 (PAM0-PAM2) and one at 0x5c; the reserved bits stay 0.
+  ConfigWrite(0, 0, 0x58, 0x33333300 | 0xff, 4);
+  EXPECT_EQ(ConfigRead(0, 0, 0x59, 1), 0x30u);
+  EXPECT_EQ(ConfigRead(0, 0, 0x58, 1), 0x00u);  // not a PAM register: read-only here
+  EXPECT_EQ(ConfigRead(0, 0, 0x5a, 2), 0x3333u);
+  ConfigWrite(0, 0, 0x5c, 0xffffffff, 4);  // PAM3-PAM6
+  EXPECT_EQ(ConfigRead(0, 0, 0x5c, 4), 0x33333333u);
+  ASSERT_EQ(heard.size(), 2u);
+  const auto segments = root_->host_bridge()->PamSegments();
+  EXPECT_EQ(std::vector<Segment>(segments.begin(), segments.end()), heard.back());
+  EXPECT_EQ(segments.front(), (Segment{0xc0000, 0x4000, true, true}));
+  EXPECT_EQ(segments.back(), (Segment{0xf0000, 0x10000, true, true}));
+  for (const Segment& segment : segments) EXPECT_TRUE(segment.read_ram && segment.write_ram);
+  // Then read-only (make_bios_readonly: 0x11), only the F segment: one change, one call.
+  ConfigWrite(0, 0, 0x59, 0x10, 1);
+  ASSERT_EQ(heard.size(), 3u);
+  EXPECT_EQ(heard.back().back(), (Segment{0xf0000, 0x10000, true, false}));
+  EXPECT_EQ(heard.back().front(), (Segment{0xc0000, 0x4000, true, true}));
+  // A write that changes nothing is not heard; nor one outside the PAM registers.
+  ConfigWrite(0, 0, 0x59, 0x10, 1);
+  ConfigWrite(0, 0, 0x60, 0xff, 1);
+  EXPECT_EQ(heard.size(), 3u);
+  // The upper half of PAM1 is 0xc4000's.
+  ConfigWrite(0, 0, 0x5a, 0x01, 1);
+  EXPECT_EQ(heard.back()[0], (Segment{0xc0000, 0x4000, true, false}));
+  EXPECT_EQ(heard.back()[1], (Segment{0xc4000, 0x4000, false, false}));
+}
+
 TEST_F(PciRootBusTest, AbsentFunctionsOtherBusesAndDisabledAccessesReadAllOnes) {
   EXPECT_EQ(ConfigRead(1, 0, 0, 4), 0xffffffffu);
   EXPECT_EQ(ConfigRead(31, 7, 0, 4), 0xffffffffu);
