@@ -41,8 +41,14 @@
 #include "vmm/x86/mptable.h"
 
 ABSL_FLAG(std::string, kernel, "",
-          "Kernel to boot (required): a Linux bzImage, or an ELF (with a PVH note it is entered in "
-          "32-bit mode, else in long mode).");
+          "Kernel to boot (required without --firmware): a Linux bzImage, or an ELF (with a PVH "
+          "note it is entered in 32-bit mode, else in long mode).");
+ABSL_FLAG(std::string, firmware, "",
+          "Boot a PC firmware instead of a kernel (docs/firmware.md): SeaBIOS's bios-256k.bin, "
+          "which boots from the drives. Not with --kernel or --initrd.");
+ABSL_FLAG(std::string, firmware_log, "",
+          "With --firmware: write the firmware's debug console (port 0x402, SeaBIOS's log) to "
+          "FILE.");
 ABSL_FLAG(std::string, initrd, "", "Initial ramdisk to load beside the kernel.");
 ABSL_FLAG(std::string, cmdline, "console=ttyS0 reboot=k panic=1", "Kernel command line.");
 ABSL_FLAG(std::string, memory, "256M",
@@ -103,8 +109,8 @@ const vmm::ProgramHelp& Help() {
       .program = "microvm",
       .summary = "runs one KVM microVM (README.md, docs/machine.md).",
       .usage =
-          "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] [--memory=SIZE] "
-          "[--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
+          "microvm --kernel=PATH [--initrd=PATH] [--cmdline=TEXT] | --firmware=PATH "
+          "[--memory=SIZE] [--vcpus=N]\n               [--disk=IMAGE]... [--cdrom[=ISO]]... "
           "[--api-socket=PATH] [more flags below]",
       .groups =
           {
@@ -112,6 +118,8 @@ const vmm::ProgramHelp& Help() {
                {{"kernel", "PATH"},
                 {"initrd", "PATH"},
                 {"cmdline", "TEXT"},
+                {"firmware", "PATH"},
+                {"firmware-log", "FILE"},
                 {"memory", "SIZE"},
                 {"vcpus", "N"},
                 {"cpu-features", "LIST"},
@@ -156,14 +164,30 @@ const vmm::ProgramHelp& Help() {
 // every error names its flag and the value as typed (docs/errors.md).
 absl::Status ConfigureVm(vmm::VmConfig& config) {
   const std::string kernel = absl::GetFlag(FLAGS_kernel);
-  if (kernel.empty()) {
+  const std::string firmware = absl::GetFlag(FLAGS_firmware);
+  if (!firmware.empty()) {
+    if (!kernel.empty() || !absl::GetFlag(FLAGS_initrd).empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--firmware=%s: the firmware boots from the drives; drop --kernel and --initrd",
+          firmware));
+    }
+    config.firmware_path = sys_util::AbsolutePath(firmware);
+    RETURN_IF_ERROR(vmm::CheckInputFile("--firmware", firmware, config.firmware_path));
+  } else if (!absl::GetFlag(FLAGS_firmware_log).empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--firmware-log=%s: only with --firmware",
+                                                      absl::GetFlag(FLAGS_firmware_log)));
+  }
+  if (kernel.empty() && firmware.empty()) {
     return absl::InvalidArgumentError(
         "--kernel=PATH is required: the kernel to boot (a bzImage, or an ELF such as "
-        "bazel-bin/tests/guest/test_guest; microvm --help lists every flag)");
+        "bazel-bin/tests/guest/test_guest), or --firmware=PATH to boot from the drives; "
+        "microvm --help lists every flag");
   }
   // Absolute from here on: the control API reports them, and the VMM may chdir (--jail).
-  config.kernel_path = sys_util::AbsolutePath(kernel);
-  RETURN_IF_ERROR(vmm::CheckInputFile("--kernel", kernel, config.kernel_path));
+  if (!kernel.empty()) {
+    config.kernel_path = sys_util::AbsolutePath(kernel);
+    RETURN_IF_ERROR(vmm::CheckInputFile("--kernel", kernel, config.kernel_path));
+  }
   const std::string initrd = absl::GetFlag(FLAGS_initrd);
   if (!initrd.empty()) {
     config.initrd_path = sys_util::AbsolutePath(initrd);
@@ -212,6 +236,7 @@ absl::Status NameTheInput(const vmm::VmConfig& config, const absl::Status& statu
   } inputs[] = {
       {"--kernel", absl::GetFlag(FLAGS_kernel), config.kernel_path},
       {"--initrd", absl::GetFlag(FLAGS_initrd), config.initrd_path},
+      {"--firmware", absl::GetFlag(FLAGS_firmware), config.firmware_path},
       {"--kvm-device", config.kvm_path, config.kvm_path},
   };
   for (const auto& input : inputs) {
@@ -340,6 +365,14 @@ class MicrovmProgram : public vmm::LauncherProgram {
     ASSIGN_OR_RETURN(serial_, SerialOutput::FromFlag());
     config_.serial_output_fd = serial_->fd();
     config_.serial_input_fd = absl::GetFlag(FLAGS_serial_input) ? STDIN_FILENO : -1;
+    if (const std::string log = absl::GetFlag(FLAGS_firmware_log); !log.empty()) {
+      firmware_log_.Reset(open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!firmware_log_.valid()) {
+        return sys_util::ErrnoStatus(
+            errno, absl::StrFormat("--firmware-log=%s: cannot open it for writing", log));
+      }
+      config_.firmware_log_fd = firmware_log_.get();
+    }
     auto vm = vmm::Vm::Create(config_);
     if (!vm.ok()) return NameTheInput(config_, vm.status());
     vm_ = *std::move(vm);
@@ -389,6 +422,7 @@ class MicrovmProgram : public vmm::LauncherProgram {
   const vmm::LauncherExtensions& extensions_;
   vmm::VmConfig config_;
   std::optional<SerialOutput> serial_;
+  sys_util::ScopedFd firmware_log_;  // --firmware-log, before the VM that writes to it
   std::unique_ptr<vmm::Vm> vm_;
   // Declared after the VM: the API's view of it goes first.
   std::unique_ptr<vmm::VmApiControl> api_control_;

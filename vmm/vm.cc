@@ -11,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/legacy/acpi_pm.h"
+#include "devices/legacy/cmos.h"
+#include "devices/legacy/fw_cfg.h"
 #include "devices/legacy/i8042.h"
 #include "devices/legacy/port_devices.h"
 #include "devices/legacy/serial.h"
@@ -18,10 +20,12 @@
 #include "devices/pci/pci_root_bus.h"
 #include "devices/virtio/virtio_pci.h"
 #include "vmm/acpi/machine_acpi.h"
+#include "vmm/acpi/table_loader.h"
 #include "vmm/fdt/machine_fdt.h"
 #include "vmm/kvm/kvm_ioevent_registrar.h"
 #include "vmm/kvm/kvm_irq_line.h"
 #include "vmm/kvm/kvm_msi.h"
+#include "vmm/loader/firmware.h"
 #include "vmm/loader/initrd.h"
 #include "vmm/loader/kernel_loader.h"
 #include "vmm/loader/linux_boot.h"
@@ -31,6 +35,7 @@
 #include "vmm/sys_util/thread.h"
 #include "vmm/x86/boot_cpu.h"
 #include "vmm/x86/cpuid.h"
+#include "vmm/x86/firmware_config.h"
 #include "vmm/x86/mptable.h"
 
 namespace vmm {
@@ -43,6 +48,11 @@ constexpr uint64_t kKvmIdentityMapAddress = 0xfffbc000;
 
 // The POST code the test guest writes at its first ring-3 instruction (docs/machine.md).
 constexpr uint8_t kPostCodeRing3 = 0x03;
+
+// QEMU's debug console port, where SeaBIOS built for QEMU writes its log, and what a read of it
+// returns: SeaBIOS logs there only when it reads this back.
+constexpr uint16_t kFirmwareDebugPort = 0x402;
+constexpr uint8_t kFirmwareDebugReadback = 0xe9;
 
 DeviceDescription PortDevice(std::string name, std::vector<std::string> compatible,
                              std::vector<DeviceDescription::Range> ranges) {
@@ -87,10 +97,13 @@ void Vm::TearDownMachine() {
   serial_.reset();
   i8042_.reset();
   acpi_pm_.reset();
+  fw_cfg_.reset();
+  cmos_.reset();
   ioevents_.reset();
   msi_.reset();
   // Memory before the VM fd, as the members' destruction order has it.
   memory_.reset();
+  firmware_rom_.reset();
   vm_fd_.reset();
   machine_ = MachineDescription{};
   device_tree_.clear();
@@ -109,6 +122,13 @@ absl::Status Vm::Initialize() {
         "%u vCPUs requested; this machine supports 1 to %u", config_.vcpus, x86::kMpTableMaxCpus));
   }
   ASSIGN_OR_RETURN(kvm_, Kvm::Open(config_.kvm_path));
+  if (!config_.firmware_path.empty()) {
+    if (!config_.kernel_path.empty() || !config_.initrd_path.empty()) {
+      return absl::InvalidArgumentError("a firmware boots from the drives: no kernel or initrd");
+    }
+    ASSIGN_OR_RETURN(firmware_file_, loader::ImageFile::Open(config_.firmware_path));
+    return BuildMachine();
+  }
   ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
   if (!config_.initrd_path.empty()) {
     ASSIGN_OR_RETURN(initrd_file_, loader::ImageFile::Open(config_.initrd_path));
@@ -138,6 +158,14 @@ absl::Status Vm::SetUpMemory() {
     RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, region->start().value(), region->size(),
                                                 region->host_address()));
     machine_.memory.push_back({region->start().value(), region->size()});
+  }
+  if (firmware_file_.has_value()) {
+    // Read-only: the guest's writes there exit to user space and go nowhere (nothing is on the
+    // MMIO bus at the top of 4 GiB), as writes to a ROM do.
+    ASSIGN_OR_RETURN(firmware_rom_, loader::LoadFirmwareRom(*firmware_file_));
+    RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, firmware_rom_->start().value(),
+                                                firmware_rom_->size(),
+                                                firmware_rom_->host_address(), /*read_only=*/true));
   }
   return absl::OkStatus();
 }
@@ -199,6 +227,29 @@ absl::Status Vm::SetUpLegacyDevices() {
   machine_.devices.push_back(
       PortDevice("acpi-pm", {acpi::kAcpiPmCompatible}, {{kAcpiPmBase, AcpiPm::kBlockSize}}));
 
+  if (firmware_file_.has_value()) {
+    // What firmware built for QEMU reads the machine through (filled in LoadFirmware), the
+    // CMOS it keeps its settings in, and the debug console it logs to.
+    using devices::legacy::Cmos;
+    using devices::legacy::FwCfg;
+    fw_cfg_ = std::make_shared<FwCfg>(&*memory_);
+    RETURN_IF_ERROR(pio_bus_.Register(FwCfg::kPortBase, FwCfg::kPortCount, fw_cfg_));
+    machine_.devices.push_back(
+        PortDevice("fw-cfg", {"qemu,fw-cfg"}, {{FwCfg::kPortBase, FwCfg::kPortCount}}));
+    cmos_ = std::make_shared<Cmos>();
+    RETURN_IF_ERROR(pio_bus_.Register(Cmos::kPortBase, Cmos::kPortCount, cmos_));
+    machine_.devices.push_back(
+        PortDevice("rtc", {"motorola,mc146818"}, {{Cmos::kPortBase, Cmos::kPortCount}}));
+    const int log_fd = config_.firmware_log_fd;
+    RETURN_IF_ERROR(pio_bus_.Register(kFirmwareDebugPort, 1,
+                                      std::make_shared<devices::legacy::WriteOnlyPort>(
+                                          [log_fd](uint8_t byte) {
+                                            if (log_fd >= 0) WriteByte(log_fd, byte);
+                                          },
+                                          kFirmwareDebugReadback)));
+    machine_.devices.push_back(
+        PortDevice("debug-console", {"qemu,debugcon"}, {{kFirmwareDebugPort, 1}}));
+  }
   return absl::OkStatus();
 }
 
@@ -243,6 +294,7 @@ absl::Status Vm::SetUpPci() {
 
 absl::Status Vm::LoadGuest() {
   for (uint32_t id = 0; id < config_.vcpus; ++id) machine_.cpu_apic_ids.push_back(id);
+  if (firmware_file_.has_value()) return LoadFirmware();
   machine_.cmdline = config_.cmdline;
   ASSIGN_OR_RETURN(device_tree_, fdt::BuildMachineFdt(machine_));
   ASSIGN_OR_RETURN(acpi_tables_,
@@ -285,6 +337,38 @@ absl::Status Vm::LoadGuest() {
   return status;
 }
 
+absl::Status Vm::LoadFirmware() {
+  RETURN_IF_ERROR(loader::CopyLegacyBiosArea(*firmware_rom_, *memory_));
+  ASSIGN_OR_RETURN(device_tree_, fdt::BuildMachineFdt(machine_));
+  // The same tables as direct boot, for the firmware to place (vmm/acpi/table_loader.h).
+  ASSIGN_OR_RETURN(acpi_tables_, acpi::BuildMachineAcpi(machine_, 0, kAcpiTablesEnd));
+  ASSIGN_OR_RETURN(acpi::FirmwareAcpi acpi, acpi::BuildFirmwareAcpi(acpi_tables_));
+  x86::FirmwareOptions options;
+  // No display: the firmware's screen and keyboard are the serial console's (SeaBIOS's sercon).
+  options.serial_console_port = kCom1Port;
+  // When nothing boots, wait for the user (a disc inserted, ResetVm) rather than reset after a
+  // minute: QEMU's default too (-boot reboot-timeout=-1).
+  options.boot_fail_wait_ms = UINT32_MAX;
+  ASSIGN_OR_RETURN(x86::FirmwareConfig firmware_config,
+                   x86::BuildFirmwareConfig(machine_, options,
+                                            {{acpi::kTablesFile, std::move(acpi.tables)},
+                                             {acpi::kRsdpFile, std::move(acpi.rsdp)},
+                                             {acpi::kTableLoaderFile, std::move(acpi.loader)}}));
+  for (x86::FirmwareConfigItem& item : firmware_config.items) {
+    RETURN_IF_ERROR(fw_cfg_->AddItem(item.key, std::move(item.data)));
+  }
+  for (x86::FirmwareConfigFile& file : firmware_config.files) {
+    RETURN_IF_ERROR(fw_cfg_->AddFile(file.name, std::move(file.data)));
+  }
+  uint64_t below_4g = 0;
+  uint64_t above_4g = 0;
+  for (const MachineDescription::MemoryRange& range : machine_.memory) {
+    (range.base < (uint64_t{1} << 32) ? below_4g : above_4g) += range.size;
+  }
+  cmos_->SetMemoryLayout(below_4g, above_4g, config_.vcpus);
+  return absl::OkStatus();
+}
+
 absl::Status Vm::CreateVcpus() {
   ASSIGN_OR_RETURN(std::vector<kvm_cpuid_entry2> supported, kvm_->GetSupportedCpuid());
   if (kvm_->CheckExtension(KVM_CAP_TSC_DEADLINE_TIMER) > 0) x86::AddTscDeadlineTimer(supported);
@@ -314,7 +398,9 @@ absl::Status Vm::CreateVcpus() {
     if (status.ok()) status = x86::ConfigureCommonVcpuState(vcpu);
     // Only the bootstrap processor starts at the kernel's entry; the others wait for INIT/SIPI in
     // the in-kernel local APIC, as on real hardware.
-    if (status.ok() && id == 0) {
+    // With a firmware, the bootstrap processor keeps KVM's reset state: real mode at the reset
+    // vector 0xfffffff0.
+    if (status.ok() && id == 0 && !firmware_file_.has_value()) {
       status = x86::ConfigureBootVcpu(vcpu, entry_mode_, entry_address_, boot_info_address_);
     }
     if (!status.ok()) {

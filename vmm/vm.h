@@ -32,6 +32,8 @@ namespace devices::legacy {
 class Serial;
 class I8042;
 class AcpiPowerManagement;
+class FwCfg;
+class Cmos;
 }  // namespace devices::legacy
 
 namespace vmm {
@@ -39,9 +41,15 @@ namespace vmm {
 class KvmMsiController;
 
 struct VmConfig {
+  // Direct boot: the kernel the VMM loads and enters (required without a firmware).
   std::string kernel_path;
   std::string initrd_path;  // empty: none
   std::string cmdline;
+  // Firmware boot instead (docs/firmware.md): a PC firmware image (SeaBIOS) the vCPU starts in at
+  // the reset vector, which boots from the drives. No kernel, initrd or command line then.
+  std::string firmware_path;
+  // Where the firmware's debug console (port 0x402, QEMU's debugcon) goes; -1 discards it.
+  int firmware_log_fd = -1;
   uint64_t memory_bytes = 256ull << 20;
   uint32_t vcpus = 1;
   // Where the UART's output goes: an open fd (stdout, a file); -1 discards it.
@@ -130,6 +138,8 @@ class Vm {
   absl::Status SetUpLegacyDevices();
   absl::Status SetUpPci();
   absl::Status LoadGuest();
+  // LoadGuest's firmware boot: the ROM, fw_cfg's items and the CMOS memory size.
+  absl::Status LoadFirmware();
   absl::Status CreateVcpus();
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
@@ -141,6 +151,8 @@ class Vm {
   // Opened once: a restart reloads from these (inside a jail the paths may not resolve).
   std::optional<loader::ImageFile> kernel_file_;
   std::optional<loader::ImageFile> initrd_file_;
+  std::optional<loader::ImageFile> firmware_file_;
+  std::unique_ptr<GuestMemoryRegion> firmware_rom_;  // mapped read-only below 4 GiB
   std::optional<VmFd> vm_fd_;
   std::optional<GuestMemory> memory_;
   Bus pio_bus_{"port I/O"};
@@ -152,6 +164,8 @@ class Vm {
   std::shared_ptr<devices::legacy::Serial> serial_;
   std::shared_ptr<devices::legacy::I8042> i8042_;
   std::shared_ptr<devices::legacy::AcpiPowerManagement> acpi_pm_;  // the power button
+  std::shared_ptr<devices::legacy::FwCfg> fw_cfg_;                 // firmware boot only
+  std::shared_ptr<devices::legacy::Cmos> cmos_;                    // firmware boot only
   std::unique_ptr<KvmMsiController> msi_;
   std::unique_ptr<vmm::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;

@@ -123,9 +123,10 @@ absl::StatusOr<VmFd> Kvm::CreateVm() const {
 }
 
 absl::Status VmFd::SetUserMemoryRegion(uint32_t slot, uint64_t guest_address, uint64_t size,
-                                       void* host_address) {
+                                       void* host_address, bool read_only) {
   kvm_userspace_memory_region region{};
   region.slot = slot;
+  region.flags = read_only ? KVM_MEM_READONLY : 0;
   region.guest_phys_addr = guest_address;
   region.memory_size = size;
   region.userspace_addr = reinterpret_cast<uint64_t>(host_address);

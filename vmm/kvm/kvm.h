@@ -46,8 +46,9 @@ class VmFd {
   VmFd& operator=(VmFd&&) = default;
 
   int fd() const { return fd_.get(); }
+  // `read_only`: KVM_MEM_READONLY, a ROM: guest writes exit as MMIO.
   absl::Status SetUserMemoryRegion(uint32_t slot, uint64_t guest_address, uint64_t size,
-                                   void* host_address);
+                                   void* host_address, bool read_only = false);
   // x86 housekeeping KVM needs before vCPUs exist (three pages below 4 GiB for the real-mode TSS).
   absl::Status SetTssAddress(uint64_t address);
   absl::Status SetIdentityMapAddress(uint64_t address);

@@ -1,0 +1,150 @@
+// Boots SeaBIOS (Debian's seabios package, as QEMU uses it) in the microvm binary under /dev/kvm:
+// the firmware boot path of docs/firmware.md. What SeaBIOS logs on its debug console and shows on
+// the serial console (sercon) says what it found of the machine.
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/subprocess.h"
+#include "tests/integration/test_util.h"
+#include "tests/support/skip.h"
+
+namespace tests {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kMicrovm[] = "vmm/microvm";
+constexpr char kSeaBios[] = "/usr/share/seabios/bios-256k.bin";
+
+class FirmwareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = tests::GuestSkipReason(); !why.empty()) MICROVM_SKIP(why);
+    if (access(kSeaBios, R_OK) != 0) {
+      MICROVM_SKIP("no SeaBIOS at /usr/share/seabios (tools/setup installs seabios)");
+    }
+  }
+};
+
+TEST_F(FirmwareTest, SeaBiosFindsTheMachineAndSaysNothingBoots) {
+  const std::string log = TempPath("seabios.log");
+  ProcessOptions options;
+  options.timeout = absl::Seconds(240);
+  // With nothing to boot SeaBIOS waits, as under QEMU; SIGTERM then stops the VM.
+  options.signal = SIGTERM;
+  options.signal_after_output = "No bootable device";
+  ProcessResult result =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--firmware-log=" + log,
+                  "--memory=256M", "--vcpus=2", "--serial-input=false"},
+                 options);
+  const std::string firmware_log = ReadFile(log);
+  EXPECT_FALSE(result.timed_out) << "serial:\n" << result.out << "\nlog:\n" << firmware_log;
+  // Its banner, on its debug console (which it uses only when the port reads back 0xe9) and,
+  // through sercon, on the serial console.
+  EXPECT_THAT(firmware_log, HasSubstr("SeaBIOS (version"));
+  EXPECT_THAT(result.out, HasSubstr("SeaBIOS (version"));
+  EXPECT_THAT(result.out, HasSubstr("No bootable device"));
+  // It took the machine for QEMU's i440FX on KVM, read fw_cfg by DMA, the RAM from etc/e820, found
+  // both CPUs, loaded our ACPI tables with the table loader (it finds the FADT through our XSDT)
+  // and put its screen on COM1.
+  EXPECT_THAT(firmware_log, HasSubstr("Running on QEMU (i440fx)"));
+  EXPECT_THAT(firmware_log, HasSubstr("Running on KVM"));
+  EXPECT_THAT(firmware_log, HasSubstr("QEMU fw_cfg DMA interface supported"));
+  EXPECT_THAT(firmware_log,
+              HasSubstr("qemu/e820: addr 0x0000000000000000 len 0x0000000010000000 [RAM]"));
+  EXPECT_THAT(firmware_log, HasSubstr("Found 2 cpu(s) max supported 2 cpu(s)"));
+  EXPECT_THAT(firmware_log, HasSubstr("(via xsdt)"));
+  EXPECT_THAT(firmware_log, HasSubstr("sercon: using ioport 0x3f8"));
+  EXPECT_THAT(result.err, Not(HasSubstr("fatal")));
+}
+
+// A boot sector that prints a line through the BIOS (INT 10h teletype, which sercon copies to
+// COM1) and ends the VM through the debug-exit port with status 42.
+std::string BootSector() {
+  static const unsigned char kCode[] = {
+      0x31, 0xc0,        // xor ax, ax
+      0x8e, 0xd8,        // mov ds, ax
+      0xfc,              // cld
+      0xbe, 0x1d, 0x7c,  // mov si, message (0x7c1d)
+      0xac,              // next: lodsb
+      0x84, 0xc0,        // test al, al
+      0x74, 0x09,        // jz done
+      0xb4, 0x0e,        // mov ah, 0x0e (teletype output)
+      0xbb, 0x07, 0x00,  // mov bx, 7 (page 0, grey)
+      0xcd, 0x10,        // int 0x10
+      0xeb, 0xf2,        // jmp next
+      0xb0, 0x2a,        // done: mov al, 42
+      0xe6, 0xf4,        // out 0xf4, al (debug exit)
+      0xf4,              // hlt
+      0xeb, 0xfd,        // jmp hlt
+  };
+  std::string sector(reinterpret_cast<const char*>(kCode), sizeof(kCode));
+  sector += "booted by the firmware\r\n";
+  sector.push_back('\0');
+  sector.resize(510, '\0');
+  sector += "\x55\xaa";  // the MBR signature
+  return sector;
+}
+
+// Boots a drive of each kind on each bus: SeaBIOS reads the MBR of a disk and the El Torito
+// boot image (no emulation) of a CD, through its ATA/ATAPI and virtio-scsi drivers.
+TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
+  std::string disk = BootSector();
+  disk.resize(1 << 20, '\0');
+  const std::string disk_path = TempPath("boot-disk.img");
+  WriteFile(disk_path, disk);
+  // A CD whose boot catalog points at the same code (4 sectors of 512 bytes loaded at 0x7c00).
+  const std::string iso_dir = TempPath("iso");
+  ASSERT_EQ(system(("mkdir -p " + iso_dir).c_str()), 0);
+  WriteFile(iso_dir + "/boot.bin", disk.substr(0, 2048));
+  const std::string iso_path = TempPath("boot-cd.iso");
+  ProcessResult iso =
+      RunProcess({"/usr/bin/genisoimage", "-quiet", "-b", "boot.bin", "-no-emul-boot",
+                  "-boot-load-size", "4", "-o", iso_path, iso_dir});
+  ASSERT_EQ(iso.exit_status, 0) << iso.err;
+
+  const struct {
+    std::string flag;
+    std::string path;
+    std::string firmware_says;
+  } drives[] = {
+      {"--ide-disk", disk_path, "Booting from Hard Disk"},
+      {"--disk", disk_path, "Booting from Hard Disk"},
+      {"--ide-cdrom", iso_path, "Booting from DVD/CD"},
+      {"--cdrom", iso_path, "Booting from DVD/CD"},
+  };
+  for (const auto& drive : drives) {
+    SCOPED_TRACE(drive.flag);
+    ProcessOptions options;
+    options.timeout = absl::Seconds(240);
+    ProcessResult result =
+        RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
+                    "--serial-input=false", drive.flag + "=" + drive.path},
+                   options);
+    EXPECT_FALSE(result.timed_out) << result.out << result.err;
+    EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
+    EXPECT_THAT(result.out, HasSubstr(drive.firmware_says));
+    // sercon copies the screen to COM1 in batches: the VM may end before the last few bytes.
+    EXPECT_THAT(result.out, HasSubstr("booted by the fir"));
+  }
+}
+
+TEST_F(FirmwareTest, ImagesThatAreNoFirmwareGiveClearErrors) {
+  const std::string path = TempPath("small.bin");
+  WriteFile(path, std::string(100, '\xff'));
+  ProcessResult result = RunProcess({kMicrovm, "--firmware=" + path});
+  EXPECT_EQ(result.exit_status, 1) << result.err;
+  EXPECT_THAT(
+      result.err,
+      HasSubstr("microvm: --firmware=" + path +
+                ": 100 bytes is not a firmware image (a multiple of 64 KiB, up to 16 MiB)"));
+}
+
+}  // namespace
+}  // namespace tests
