@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "api/vm_control.h"
 #include "vmm/acpi/machine_acpi.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(std::string, kernel, "",
 ABSL_FLAG(std::string, firmware, "",
           "Boot a PC firmware instead of a kernel (docs/firmware.md): SeaBIOS's bios-256k.bin, "
           "which boots from the drives. Not with --kernel or --initrd.");
+ABSL_FLAG(std::string, boot, "",
+          "With --firmware: the drives to boot from first, by name (disk0, cd0, an id=), "
+          "comma-separated, e.g. --boot=cd0,disk0; the others follow in the firmware's order.");
 ABSL_FLAG(std::string, firmware_log, "",
           "With --firmware: write the firmware's debug console (port 0x402, SeaBIOS's log) to "
           "FILE.");
@@ -119,6 +123,7 @@ const vmm::ProgramHelp& Help() {
                 {"initrd", "PATH"},
                 {"cmdline", "TEXT"},
                 {"firmware", "PATH"},
+                {"boot", "NAME,..."},
                 {"firmware-log", "FILE"},
                 {"memory", "SIZE"},
                 {"vcpus", "N"},
@@ -176,6 +181,18 @@ absl::Status ConfigureVm(vmm::VmConfig& config) {
   } else if (!absl::GetFlag(FLAGS_firmware_log).empty()) {
     return absl::InvalidArgumentError(absl::StrFormat("--firmware-log=%s: only with --firmware",
                                                       absl::GetFlag(FLAGS_firmware_log)));
+  } else if (!absl::GetFlag(FLAGS_boot).empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--boot=%s: only with --firmware (a kernel given with --kernel boots directly)",
+        absl::GetFlag(FLAGS_boot)));
+  }
+  if (const std::string boot = absl::GetFlag(FLAGS_boot); !boot.empty()) {
+    config.boot_order = absl::StrSplit(boot, ',');
+    for (const std::string& name : config.boot_order) {
+      if (name.empty()) {
+        return absl::InvalidArgumentError(absl::StrFormat("--boot=%s: an empty drive name", boot));
+      }
+    }
   }
   if (kernel.empty() && firmware.empty()) {
     return absl::InvalidArgumentError(

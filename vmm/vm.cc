@@ -9,6 +9,7 @@
 #include <csignal>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "devices/ide/ide_controller.h"
 #include "devices/legacy/acpi_pm.h"
 #include "devices/legacy/cmos.h"
@@ -280,7 +281,7 @@ absl::Status Vm::SetUpPci() {
             std::move(options), pio_bus_, std::make_shared<KvmIrqLine>(*vm_fd_, kIdePrimaryIrq),
             std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_));
     RETURN_IF_ERROR(ide->AssignBars(allocator));
-    RETURN_IF_ERROR(pci_root_->AddDevice(ide).status());
+    ASSIGN_OR_RETURN(ide_slot_, pci_root_->AddDevice(ide));
   }
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
   if (scsi == nullptr) return absl::OkStatus();
@@ -288,8 +289,8 @@ absl::Status Vm::SetUpPci() {
                                        std::move(scsi), *memory_, *msi_, ioevents_.get()));
   // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
   RETURN_IF_ERROR(transport->AssignBars(allocator));
-  auto slot = pci_root_->AddDevice(transport);
-  return slot.ok() ? absl::OkStatus() : slot.status();
+  ASSIGN_OR_RETURN(scsi_slot_, pci_root_->AddDevice(transport));
+  return absl::OkStatus();
 }
 
 absl::Status Vm::LoadGuest() {
@@ -349,6 +350,7 @@ absl::Status Vm::LoadFirmware() {
   // When nothing boots, wait for the user (a disc inserted, ResetVm) rather than reset after a
   // minute: QEMU's default too (-boot reboot-timeout=-1).
   options.boot_fail_wait_ms = UINT32_MAX;
+  ASSIGN_OR_RETURN(options.boot_order, FirmwareBootPaths());
   ASSIGN_OR_RETURN(x86::FirmwareConfig firmware_config,
                    x86::BuildFirmwareConfig(machine_, options,
                                             {{acpi::kTablesFile, std::move(acpi.tables)},
@@ -367,6 +369,33 @@ absl::Status Vm::LoadFirmware() {
   }
   cmos_->SetMemoryLayout(below_4g, above_4g, config_.vcpus);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> Vm::FirmwareBootPaths() const {
+  std::vector<std::string> paths;
+  if (config_.boot_order.empty()) return paths;
+  const std::vector<AttachedDrive> drives = storage_->drives();
+  for (const std::string& name : config_.boot_order) {
+    const auto drive = std::find_if(drives.begin(), drives.end(),
+                                    [&name](const AttachedDrive& d) { return d.name == name; });
+    if (drive == drives.end()) {
+      std::vector<std::string> names;
+      for (const AttachedDrive& d : drives) names.push_back(d.name);
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--boot: no drive named %s (the drives: %s)", name,
+                          names.empty() ? "none" : absl::StrJoin(names, ", ")));
+    }
+    // The paths SeaBIOS builds for what it finds (its boot.c): the host bridge's I/O port, the
+    // controller's slot, then the IDE channel and unit, or the SCSI target and LUN.
+    if (drive->spec.bus == DriveSpec::Bus::kIde && ide_slot_) {
+      paths.push_back(absl::StrFormat("/pci@i0cf8/ide@%x/drive@%x/disk@%x", *ide_slot_,
+                                      drive->ide_channel, drive->ide_unit));
+    } else if (drive->spec.bus == DriveSpec::Bus::kScsi && scsi_slot_) {
+      paths.push_back(
+          absl::StrFormat("/pci@i0cf8/scsi@%x/channel@0/disk@0,%x", *scsi_slot_, drive->lun));
+    }
+  }
+  return paths;
 }
 
 absl::Status Vm::CreateVcpus() {

@@ -50,6 +50,9 @@ struct VmConfig {
   std::string firmware_path;
   // Where the firmware's debug console (port 0x402, QEMU's debugcon) goes; -1 discards it.
   int firmware_log_fd = -1;
+  // The drives the firmware tries first, by name (disk0, cd0, an id=), in order; the others
+  // follow in its own order. Empty: the firmware's order (hard disks, then CDs).
+  std::vector<std::string> boot_order;
   uint64_t memory_bytes = 256ull << 20;
   uint32_t vcpus = 1;
   // Where the UART's output goes: an open fd (stdout, a file); -1 discards it.
@@ -140,6 +143,8 @@ class Vm {
   absl::Status LoadGuest();
   // LoadGuest's firmware boot: the ROM, fw_cfg's items and the CMOS memory size.
   absl::Status LoadFirmware();
+  // config_.boot_order as the OpenFirmware paths the firmware matches its drives against.
+  absl::StatusOr<std::vector<std::string>> FirmwareBootPaths() const;
   absl::Status CreateVcpus();
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
@@ -153,6 +158,9 @@ class Vm {
   std::optional<loader::ImageFile> initrd_file_;
   std::optional<loader::ImageFile> firmware_file_;
   std::unique_ptr<GuestMemoryRegion> firmware_rom_;  // mapped read-only below 4 GiB
+  // The PCI slots of the storage controllers, for the firmware's boot order.
+  std::optional<uint8_t> ide_slot_;
+  std::optional<uint8_t> scsi_slot_;
   std::optional<VmFd> vm_fd_;
   std::optional<GuestMemory> memory_;
   Bus pio_bus_{"port I/O"};

@@ -65,8 +65,8 @@ TEST_F(FirmwareTest, SeaBiosFindsTheMachineAndSaysNothingBoots) {
 }
 
 // A boot sector that prints a line through the BIOS (INT 10h teletype, which sercon copies to
-// COM1) and ends the VM through the debug-exit port with status 42.
-std::string BootSector() {
+// COM1) and ends the VM through the debug-exit port with status `exit_status`.
+std::string BootSector(uint8_t exit_status = 42) {
   static const unsigned char kCode[] = {
       0x31, 0xc0,        // xor ax, ax
       0x8e, 0xd8,        // mov ds, ax
@@ -85,6 +85,7 @@ std::string BootSector() {
       0xeb, 0xfd,        // jmp hlt
   };
   std::string sector(reinterpret_cast<const char*>(kCode), sizeof(kCode));
+  sector[0x17] = static_cast<char>(exit_status);
   sector += "booted by the firmware\r\n";
   sector.push_back('\0');
   sector.resize(510, '\0');
@@ -133,6 +134,53 @@ TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
     // sercon copies the screen to COM1 in batches: the VM may end before the last few bytes.
     EXPECT_THAT(result.out, HasSubstr("booted by the fir"));
   }
+}
+
+// --boot puts the named drives first in the firmware's "bootorder" (OpenFirmware paths of our
+// slots, channels, units and LUNs); without it SeaBIOS boots the first hard disk it found.
+TEST_F(FirmwareTest, BootOrderChoosesTheDrive) {
+  const auto image = [](const std::string& name, uint8_t status) {
+    std::string bytes = BootSector(status);
+    bytes.resize(1 << 20, '\0');
+    const std::string path = TempPath(name);
+    WriteFile(path, bytes);
+    return path;
+  };
+  const std::string a = image("a.img", 42);  // disk0
+  const std::string b = image("b.img", 43);  // disk1
+  const std::string iso_dir = TempPath("iso44");
+  ASSERT_EQ(system(("mkdir -p " + iso_dir).c_str()), 0);
+  WriteFile(iso_dir + "/boot.bin", BootSector(44) + std::string(1536, '\0'));
+  const std::string iso = TempPath("boot44.iso");
+  ASSERT_EQ(RunProcess({"/usr/bin/genisoimage", "-quiet", "-b", "boot.bin", "-no-emul-boot",
+                        "-boot-load-size", "4", "-o", iso, iso_dir})
+                .exit_status,
+            0);
+  const struct {
+    std::vector<std::string> flags;
+    int status;
+  } cases[] = {
+      {{"--ide-disk=" + a, "--ide-disk=" + b}, 42},
+      {{"--ide-disk=" + a, "--ide-disk=" + b, "--boot=disk1"}, 43},
+      {{"--disk=" + a, "--ide-cdrom=" + iso}, 42},
+      {{"--disk=" + a, "--ide-cdrom=" + iso, "--boot=cd0,disk0"}, 44},
+      {{"--disk=" + a, "--disk=" + b, "--boot=disk1"}, 43},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {kMicrovm, std::string("--firmware=") + kSeaBios,
+                                     "--memory=128M", "--serial-input=false"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    SCOPED_TRACE(argv.back());
+    ProcessOptions options;
+    options.timeout = absl::Seconds(240);
+    ProcessResult result = RunProcess(argv, options);
+    EXPECT_EQ(result.exit_status, c.status) << result.out << result.err;
+  }
+  // A name that is no drive is refused before anything runs.
+  ProcessResult unknown =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--disk=" + a, "--boot=cd7"});
+  EXPECT_EQ(unknown.exit_status, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("--boot: no drive named cd7 (the drives: disk0)"));
 }
 
 TEST_F(FirmwareTest, ImagesThatAreNoFirmwareGiveClearErrors) {
