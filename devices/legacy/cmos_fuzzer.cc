@@ -22,6 +22,7 @@
 
 #include "absl/time/time.h"
 #include "devices/legacy/cmos.h"
+#include "devices/virtio/test_random.h"
 
 namespace {
 
@@ -32,25 +33,7 @@ using devices::legacy::Cmos;
   std::abort();
 }
 
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return position_ >= size_; }
-  uint64_t Take(size_t bytes) {  // little-endian; zeros past the end
-    uint64_t value = 0;
-    for (size_t i = 0; i < bytes; ++i) {
-      const uint8_t byte = position_ < size_ ? data_[position_] : 0;
-      ++position_;
-      value |= uint64_t{byte} << (8 * i);
-    }
-    return value;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t position_ = 0;
-};
+using Input = devices::virtio::testing::FuzzInput;
 
 bool IsClockRegister(uint8_t index) { return index <= Cmos::kYear || index == Cmos::kCentury; }
 
@@ -137,7 +120,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifdef CMOS_FUZZER_SMOKE_MAIN
-#include "devices/virtio/test_random.h"
 
 namespace {
 
@@ -183,21 +165,8 @@ std::vector<std::vector<uint8_t>> Seeds() {
 }  // namespace
 
 int main() {
-  int runs = 0;
-  for (const std::vector<uint8_t>& seed : Seeds()) {
-    LLVMFuzzerTestOneInput(seed.data(), seed.size());
-    ++runs;
-  }
-  uint64_t state = 0x70c3057a;
-  for (int i = 0; i < 400; ++i) {
-    std::vector<uint8_t> input(16 + devices::virtio::testing::XorShift64(state) % 512);
-    for (uint8_t& byte : input) {
-      byte = static_cast<uint8_t>(devices::virtio::testing::XorShift64(state));
-    }
-    LLVMFuzzerTestOneInput(input.data(), input.size());
-    ++runs;
-  }
-  std::printf("cmos_fuzzer: %d inputs, no failure\n", runs);
-  return 0;
+  return devices::virtio::testing::RunFuzzSmoke("cmos_fuzzer", Seeds(), 0x70c3057a, 400,
+                                                LLVMFuzzerTestOneInput);
 }
+
 #endif  // CMOS_FUZZER_SMOKE_MAIN

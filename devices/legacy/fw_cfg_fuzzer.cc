@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "devices/legacy/fw_cfg.h"
+#include "devices/virtio/test_random.h"
 #include "vmm/machine/guest_memory.h"
 #include "vmm/sys_util/byte_order.h"
 
@@ -48,25 +49,7 @@ const vmm::GuestMemory& Memory() {
   return memory;
 }
 
-class Input {
- public:
-  Input(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  bool done() const { return position_ >= size_; }
-  uint64_t Take(size_t bytes) {  // little-endian; zeros past the end
-    uint64_t value = 0;
-    for (size_t i = 0; i < bytes; ++i) {
-      const uint8_t byte = position_ < size_ ? data_[position_] : 0;
-      ++position_;
-      value |= uint64_t{byte} << (8 * i);
-    }
-    return value;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t position_ = 0;
-};
+using Input = devices::virtio::testing::FuzzInput;
 
 size_t AccessSize(uint64_t raw) {
   static constexpr size_t kSizes[] = {1, 2, 4, 8};
@@ -148,8 +131,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 #ifdef FW_CFG_FUZZER_SMOKE_MAIN
 
-#include "devices/virtio/test_random.h"
-
 namespace {
 
 void Append(std::vector<uint8_t>& out, uint64_t value, size_t bytes) {
@@ -215,22 +196,8 @@ std::vector<std::vector<uint8_t>> Seeds() {
 }  // namespace
 
 int main() {
-  int runs = 0;
-  for (const std::vector<uint8_t>& seed : Seeds()) {
-    LLVMFuzzerTestOneInput(seed.data(), seed.size());
-    ++runs;
-  }
-  uint64_t state = 0x27f3c0de;
-  for (int i = 0; i < 400; ++i) {
-    std::vector<uint8_t> input(16 + devices::virtio::testing::XorShift64(state) % 512);
-    for (uint8_t& byte : input) {
-      byte = static_cast<uint8_t>(devices::virtio::testing::XorShift64(state));
-    }
-    LLVMFuzzerTestOneInput(input.data(), input.size());
-    ++runs;
-  }
-  std::printf("fw_cfg_fuzzer: %d inputs, no failure\n", runs);
-  return 0;
+  return devices::virtio::testing::RunFuzzSmoke("fw_cfg_fuzzer", Seeds(), 0x27f3c0de, 400,
+                                                LLVMFuzzerTestOneInput);
 }
 
 #endif  // FW_CFG_FUZZER_SMOKE_MAIN

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "vmm/acpi/machine_acpi.h"
+#include "vmm/acpi/machine_acpi_testing.h"
 #include "vmm/acpi/tables.h"
 #include "vmm/machine/layout.h"
 #include "vmm/machine/machine_description.h"
@@ -15,25 +16,7 @@
 namespace vmm::acpi {
 namespace {
 
-using Space = DeviceDescription::AddressSpace;
-
-MachineDescription SampleMachine(uint32_t cpus) {
-  MachineDescription machine;
-  machine.memory = {{0, 256ull << 20}};
-  for (uint32_t id = 0; id < cpus; ++id) machine.cpu_apic_ids.push_back(id);
-  fixtures::AddLegacyPortDevices(machine);
-  machine.devices.push_back({.node_name = "acpi-pm",
-                             .compatible = {kAcpiPmCompatible},
-                             .space = Space::kPortIo,
-                             .ranges = {{kAcpiPmBase, kAcpiPmBlockSize}}});
-  machine.devices.push_back({.node_name = "pci",
-                             .compatible = {kPciConf1Compatible},
-                             .space = Space::kPortIo,
-                             .ranges = {{0xcf8, 8}}});
-  machine.pci_windows = MachineDescription::PciWindows{
-      .io = {0xc000, 0x4000}, .mmio32 = {0xc0000000, 0xfec00000 - 0xc0000000}};
-  return machine;
-}
+using testing::SampleMachine;
 
 uint64_t Le(const std::vector<uint8_t>& bytes, size_t offset, size_t width) {
   uint64_t value = 0;
