@@ -183,56 +183,50 @@ uint8_t Cmos::ReadLocked(uint8_t index) {
   }
 }
 
+void Cmos::SetTimeField(uint8_t index, uint8_t value) {
+  // Without SET, one field changes at once (normalized with the others as they are now).
+  const absl::CivilSecond now = GuestTime();
+  int64_t year = now.year();
+  int month = now.month(), day = now.day(), hour = now.hour(), minute = now.minute(),
+      second = now.second();
+  switch (index) {
+    case kSeconds:
+      second = Decode(value);
+      break;
+    case kMinutes:
+      minute = Decode(value);
+      break;
+    case kHours:
+      hour = DecodeHours(value);
+      break;
+    case kDayOfMonth:
+      day = Decode(value);
+      break;
+    case kMonth:
+      month = Decode(value);
+      break;
+    case kYear:
+      year = Div100(year) * 100 + Decode(value);
+      break;
+    case kCentury:
+      year = int64_t{Decode(value)} * 100 + Mod100(year);
+      break;
+    default:
+      return;
+  }
+  SetTime(absl::CivilSecond(year, month, day, hour, minute, second));
+}
+
 void Cmos::WriteLocked(uint8_t index, uint8_t value) {
   if ((ram_[kRegisterB] & kSet) != 0 && IsTimeRegister(index)) {
     ram_[index] = value;  // the clock starts from it when SET goes off
     return;
   }
-  // Without SET, one field changes at once (normalized with the others as they are now).
-  const auto t = [this] { return GuestTime(); };
+  if (IsTimeRegister(index) && index != kDayOfWeek) {
+    SetTimeField(index, value);
+    return;
+  }
   switch (index) {
-    case kSeconds: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(now.year(), now.month(), now.day(), now.hour(), now.minute(),
-                                Decode(value)));
-      return;
-    }
-    case kMinutes: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(now.year(), now.month(), now.day(), now.hour(), Decode(value),
-                                now.second()));
-      return;
-    }
-    case kHours: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(now.year(), now.month(), now.day(), DecodeHours(value),
-                                now.minute(), now.second()));
-      return;
-    }
-    case kDayOfMonth: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(now.year(), now.month(), Decode(value), now.hour(), now.minute(),
-                                now.second()));
-      return;
-    }
-    case kMonth: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(now.year(), Decode(value), now.day(), now.hour(), now.minute(),
-                                now.second()));
-      return;
-    }
-    case kYear: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(Div100(now.year()) * 100 + Decode(value), now.month(), now.day(),
-                                now.hour(), now.minute(), now.second()));
-      return;
-    }
-    case kCentury: {
-      const absl::CivilSecond now = t();
-      SetTime(absl::CivilSecond(int64_t{Decode(value)} * 100 + Mod100(now.year()), now.month(),
-                                now.day(), now.hour(), now.minute(), now.second()));
-      return;
-    }
     case kDayOfWeek:  // always the date's
     case kRegisterC:  // read-only
     case kRegisterD:

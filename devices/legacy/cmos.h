@@ -117,6 +117,8 @@ class Cmos : public vmm::BusDevice {
   void FreezeTime() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void StartTime() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void SetTime(absl::CivilSecond time) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // A write of one clock register while the clock runs.
+  void SetTimeField(uint8_t index, uint8_t value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // A clock register as register B's format asks for, and back.
   uint8_t Encode(int value) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   int Decode(uint8_t value) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
