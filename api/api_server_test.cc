@@ -202,6 +202,13 @@ class FakeVm : public VmControl {
     return absl::OkStatus();
   }
 
+  absl::Status Reset() override {
+    absl::MutexLock lock(&mutex);
+    if (stopping) return absl::FailedPreconditionError("the VM is stopping");
+    ++reset_calls;
+    return absl::OkStatus();
+  }
+
   absl::Status Shutdown(bool force, absl::Duration grace_period) override {
     absl::MutexLock lock(&mutex);
     stopping = true;
@@ -222,6 +229,7 @@ class FakeVm : public VmControl {
   bool paused ABSL_GUARDED_BY(mutex) = false;
   bool stopping ABSL_GUARDED_BY(mutex) = false;
   int pause_calls ABSL_GUARDED_BY(mutex) = 0;
+  int reset_calls ABSL_GUARDED_BY(mutex) = 0;
   std::vector<std::pair<bool, absl::Duration>> shutdowns ABSL_GUARDED_BY(mutex);
   std::vector<DiskAttachment> attachments ABSL_GUARDED_BY(mutex);
   std::vector<std::optional<uint64_t>> resizes ABSL_GUARDED_BY(mutex);
@@ -1124,6 +1132,23 @@ TEST_F(ApiServerTest, InfoPauseResume) {
   EXPECT_EQ(info.state(), pb::VmInfo::RUNNING);
 }
 
+TEST_F(ApiServerTest, ResetReachesTheVmUntilItStops) {
+  StartServer();
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Reset, pb::ResetRequest(), &info).ok());
+  EXPECT_EQ(info.state(), pb::VmInfo::RUNNING);
+  {
+    absl::MutexLock lock(&vm_.mutex);
+    EXPECT_EQ(vm_.reset_calls, 1);
+  }
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::Shutdown, pb::ShutdownRequest(), &info).ok());
+  const grpc::Status refused = Vm(&pb::VmService::Stub::Reset, pb::ResetRequest(), &info);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("stopping"), std::string::npos);
+  absl::MutexLock lock(&vm_.mutex);
+  EXPECT_EQ(vm_.reset_calls, 1);
+}
+
 TEST_F(ApiServerTest, Shutdown) {
   StartServer();
   pb::VmInfo info;
@@ -1584,10 +1609,11 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 15);
+  EXPECT_EQ(methods, 16);
   absl::MutexLock lock(&vm_.mutex);
   EXPECT_TRUE(vm_.shutdowns.empty());
   EXPECT_EQ(vm_.pause_calls, 0);
+  EXPECT_EQ(vm_.reset_calls, 0);
   EXPECT_TRUE(vm_.cd0_media->Current()->present);
   EXPECT_EQ(vm_.opens.load(), 0);
   EXPECT_EQ(server_->watcher_count(), 0u);

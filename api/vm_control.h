@@ -121,6 +121,12 @@ class VmControl {
   // Stops the VM now (`force`), or gracefully within `grace_period`. Returns at once; the VMM
   // process then exits with status 0. Idempotent.
   virtual absl::Status Shutdown(bool force, absl::Duration grace_period) = 0;
+
+  // Resets the machine in place (its reset button): the guest restarts from power-on with the
+  // drives and media as they are. Returns at once. FailedPrecondition when the VM is stopping.
+  virtual absl::Status Reset() {
+    return absl::UnimplementedError("this VMM runs no guest to reset");
+  }
 };
 
 }  // namespace api

@@ -49,6 +49,13 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return HandleShutdown(request, response);
     });
   }
+  grpc::Status StreamedReset(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::ResetRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleReset(request, response);
+    });
+  }
   grpc::Status StreamedGetStats(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<pb::GetStatsRequest, pb::GetStatsResponse>* stream) override {
@@ -110,6 +117,13 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
                                      ? kDefaultGracePeriod
                                      : absl::Milliseconds(request->grace_period_ms());
     absl::Status status = core_.control().Shutdown(request->force(), grace);
+    if (!status.ok()) return ToGrpc(status);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleReset(const pb::ResetRequest*, pb::VmInfo* response) {
+    absl::Status status = core_.control().Reset();
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;

@@ -63,6 +63,7 @@ const std::vector<CommandSpec>& Commands() {
       {{"vm", "info"}, 0, 0, {}, "vm info"},
       {{"vm", "pause"}, 0, 0, {}, "vm pause"},
       {{"vm", "resume"}, 0, 0, {}, "vm resume"},
+      {{"vm", "reset"}, 0, 0, {}, "vm reset"},
       {{"vm", "shutdown"}, 0, 0, {"force", "grace-ms"}, "vm shutdown [--force] [--grace-ms N]"},
       {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
       {{"drive", "limit"},
@@ -166,6 +167,7 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
     if (verb == "info") return VmInfo();
     if (verb == "pause") return VmPauseResume(true);
     if (verb == "resume") return VmPauseResume(false);
+    if (verb == "reset") return VmReset();
     if (verb == "shutdown") return VmShutdown();
     if (verb == "stats") return VmStats(arg0);
   }
@@ -393,6 +395,15 @@ int Runner::VmPauseResume(bool pause) {
   if (!status.ok()) return RpcError(status);
   return Print(response,
                absl::StrCat("state: ", vmm::v1::VmInfo::State_Name(response.state()), "\n"));
+}
+
+int Runner::VmReset() {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::VmInfo response;
+  grpc::Status status = vm_->Reset(&context, vmm::v1::ResetRequest(), &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response, "reset: the guest restarts\n");
 }
 
 int Runner::VmShutdown() {

@@ -113,6 +113,7 @@ class Runner {
   int MediaWatch(const std::string& drive);
   int VmInfo();
   int VmPauseResume(bool pause);
+  int VmReset();
   int VmShutdown();
   int VmStats(const std::string& drive);
   int DriveLimit(const std::string& name);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -488,14 +489,14 @@ void Vm::ForwardSerialInput(int stop_fd) {
 VmExit Vm::Run(int signal_fd) {
   while (true) {
     const VmExit exit = RunGuest(signal_fd);
-    if (exit.kind != VmExit::Kind::kReset || config_.on_reboot != VmConfig::OnReboot::kRestart) {
-      return exit;
-    }
+    if (exit.kind != VmExit::Kind::kReset) return exit;
     absl::MutexLock lock(&control_mutex_);
+    const bool api_reset = std::exchange(reset_requested_, false);
+    if (!api_reset && config_.on_reboot != VmConfig::OnReboot::kRestart) return exit;
     // A stop asked for (the API, a grace period running) wins over the guest's reboot.
     if (stop_requested_) return exit;
-    absl::FPrintF(stderr, "microvm: %s, restarting the guest (--on-reboot=restart)\n",
-                  exit.message);
+    absl::FPrintF(stderr, "microvm: %s, restarting the guest%s\n", exit.message,
+                  api_reset ? "" : " (--on-reboot=restart)");
     // API calls wait on control_mutex_ meanwhile; media calls reach the drives, which stay.
     TearDownMachine();
     if (absl::Status built = BuildMachine(); !built.ok()) {
@@ -554,6 +555,9 @@ VmExit Vm::RunGuest(int signal_fd) {
 
 Vm::RunState Vm::run_state() const {
   absl::MutexLock lock(&control_mutex_);
+  // A reset asked for through the API restarts the guest: running, not stopping (until Run() has
+  // rebuilt the machine, which it does holding this lock).
+  if (reset_requested_ && !stop_requested_) return RunState::kRunning;
   if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) return RunState::kStopping;
   return paused_ ? RunState::kPaused : RunState::kRunning;
 }
@@ -579,6 +583,16 @@ absl::Status Vm::Resume() {
   if (!paused_) return absl::OkStatus();
   for (auto& vcpu : vcpus_) vcpu->Resume();
   paused_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status Vm::RequestReset() {
+  absl::MutexLock lock(&control_mutex_);
+  if (stop_requested_ || vcpus_stopped_ || exit_latch_.triggered()) {
+    return absl::FailedPreconditionError("the VM is stopping");
+  }
+  reset_requested_ = true;
+  exit_latch_.Trigger({VmExit::Kind::kReset, 0, "reset through the API"});
   return absl::OkStatus();
 }
 

@@ -126,6 +126,10 @@ class Vm {
   // stopped. Idempotent (the button is pressed once); a forced stop overrides a pending graceful
   // one.
   void RequestStop(bool force, absl::Duration grace_period);
+  // Resets the machine now, as its reset button would: Run() builds it again and the guest boots
+  // anew whatever --on-reboot says (the drives, media and API stay). FailedPrecondition once the
+  // VM is stopping.
+  absl::Status RequestReset();
 
  private:
   explicit Vm(const VmConfig& config);
@@ -188,6 +192,7 @@ class Vm {
   bool paused_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool vcpus_stopped_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(control_mutex_) = false;
+  bool reset_requested_ ABSL_GUARDED_BY(control_mutex_) = false;  // RequestReset, until Run sees it
   int restarts_ ABSL_GUARDED_BY(control_mutex_) = 0;
   std::thread stop_timer_;  // a graceful stop's grace period
 

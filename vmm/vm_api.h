@@ -42,6 +42,7 @@ class VmApiControl : public api::VmControl {
   api::VmStatus Status() const override;
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
+  absl::Status Reset() override { return vm_.RequestReset(); }
   absl::Status Shutdown(bool force, absl::Duration grace_period) override;
 
  private:

@@ -87,22 +87,6 @@ constexpr uint64_t kOtherCdBytes = 2ull << 20;
 constexpr uint32_t kDiskSeed = 11;
 constexpr uint64_t kDiskBytes = 16ull << 20;
 
-// A unix socket path must fit sun_path (108 bytes); Bazel's TEST_TMPDIR is deeper than that. The
-// sockets live in a private directory under /tmp (in L1: under MICROVM_SOCKET_DIR, a tmpfs of L1's
-// own, tests/l1/run_in_l1.sh), removed at exit.
-std::string SocketPath(const std::string& name) {
-  static const std::string* dir = [] {
-    const char* base = getenv("MICROVM_SOCKET_DIR");
-    std::string pattern =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/api-test-XXXXXX";
-    const char* made = mkdtemp(pattern.data());
-    if (made == nullptr) return new std::string("/tmp");
-    atexit([] { std::filesystem::remove_all(*dir); });
-    return new std::string(made);
-  }();
-  return *dir + "/" + name;
-}
-
 std::string Describe(const grpc::Status& status) {
   return absl::StrCat(vmmctl::StatusCodeName(status.error_code()), ": ", status.error_message());
 }

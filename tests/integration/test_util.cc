@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -12,6 +13,18 @@
 #include "tests/support/skip.h"
 
 namespace tests {
+
+std::string SocketPath(const std::string& name) {
+  static const std::string dir = [] {
+    const char* base = getenv("MICROVM_SOCKET_DIR");
+    std::string pattern =
+        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/api-test-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) return std::string("/tmp");
+    atexit([] { std::filesystem::remove_all(dir); });
+    return pattern;
+  }();
+  return dir + "/" + name;
+}
 
 std::string TempPath(const std::string& name) {
   const char* dir = getenv("TEST_TMPDIR");

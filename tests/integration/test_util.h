@@ -7,6 +7,10 @@ namespace tests {
 
 // A path in the test's private directory (TEST_TMPDIR, else /tmp).
 std::string TempPath(const std::string& name);
+// A unix socket path that fits sun_path (108 bytes; Bazel's TEST_TMPDIR is deeper than that): in a
+// private directory under /tmp (in L1: under MICROVM_SOCKET_DIR, a tmpfs of L1's own,
+// tests/l1/run_in_l1.sh), removed at exit.
+std::string SocketPath(const std::string& name);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& contents);
 // execv() does not search PATH: the python3 to run tools/make-pattern-image with, or "".

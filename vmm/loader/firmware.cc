@@ -11,9 +11,9 @@ namespace vmm::loader {
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> LoadFirmwareRom(const ImageFile& image) {
   const uint64_t size = image.size();
   if (size < kFirmwareAlignment || size > kMaxFirmwareSize || size % kFirmwareAlignment != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s: %u bytes is not a firmware image (a multiple of 64 KiB, up to 16 MiB)",
-                        image.path(), size));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %u bytes is not a firmware image (a multiple of 64 KiB, up to 256 KiB)", image.path(),
+        size));
   }
   constexpr uint64_t k4GiB = uint64_t{1} << 32;
   ASSIGN_OR_RETURN(std::unique_ptr<GuestMemoryRegion> rom,

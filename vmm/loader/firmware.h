@@ -16,14 +16,17 @@
 namespace vmm::loader {
 
 inline constexpr uint64_t kFirmwareAlignment = 64 * 1024;
-inline constexpr uint64_t kMaxFirmwareSize = 16 * 1024 * 1024;
+// At most 256 KiB, SeaBIOS's largest build: the ROM then ends at 4 GiB and starts at 0xfffc0000,
+// just above the pages the VMM gives KVM for its real-mode TSS and identity map (0xfffbc000,
+// vmm/vm.cc), which no memory slot may cover.
+inline constexpr uint64_t kMaxFirmwareSize = 256 * 1024;
 // The legacy BIOS area's size and end (1 MiB).
 inline constexpr uint64_t kLegacyBiosAreaSize = 128 * 1024;
 inline constexpr uint64_t kLegacyBiosAreaEnd = 1024 * 1024;
 
 // The image read into a new memory region at 4 GiB - its size, for the VMM to map read-only.
-// InvalidArgument unless the size is a multiple of 64 KiB from 64 KiB to 16 MiB (what firmware
-// images are; anything else is not one).
+// InvalidArgument unless the size is a multiple of 64 KiB from 64 KiB to 256 KiB (what SeaBIOS's
+// images are; anything else is not one this machine can map).
 absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> LoadFirmwareRom(const ImageFile& image);
 
 // Copies the ROM's last 128 KiB (all of a smaller one) into RAM just below 1 MiB: the shadow copy

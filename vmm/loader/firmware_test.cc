@@ -60,7 +60,7 @@ TEST(FirmwareTest, TheImageEndsAt4GiBAndItsTailSitsBelow1MiB) {
 }
 
 TEST(FirmwareTest, SizesThatAreNoFirmware) {
-  for (size_t size : {size_t{0}, size_t{4096}, size_t{65536 + 512}, size_t{32} << 20}) {
+  for (size_t size : {size_t{0}, size_t{4096}, size_t{65536 + 512}, size_t{320} << 10}) {
     auto file = ImageFile::Open(WriteImage(std::vector<uint8_t>(size)));
     ASSERT_TRUE(file.ok());
     const auto rom = LoadFirmwareRom(*file);
