@@ -137,6 +137,7 @@ std::vector<uint8_t> BuildFadt(const FadtConfig& config) {
   t[fadt_offset::kResetValue] = config.reset_value;
   t[fadt_offset::kMinorVersion] = kFadtMinorRevision;
   PutLe(t, fadt_offset::kXDsdt, config.dsdt_address, 8);
+  if (config.dsdt_address <= UINT32_MAX) PutLe(t, fadt_offset::kDsdt, config.dsdt_address, 4);
   PutGas(t, fadt_offset::kSleepControlReg, config.sleep_control_register);
   PutGas(t, fadt_offset::kSleepStatusReg, config.sleep_status_register);
   // 5.2.9: "Hypervisor Vendor Identity": an 8-byte identifier of the hypervisor, if any.

@@ -82,7 +82,9 @@ inline constexpr uint8_t kFadtRevision = 6;
 inline constexpr uint8_t kFadtMinorRevision = 5;
 
 struct FadtConfig {
-  uint64_t dsdt_address = 0;  // written to X_DSDT; the 32-bit DSDT field stays 0
+  // Written to X_DSDT, and below 4 GiB to the 32-bit DSDT field too (5.2.9 lets both hold it; an
+  // OSPM that can use X_DSDT ignores DSDT): SeaBIOS parses the DSDT through the 32-bit field only.
+  uint64_t dsdt_address = 0;
   // Written to FIRMWARE_CTRL (the FACS must lie below 4 GiB); X_FIRMWARE_CTRL stays 0 (ACPI 6.0
   // 5.2.9: only one of the two may be non-zero). 0: no FACS (hardware-reduced only).
   uint32_t facs_address = 0;
