@@ -118,9 +118,14 @@ EOF
 }
 
 nested_split() {  # l1-log: per-run logs in NESTED_RUNS
-  local log=$1 name
-  for name in $(sed -n 's/^L2-BEGIN \([^ ]*\)$/\1/p' "$log"); do
+  local l1_log=$1 log name start
+  # A run done again after the nested emulation's fault (l1_lib.sh, L2-RERUN) begins twice: its
+  # files hold the last run, from its last L2-BEGIN on.
+  for name in $(sed -n 's/^L2-BEGIN \([^ ]*\)$/\1/p' "$l1_log" | awk '!seen[$0]++'); do
     rm -f "$NESTED_RUNS/$name".*
+    start=$(grep -n "^L2-BEGIN $name\$" "$l1_log" | tail -n 1 | cut -d: -f1)
+    log=$NESTED_RUNS/$name.l1-slice
+    tail -n +"$start" "$l1_log" > "$log"
     grep -F "L2[$name]| " "$log" | sed "s/^L2\[$name\]| //" > "$NESTED_RUNS/$name.log"
     {
       grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
@@ -130,6 +135,7 @@ nested_split() {  # l1-log: per-run logs in NESTED_RUNS
     grep -F "L2-FTRACE $name| " "$log" | sed "s/^L2-FTRACE $name| //" > "$NESTED_RUNS/$name.ftrace"
     [ -s "$NESTED_RUNS/$name.ftrace" ] || rm -f "$NESTED_RUNS/$name.ftrace"
     sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"
+    rm -f "$log"
   done
 }
 

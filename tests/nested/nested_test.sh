@@ -84,6 +84,12 @@ for boot in scsi cd-ide lifecycle debian; do
 done
 
 echo "nested tier: $NESTED_BOOTS L1 boots in $((SECONDS - started)) s, $LINUX_FAILURES failure(s), $l1_faults L1 kernel failure(s) under the emulation"
+# Runs done again after the nested emulation's fault (l1_lib.sh l2_run): named, never silent
+# (tools/test lists them in its summary); the checks above judged the second run.
+for boot_log in "$NESTED_WORK"/*/l1.log; do
+  [ -f "$boot_log" ] || continue
+  sed -n 's/^L2-RERUN \([^ ]*\) \(.*\)/nested_test: RERUN: \1 \2/p' "$boot_log" | tr -d '\r'
+done
 # The failures again, last: a log cut to its tail still says which checks failed.
 for failed_check in "${LINUX_FAILED_CHECKS[@]}"; do echo "  failed: ${failed_check:0:300}"; done
 [ "$LINUX_FAILURES" -eq 0 ]
