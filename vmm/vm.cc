@@ -129,7 +129,9 @@ absl::Status Vm::Initialize() {
       return absl::InvalidArgumentError("a firmware boots from the drives: no kernel or initrd");
     }
     ASSIGN_OR_RETURN(firmware_file_, loader::ImageFile::Open(config_.firmware_path));
-    return BuildMachine();
+    RETURN_IF_ERROR(BuildMachine());
+    first_build_ = false;
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
   if (!config_.initrd_path.empty()) {
@@ -379,6 +381,11 @@ absl::StatusOr<std::vector<std::string>> Vm::FirmwareBootPaths() const {
   for (const std::string& name : config_.boot_order) {
     const auto drive = std::find_if(drives.begin(), drives.end(),
                                     [&name](const AttachedDrive& d) { return d.name == name; });
+    if (drive == drives.end() && !first_build_) {
+      absl::FPrintF(stderr,
+                    "microvm: --boot: %s is no longer a drive; left out of the boot order\n", name);
+      continue;
+    }
     if (drive == drives.end()) {
       std::vector<std::string> names;
       for (const AttachedDrive& d : drives) names.push_back(d.name);

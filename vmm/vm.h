@@ -165,6 +165,9 @@ class Vm {
   // The PCI slots of the storage controllers, for the firmware's boot order.
   std::optional<uint8_t> ide_slot_;
   std::optional<uint8_t> scsi_slot_;
+  // Until the first machine is built: a --boot name that is no drive is an error then (a typo);
+  // after a restart it is a disk the API detached, and is left out.
+  bool first_build_ = true;
   std::optional<VmFd> vm_fd_;
   std::optional<GuestMemory> memory_;
   Bus pio_bus_{"port I/O"};
