@@ -129,15 +129,15 @@ absl::Status Vm::Initialize() {
       return absl::InvalidArgumentError("a firmware boots from the drives: no kernel or initrd");
     }
     ASSIGN_OR_RETURN(firmware_file_, loader::ImageFile::Open(config_.firmware_path));
-    RETURN_IF_ERROR(BuildMachine());
-    first_build_ = false;
-    return absl::OkStatus();
+  } else {
+    ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
+    if (!config_.initrd_path.empty()) {
+      ASSIGN_OR_RETURN(initrd_file_, loader::ImageFile::Open(config_.initrd_path));
+    }
   }
-  ASSIGN_OR_RETURN(kernel_file_, loader::ImageFile::Open(config_.kernel_path));
-  if (!config_.initrd_path.empty()) {
-    ASSIGN_OR_RETURN(initrd_file_, loader::ImageFile::Open(config_.initrd_path));
-  }
-  return BuildMachine();
+  RETURN_IF_ERROR(BuildMachine());
+  first_build_ = false;
+  return absl::OkStatus();
 }
 
 absl::Status Vm::BuildMachine() {
@@ -290,7 +290,7 @@ absl::Status Vm::SetUpPci() {
   if (scsi == nullptr) return absl::OkStatus();
   ASSIGN_OR_RETURN(auto transport, devices::virtio::VirtioPciTransport::Create(
                                        std::move(scsi), *memory_, *msi_, ioevents_.get()));
-  // No firmware: the VMM assigns BARs and enables decoding, as a BIOS would.
+  // The VMM assigns BARs and enables decoding, as a BIOS would (a firmware, if any, does it again).
   RETURN_IF_ERROR(transport->AssignBars(allocator));
   ASSIGN_OR_RETURN(scsi_slot_, pci_root_->AddDevice(transport));
   return absl::OkStatus();

@@ -24,6 +24,14 @@ constexpr char kMicrovm[] = "vmm/microvm";
 constexpr char kVmmctl[] = "api/vmmctl";
 constexpr char kSeaBios[] = "/usr/share/seabios/bios-256k.bin";
 
+// vmmctl ARGS... against the VMM at `socket`: "STATUS STDOUT+STDERR", what the tests compare.
+std::string Vmmctl(const std::string& socket, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket, "--timeout", "60"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcessResult answer = RunProcess(argv);
+  return absl::StrCat(answer.exit_status, " ", answer.out, answer.err);
+}
+
 class FirmwareTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -209,14 +217,8 @@ TEST_F(FirmwareTest, InsertADiscResetAndBootFromIt) {
   options.timeout = absl::Seconds(240);
   options.on_output_line = [&](const std::string& line) {
     if (line.find("No bootable device") == std::string::npos || no_boot_seen++ > 0) return "";
-    for (const std::vector<std::string>& args :
-         {std::vector<std::string>{"media", "insert", "cd0", iso},
-          std::vector<std::string>{"vm", "reset"}}) {
-      std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket, "--timeout", "60"};
-      argv.insert(argv.end(), args.begin(), args.end());
-      ProcessResult answer = RunProcess(argv);
-      api_answers.push_back(absl::StrCat(answer.exit_status, " ", answer.out, answer.err));
-    }
+    api_answers.push_back(Vmmctl(socket, {"media", "insert", "cd0", iso}));
+    api_answers.push_back(Vmmctl(socket, {"vm", "reset"}));
     return "";
   };
   ProcessResult result = RunProcess(
@@ -247,21 +249,15 @@ TEST_F(FirmwareTest, ResetAfterTheBootDiskWasDetached) {
   const std::string socket = SocketPath("firmware-detach.sock");
   int no_boot_seen = 0;
   std::vector<std::string> api_answers;
-  const auto vmmctl = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {kVmmctl, "--api", "unix:" + socket, "--timeout", "60"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    ProcessResult answer = RunProcess(argv);
-    api_answers.push_back(absl::StrCat(answer.exit_status, " ", answer.out, answer.err));
-  };
   ProcessOptions options;
   options.timeout = absl::Seconds(240);
   options.on_output_line = [&](const std::string& line) {
     if (line.find("No bootable device") == std::string::npos) return "";
     if (++no_boot_seen == 1) {
-      vmmctl({"disk", "remove", "disk0"});
-      vmmctl({"vm", "reset"});
+      api_answers.push_back(Vmmctl(socket, {"disk", "remove", "disk0"}));
+      api_answers.push_back(Vmmctl(socket, {"vm", "reset"}));
     } else if (no_boot_seen == 2) {
-      vmmctl({"vm", "shutdown", "--force"});
+      api_answers.push_back(Vmmctl(socket, {"vm", "shutdown", "--force"}));
     }
     return "";
   };
