@@ -204,15 +204,17 @@ bool VcpuRunner::HandleExit() {
   kvm_run* run = vcpu_.run_state();
   switch (run->exit_reason) {
     case KVM_EXIT_IO: {
-      // String I/O (rep ins/outs) arrives as `count` back-to-back items in the shared page.
-      uint8_t* data = reinterpret_cast<uint8_t*>(run) + run->io.data_offset;
-      for (uint32_t i = 0; i < run->io.count; ++i) {
-        std::span<uint8_t> item(data + i * run->io.size, run->io.size);
-        if (run->io.direction == KVM_EXIT_IO_OUT) {
-          pio_bus_.Write(run->io.port, item);
-        } else {
-          pio_bus_.Read(run->io.port, item);
-        }
+      // String I/O (rep ins/outs) arrives as `count` back-to-back items in the shared page; the
+      // device takes them in one call (an IDE data port reads a whole CD sector so).
+      std::span<uint8_t> data(reinterpret_cast<uint8_t*>(run) + run->io.data_offset,
+                              size_t{run->io.size} * run->io.count);
+      const bool out = run->io.direction == KVM_EXIT_IO_OUT;
+      if (run->io.count == 1) {
+        out ? pio_bus_.Write(run->io.port, data) : pio_bus_.Read(run->io.port, data);
+      } else if (out) {
+        pio_bus_.WriteString(run->io.port, run->io.size, data);
+      } else {
+        pio_bus_.ReadString(run->io.port, run->io.size, data);
       }
       return true;
     }

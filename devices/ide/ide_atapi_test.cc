@@ -99,6 +99,30 @@ TEST_F(IdeAtapiTest, OddLengthResponseWithDwordReads) {
   EXPECT_EQ(cap.data[6], 0x08);
 }
 
+// What SeaBIOS does: the packet written with one rep outsw, each 2048-byte DRQ block read with
+// one rep insw. A string that runs past a block reads on into the next one, and past the last
+// one reads zeros, exactly as the same words read one at a time would.
+TEST_F(IdeAtapiTest, StringIoReadsAcrossDrqBlocks) {
+  ASSERT_TRUE(atapi_->WaitNotBusy());
+  atapi_->SetReg(reg::kFeature, 0);
+  atapi_->SetReg(reg::kLbaMid, 0x00);
+  atapi_->SetReg(reg::kLbaHigh, 0x08);  // byte count limit 2048
+  atapi_->Command(cmd::kPacket);
+  ASSERT_TRUE(atapi_->WaitNotBusy());
+  const Packet cdb = Read10(30, 2);
+  bed_->OutString(atapi_->command_base(), 2, cdb);
+  ASSERT_TRUE(atapi_->WaitNotBusy());
+  ASSERT_EQ(atapi_->AltStatus() & status::kDrq, status::kDrq);
+  std::vector<uint8_t> data(2 * 2048 + 8, 0xee);
+  bed_->InString(atapi_->command_base(), 2, data);
+  std::vector<uint8_t> want = Expected(30, 2, 0);
+  want.resize(data.size(), 0);
+  EXPECT_EQ(data, want);
+  ASSERT_TRUE(atapi_->WaitNotBusy());
+  EXPECT_EQ(atapi_->Status(), 0x50);
+  EXPECT_EQ(atapi_->Reg(reg::kCount), reason::kIo | reason::kCoD);
+}
+
 TEST_F(IdeAtapiTest, Read10Dma) {
   PacketResult r = atapi_->PacketDma(Read10(100, 16), 0x1000, 0x100000, 16 * 2048);
   ASSERT_FALSE(r.timed_out);

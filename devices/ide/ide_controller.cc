@@ -41,6 +41,24 @@ class IdeController::LegacyPorts : public vmm::BusDevice {
     if (offset == 0 && !data.empty()) channel.WriteDeviceControl(data[0]);
   }
 
+  // rep insw/outsw on the data register: the whole string under one channel lock (a CD sector in
+  // PIO is 1024 words in one exit).
+  void ReadString(uint64_t offset, size_t item_size, std::span<uint8_t> data) override {
+    if (control_ || offset != reg::kData || !controller_->LegacyDecodeEnabled(channel_)) {
+      BusDevice::ReadString(offset, item_size, data);
+      return;
+    }
+    controller_->channel(channel_).ReadDataString(item_size, data);
+  }
+
+  void WriteString(uint64_t offset, size_t item_size, std::span<const uint8_t> data) override {
+    if (control_ || offset != reg::kData || !controller_->LegacyDecodeEnabled(channel_)) {
+      BusDevice::WriteString(offset, item_size, data);
+      return;
+    }
+    controller_->channel(channel_).WriteDataString(item_size, data);
+  }
+
  private:
   const std::shared_ptr<IdeController> controller_;
   const int channel_;

@@ -113,6 +113,14 @@ uint32_t IdeTestBed::In32(uint16_t port) {
          uint32_t{bytes[3]} << 24;
 }
 
+void IdeTestBed::InString(uint16_t port, size_t item_size, std::span<uint8_t> data) {
+  pio_.ReadString(port, item_size, data);
+}
+
+void IdeTestBed::OutString(uint16_t port, size_t item_size, std::span<const uint8_t> data) {
+  pio_.WriteString(port, item_size, data);
+}
+
 void IdeTestBed::Out8(uint16_t port, uint8_t value) {
   pio_.Write(port, std::span<const uint8_t>(&value, 1));
 }

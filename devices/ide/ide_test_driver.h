@@ -77,6 +77,10 @@ class IdeTestBed {
   void Out8(uint16_t port, uint8_t value);
   void Out16(uint16_t port, uint16_t value);
   void Out32(uint16_t port, uint32_t value);
+  // rep insw / rep outsw: data.size() / item_size accesses at `port` in one bus call, as KVM
+  // hands a string instruction over.
+  void InString(uint16_t port, size_t item_size, std::span<uint8_t> data);
+  void OutString(uint16_t port, size_t item_size, std::span<const uint8_t> data);
 
   uint16_t ReadConfig16(uint32_t offset);
   uint32_t ReadConfig32(uint32_t offset);

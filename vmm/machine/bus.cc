@@ -7,6 +7,20 @@
 
 namespace vmm {
 
+void BusDevice::ReadString(uint64_t offset, size_t item_size, std::span<uint8_t> data) {
+  if (item_size == 0) return;
+  for (size_t at = 0; at + item_size <= data.size(); at += item_size) {
+    Read(offset, data.subspan(at, item_size));
+  }
+}
+
+void BusDevice::WriteString(uint64_t offset, size_t item_size, std::span<const uint8_t> data) {
+  if (item_size == 0) return;
+  for (size_t at = 0; at + item_size <= data.size(); at += item_size) {
+    Write(offset, data.subspan(at, item_size));
+  }
+}
+
 absl::Status Bus::Register(uint64_t base, uint64_t size, std::shared_ptr<BusDevice> device) {
   if (size == 0 || base + size < base) {
     return absl::InvalidArgumentError(
@@ -75,6 +89,25 @@ bool Bus::Write(uint64_t address, std::span<const uint8_t> data) const {
   std::shared_ptr<BusDevice> device = Find(address, data.size(), &offset);
   if (device == nullptr) return false;
   device->Write(offset, data);
+  return true;
+}
+
+bool Bus::ReadString(uint64_t address, size_t item_size, std::span<uint8_t> data) const {
+  uint64_t offset = 0;
+  std::shared_ptr<BusDevice> device = Find(address, item_size, &offset);
+  if (device == nullptr || item_size == 0) {
+    std::fill(data.begin(), data.end(), 0xff);
+    return false;
+  }
+  device->ReadString(offset, item_size, data);
+  return true;
+}
+
+bool Bus::WriteString(uint64_t address, size_t item_size, std::span<const uint8_t> data) const {
+  uint64_t offset = 0;
+  std::shared_ptr<BusDevice> device = Find(address, item_size, &offset);
+  if (device == nullptr || item_size == 0) return false;
+  device->WriteString(offset, item_size, data);
   return true;
 }
 

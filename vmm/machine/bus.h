@@ -21,6 +21,12 @@ class BusDevice {
   virtual ~BusDevice() = default;
   virtual void Read(uint64_t offset, std::span<uint8_t> data) = 0;
   virtual void Write(uint64_t offset, std::span<const uint8_t> data) = 0;
+
+  // String I/O (rep ins/outs): data.size() / item_size accesses of item_size bytes each, one after
+  // the other, all at `offset`. The default makes them one by one; a device whose register is a
+  // FIFO (an IDE data port, fed 1024 words per CD sector) takes the whole string in one call.
+  virtual void ReadString(uint64_t offset, size_t item_size, std::span<uint8_t> data);
+  virtual void WriteString(uint64_t offset, size_t item_size, std::span<const uint8_t> data);
 };
 
 // Dispatches guest accesses by address range. Ranges never overlap; registering one that would is an
@@ -39,6 +45,9 @@ class Bus {
   // such reads see all-ones, as on an unclaimed ISA/PCI bus.
   bool Read(uint64_t address, std::span<uint8_t> data) const;
   bool Write(uint64_t address, std::span<const uint8_t> data) const;
+  // String I/O: data.size() / item_size accesses of item_size bytes at `address` (one lookup).
+  bool ReadString(uint64_t address, size_t item_size, std::span<uint8_t> data) const;
+  bool WriteString(uint64_t address, size_t item_size, std::span<const uint8_t> data) const;
 
   const std::string& name() const { return name_; }
 

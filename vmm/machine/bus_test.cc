@@ -40,6 +40,27 @@ TEST(BusTest, DispatchesWithOffsets) {
   EXPECT_EQ(b->writes[0].second, std::vector<uint8_t>{0x5a});
 }
 
+// String I/O reaches a device that has no string path of its own as one access per item, all at
+// the same offset; unmapped, it reads all-ones.
+TEST(BusTest, StringAccessesAreItemsAtOneOffset) {
+  Bus bus("pio");
+  auto a = std::make_shared<RecordingDevice>();
+  ASSERT_TRUE(bus.Register(0x1f0, 8, a).ok());
+  std::array<uint8_t, 6> data{};
+  EXPECT_TRUE(bus.ReadString(0x1f0, 2, data));
+  EXPECT_EQ(a->reads, (std::vector<uint64_t>{0, 0, 0}));
+  EXPECT_EQ(data, (std::array<uint8_t, 6>{0, 1, 0, 1, 0, 1}));
+  const std::array<uint8_t, 4> words = {1, 2, 3, 4};
+  EXPECT_TRUE(bus.WriteString(0x1f0, 2, words));
+  ASSERT_EQ(a->writes.size(), 2u);
+  EXPECT_EQ(a->writes[1].second, (std::vector<uint8_t>{3, 4}));
+  EXPECT_FALSE(bus.ReadString(0x170, 2, data));
+  EXPECT_EQ(data, (std::array<uint8_t, 6>{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}));
+  // An item that runs past the device's range is not dispatched.
+  EXPECT_FALSE(bus.ReadString(0x1f7, 2, data));
+  EXPECT_EQ(a->reads.size(), 3u);
+}
+
 TEST(BusTest, UnmappedAccessesReadAllOnes) {
   Bus bus("pio");
   auto a = std::make_shared<RecordingDevice>();
