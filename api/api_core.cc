@@ -299,6 +299,8 @@ void ApiCore::FillVmInfo(pb::VmInfo* out) const {
   out->set_uptime_ms(absl::ToInt64Milliseconds(status.uptime));
   out->set_pid(status.pid);
   out->set_media_dir(control_.MediaRoot());
+  out->set_firmware(status.firmware);
+  for (const std::string& name : status.boot_order) out->add_boot_order(name);
   for (const DrivePtr& drive : drives()) FillDriveStatus(*drive, nullptr, out->add_drives());
 }
 

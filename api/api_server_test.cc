@@ -132,6 +132,7 @@ class FakeVm : public VmControl {
     status.kernel = "/boot/guest.elf";
     status.cmdline = "test=api";
     status.uptime = absl::Seconds(3);
+    status.boot_order = boot_order;
     status.pid = 4242;
     return status;
   }
@@ -202,6 +203,14 @@ class FakeVm : public VmControl {
     return absl::OkStatus();
   }
 
+  absl::Status SetBootOrder(const std::vector<std::string>& drives) override {
+    absl::MutexLock lock(&mutex);
+    if (!drives.empty() && drives[0] == "nosuch")
+      return absl::InvalidArgumentError("no drive named nosuch");
+    boot_order = drives;
+    return absl::OkStatus();
+  }
+
   absl::Status Reset() override {
     absl::MutexLock lock(&mutex);
     if (stopping) return absl::FailedPreconditionError("the VM is stopping");
@@ -230,6 +239,7 @@ class FakeVm : public VmControl {
   bool stopping ABSL_GUARDED_BY(mutex) = false;
   int pause_calls ABSL_GUARDED_BY(mutex) = 0;
   int reset_calls ABSL_GUARDED_BY(mutex) = 0;
+  std::vector<std::string> boot_order ABSL_GUARDED_BY(mutex);
   std::vector<std::pair<bool, absl::Duration>> shutdowns ABSL_GUARDED_BY(mutex);
   std::vector<DiskAttachment> attachments ABSL_GUARDED_BY(mutex);
   std::vector<std::optional<uint64_t>> resizes ABSL_GUARDED_BY(mutex);
@@ -1149,6 +1159,26 @@ TEST_F(ApiServerTest, ResetReachesTheVmUntilItStops) {
   EXPECT_EQ(vm_.reset_calls, 1);
 }
 
+// SetBootOrder hands the names to the VM as given and answers with the VM's order; the VM's
+// refusal comes back with its code.
+TEST_F(ApiServerTest, SetBootOrderReachesTheVm) {
+  StartServer();
+  pb::SetBootOrderRequest request;
+  request.add_drives("cd0");
+  request.add_drives("disk0");
+  pb::VmInfo info;
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::SetBootOrder, request, &info).ok());
+  ASSERT_EQ(info.boot_order_size(), 2);
+  EXPECT_EQ(info.boot_order(0), "cd0");
+  EXPECT_EQ(info.boot_order(1), "disk0");
+  pb::SetBootOrderRequest bad;
+  bad.add_drives("nosuch");
+  const grpc::Status refused = Vm(&pb::VmService::Stub::SetBootOrder, bad, &info);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Vm(&pb::VmService::Stub::SetBootOrder, pb::SetBootOrderRequest(), &info).ok());
+  EXPECT_EQ(info.boot_order_size(), 0);
+}
+
 TEST_F(ApiServerTest, Shutdown) {
   StartServer();
   pb::VmInfo info;
@@ -1609,8 +1639,9 @@ TEST_F(ApiServerTest, EveryMethodRefusesAnUnauthenticatedCaller) {
       ++methods;
     }
   }
-  EXPECT_EQ(methods, 16);
+  EXPECT_EQ(methods, 17);
   absl::MutexLock lock(&vm_.mutex);
+  EXPECT_TRUE(vm_.boot_order.empty());
   EXPECT_TRUE(vm_.shutdowns.empty());
   EXPECT_EQ(vm_.pause_calls, 0);
   EXPECT_EQ(vm_.reset_calls, 0);

@@ -61,6 +61,8 @@ struct VmStatus {
   std::string cmdline;
   absl::Duration uptime;
   uint32_t pid = 0;
+  std::string firmware;                 // empty: direct kernel boot
+  std::vector<std::string> boot_order;  // drive names the firmware tries first
 };
 
 // What the API server needs of the VMM. The VMM implements it over its Vm (vmm/vm_api.h); tests
@@ -126,6 +128,12 @@ class VmControl {
   // drives and media as they are. Returns at once. FailedPrecondition when the VM is stopping.
   virtual absl::Status Reset() {
     return absl::UnimplementedError("this VMM runs no guest to reset");
+  }
+
+  // The drives the firmware tries first from its next start, by name. InvalidArgument for a name
+  // that is no drive or comes twice; FailedPrecondition without a firmware.
+  virtual absl::Status SetBootOrder(const std::vector<std::string>& drives) {
+    return absl::UnimplementedError("this VMM runs no firmware");
   }
 };
 

@@ -56,6 +56,13 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
       return HandleReset(request, response);
     });
   }
+  grpc::Status StreamedSetBootOrder(
+      grpc::ServerContext* context,
+      grpc::ServerUnaryStreamer<pb::SetBootOrderRequest, pb::VmInfo>* stream) override {
+    return ServeUnary(core_, context, stream, [this](auto* request, auto* response) {
+      return HandleSetBootOrder(request, response);
+    });
+  }
   grpc::Status StreamedGetStats(
       grpc::ServerContext* context,
       grpc::ServerUnaryStreamer<pb::GetStatsRequest, pb::GetStatsResponse>* stream) override {
@@ -124,6 +131,14 @@ class VmServiceImpl final : public pb::VmService::StreamedService {
 
   grpc::Status HandleReset(const pb::ResetRequest*, pb::VmInfo* response) {
     absl::Status status = core_.control().Reset();
+    if (!status.ok()) return ToGrpc(status);
+    core_.FillVmInfo(response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status HandleSetBootOrder(const pb::SetBootOrderRequest* request, pb::VmInfo* response) {
+    const std::vector<std::string> drives(request->drives().begin(), request->drives().end());
+    absl::Status status = core_.control().SetBootOrder(drives);
     if (!status.ok()) return ToGrpc(status);
     core_.FillVmInfo(response);
     return grpc::Status::OK;

@@ -64,6 +64,7 @@ const std::vector<CommandSpec>& Commands() {
       {{"vm", "pause"}, 0, 0, {}, "vm pause"},
       {{"vm", "resume"}, 0, 0, {}, "vm resume"},
       {{"vm", "reset"}, 0, 0, {}, "vm reset"},
+      {{"vm", "boot-order"}, 0, 64, {}, "vm boot-order [DRIVE...]"},
       {{"vm", "shutdown"}, 0, 0, {"force", "grace-ms"}, "vm shutdown [--force] [--grace-ms N]"},
       {{"vm", "stats"}, 0, 1, {}, "vm stats [DRIVE]"},
       {{"drive", "limit"},
@@ -168,6 +169,7 @@ int Runner::Execute(const CommandSpec& spec, const std::vector<std::string>& arg
     if (verb == "pause") return VmPauseResume(true);
     if (verb == "resume") return VmPauseResume(false);
     if (verb == "reset") return VmReset();
+    if (verb == "boot-order") return VmBootOrder(args);
     if (verb == "shutdown") return VmShutdown();
     if (verb == "stats") return VmStats(arg0);
   }
@@ -404,6 +406,21 @@ int Runner::VmReset() {
   grpc::Status status = vm_->Reset(&context, vmm::v1::ResetRequest(), &response);
   if (!status.ok()) return RpcError(status);
   return Print(response, "reset: the guest restarts\n");
+}
+
+int Runner::VmBootOrder(const std::vector<std::string>& drives) {
+  grpc::ClientContext context;
+  Context(context);
+  vmm::v1::SetBootOrderRequest request;
+  for (const std::string& drive : drives) request.add_drives(drive);
+  vmm::v1::VmInfo response;
+  grpc::Status status = vm_->SetBootOrder(&context, request, &response);
+  if (!status.ok()) return RpcError(status);
+  return Print(response,
+               response.boot_order().empty()
+                   ? std::string("boot order: the firmware's own, from the next reset\n")
+                   : absl::StrCat("boot order: ", absl::StrJoin(response.boot_order(), ", "),
+                                  " first, from the next reset\n"));
 }
 
 int Runner::VmShutdown() {

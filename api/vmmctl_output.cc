@@ -155,6 +155,12 @@ std::string VmInfoText(const vmm::v1::VmInfo& info) {
       {"uptime:", absl::StrFormat("%.3f s", info.uptime_ms() / 1000.0)},
   };
   if (!info.media_dir().empty()) rows.push_back({"media dir:", info.media_dir()});
+  if (!info.firmware().empty()) {
+    rows.push_back({"firmware:", info.firmware()});
+    rows.push_back({"boot order:", info.boot_order().empty()
+                                       ? std::string("the firmware's own")
+                                       : absl::StrJoin(info.boot_order(), ", ")});
+  }
   rows.push_back({"drives:", absl::StrCat(info.drives_size())});
   std::string text = Table(rows);
   if (info.drives_size() > 0) {

@@ -114,6 +114,7 @@ class Runner {
   int VmInfo();
   int VmPauseResume(bool pause);
   int VmReset();
+  int VmBootOrder(const std::vector<std::string>& drives);
   int VmShutdown();
   int VmStats(const std::string& drive);
   int DriveLimit(const std::string& name);

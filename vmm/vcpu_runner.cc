@@ -229,6 +229,12 @@ bool VcpuRunner::HandleExit() {
       return true;
     }
     case KVM_EXIT_SHUTDOWN:
+      if (triple_fault_resets_) {
+        // A PC's chipset answers the processor's shutdown cycle with INIT (QEMU: a system reset);
+        // some loaders and kernels (Linux's reboot=t) reboot that way.
+        exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest triple fault"});
+        return false;
+      }
       Fatal(
           "triple fault (KVM_EXIT_SHUTDOWN): the guest hit an exception it could not handle "
           "(on SVM hosts KVM has already reset the registers below; see the previous exit)");

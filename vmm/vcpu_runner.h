@@ -36,6 +36,10 @@ class VcpuRunner {
   // before starting runners.
   static void InstallKickSignalHandler();
 
+  // A triple fault (KVM_EXIT_SHUTDOWN) resets the machine, as on a PC, instead of stopping the VM
+  // as a fatal error. Call before Start().
+  void TreatTripleFaultAsReset() { triple_fault_resets_ = true; }
+
   void Start();
   void Stop();
 
@@ -94,6 +98,7 @@ class VcpuRunner {
   };
   PreviousExit previous_exit_;
   std::function<absl::Status()> on_start_;
+  bool triple_fault_resets_ = false;
   std::thread thread_;
 };
 

@@ -74,7 +74,7 @@ void WriteByte(int fd, uint8_t byte) {
 
 }  // namespace
 
-Vm::Vm(const VmConfig& config) : config_(config) {}
+Vm::Vm(const VmConfig& config) : config_(config), boot_order_(config.boot_order) {}
 
 Vm::~Vm() {
   // A graceful stop's timer waits on the exit latch.
@@ -182,8 +182,8 @@ absl::Status Vm::SetUpLegacyDevices() {
         if (output_fd >= 0) WriteByte(output_fd, byte);
       });
   RETURN_IF_ERROR(pio_bus_.Register(kCom1Port, devices::legacy::Serial::kRegisterCount, serial_));
-  DeviceDescription serial_node =
-      PortDevice("serial", {"ns16550a"}, {{kCom1Port, devices::legacy::Serial::kRegisterCount}});
+  DeviceDescription serial_node = PortDevice(
+      "serial", {acpi::kSerialCompatible}, {{kCom1Port, devices::legacy::Serial::kRegisterCount}});
   serial_node.interrupt = kCom1Irq;
   serial_node.clock_frequency = 1843200;
   machine_.devices.push_back(serial_node);
@@ -197,7 +197,7 @@ absl::Status Vm::SetUpLegacyDevices() {
                                     std::shared_ptr<BusDevice>(i8042_, &i8042_->data_port())));
   RETURN_IF_ERROR(pio_bus_.Register(kI8042CommandPort, 1,
                                     std::shared_ptr<BusDevice>(i8042_, &i8042_->command_port())));
-  machine_.devices.push_back(PortDevice("keyboard-controller", {"intel,8042"},
+  machine_.devices.push_back(PortDevice("keyboard-controller", {acpi::kI8042Compatible},
                                         {{kI8042DataPort, 1}, {kI8042CommandPort, 1}}));
 
   RETURN_IF_ERROR(pio_bus_.Register(
@@ -243,7 +243,7 @@ absl::Status Vm::SetUpLegacyDevices() {
     cmos_ = std::make_shared<Cmos>();
     RETURN_IF_ERROR(pio_bus_.Register(Cmos::kPortBase, Cmos::kPortCount, cmos_));
     machine_.devices.push_back(
-        PortDevice("rtc", {"motorola,mc146818"}, {{Cmos::kPortBase, Cmos::kPortCount}}));
+        PortDevice("rtc", {acpi::kRtcCompatible}, {{Cmos::kPortBase, Cmos::kPortCount}}));
     const int log_fd = config_.firmware_log_fd;
     RETURN_IF_ERROR(pio_bus_.Register(kFirmwareDebugPort, 1,
                                       std::make_shared<devices::legacy::WriteOnlyPort>(
@@ -376,14 +376,14 @@ absl::Status Vm::LoadFirmware() {
 
 absl::StatusOr<std::vector<std::string>> Vm::FirmwareBootPaths() const {
   std::vector<std::string> paths;
-  if (config_.boot_order.empty()) return paths;
+  const std::vector<std::string> order = boot_order();
+  if (order.empty()) return paths;
   const std::vector<AttachedDrive> drives = storage_->drives();
-  for (const std::string& name : config_.boot_order) {
+  for (const std::string& name : order) {
     const auto drive = std::find_if(drives.begin(), drives.end(),
                                     [&name](const AttachedDrive& d) { return d.name == name; });
     if (drive == drives.end() && !first_build_) {
-      absl::FPrintF(stderr,
-                    "microvm: --boot: %s is no longer a drive; left out of the boot order\n", name);
+      absl::FPrintF(stderr, "microvm: boot order: %s is no longer a drive; left out of it\n", name);
       continue;
     }
     if (drive == drives.end()) {
@@ -445,6 +445,9 @@ absl::Status Vm::CreateVcpus() {
     }
     vcpus_.push_back(std::make_unique<VcpuRunner>(std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_,
                                                   config_.vcpu_thread_start));
+    // Where the user asked for reboots to restart, a triple fault is one; otherwise it stays a
+    // fatal error with the registers reported (a microVM's guest that faults so is broken).
+    if (config_.on_reboot == VmConfig::OnReboot::kRestart) vcpus_.back()->TreatTripleFaultAsReset();
   }
   return absl::OkStatus();
 }
@@ -590,6 +593,35 @@ absl::Status Vm::Resume() {
   if (!paused_) return absl::OkStatus();
   for (auto& vcpu : vcpus_) vcpu->Resume();
   paused_ = false;
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Vm::boot_order() const {
+  absl::MutexLock lock(&boot_order_mutex_);
+  return boot_order_;
+}
+
+absl::Status Vm::SetBootOrder(const std::vector<std::string>& names) {
+  if (config_.firmware_path.empty()) {
+    return absl::FailedPreconditionError(
+        "the VM boots its kernel directly (no --firmware): nothing reads a boot order");
+  }
+  const std::vector<AttachedDrive> drives = storage_->drives();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (std::find(names.begin(), names.begin() + i, names[i]) != names.begin() + i) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s is named twice", names[i]));
+    }
+    if (std::none_of(drives.begin(), drives.end(),
+                     [&](const AttachedDrive& d) { return d.name == names[i]; })) {
+      std::vector<std::string> known;
+      for (const AttachedDrive& d : drives) known.push_back(d.name);
+      return absl::InvalidArgumentError(
+          absl::StrFormat("no drive named %s (the drives: %s)", names[i],
+                          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+    }
+  }
+  absl::MutexLock lock(&boot_order_mutex_);
+  boot_order_ = names;
   return absl::OkStatus();
 }
 

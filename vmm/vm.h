@@ -130,6 +130,11 @@ class Vm {
   // anew whatever --on-reboot says (the drives, media and API stay). FailedPrecondition once the
   // VM is stopping.
   absl::Status RequestReset();
+  // The drives the firmware tries first from its next start (a reset, a reboot), replacing
+  // --boot's. InvalidArgument for a name that is no drive or comes twice; FailedPrecondition
+  // without a firmware.
+  absl::Status SetBootOrder(const std::vector<std::string>& names);
+  std::vector<std::string> boot_order() const;
 
  private:
   explicit Vm(const VmConfig& config);
@@ -196,6 +201,10 @@ class Vm {
   bool vcpus_stopped_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool stop_requested_ ABSL_GUARDED_BY(control_mutex_) = false;
   bool reset_requested_ ABSL_GUARDED_BY(control_mutex_) = false;  // RequestReset, until Run sees it
+  // --boot, then SetBootOrder's: what FirmwareBootPaths gives the firmware at each build. Its own
+  // lock: the first build reads it without control_mutex_.
+  mutable absl::Mutex boot_order_mutex_;
+  std::vector<std::string> boot_order_ ABSL_GUARDED_BY(boot_order_mutex_);
   int restarts_ ABSL_GUARDED_BY(control_mutex_) = 0;
   std::thread stop_timer_;  // a graceful stop's grace period
 

@@ -114,6 +114,8 @@ api::VmStatus VmApiControl::Status() const {
   status.cmdline = config.cmdline;
   status.uptime = absl::Now() - config.launch_time;
   status.pid = static_cast<uint32_t>(config.host_pid != 0 ? config.host_pid : getpid());
+  status.firmware = config.firmware_path;
+  status.boot_order = vm_.boot_order();
   return status;
 }
 

@@ -43,6 +43,9 @@ class VmApiControl : public api::VmControl {
   absl::Status Pause() override { return vm_.Pause(); }
   absl::Status Resume() override { return vm_.Resume(); }
   absl::Status Reset() override { return vm_.RequestReset(); }
+  absl::Status SetBootOrder(const std::vector<std::string>& drives) override {
+    return vm_.SetBootOrder(drives);
+  }
   absl::Status Shutdown(bool force, absl::Duration grace_period) override;
 
  private:

@@ -1287,7 +1287,13 @@ TEST_F(ApiTest, VmmctlDrivesItFromTheShell) {
       EXPECT_EQ(parsed.cmdline(), "test=scsi-lock hold_ms=20000");
       EXPECT_GT(parsed.pid(), 0u);
       EXPECT_EQ(parsed.drives_size(), 2);
+      EXPECT_TRUE(parsed.firmware().empty());
       EXPECT_THAT(vmmctl({"vm", "info"}).out, HasSubstr("RUNNING"));
+      // A kernel booted directly reads no boot order.
+      ProcessResult boot_order = vmmctl({"vm", "boot-order", "cd0"});
+      EXPECT_EQ(boot_order.exit_status, 1) << log;
+      EXPECT_THAT(boot_order.err, HasSubstr("FAILED_PRECONDITION"));
+      EXPECT_THAT(boot_order.err, HasSubstr("nothing reads a boot order"));
 
       ProcessResult stats = vmmctl({"vm", "stats"});
       EXPECT_EQ(stats.exit_status, 0) << log;

@@ -79,9 +79,16 @@ TEST_F(FirmwareTest, SeaBiosFindsTheMachineAndSaysNothingBoots) {
   EXPECT_THAT(result.err, Not(HasSubstr("fatal")));
 }
 
+// What a boot sector does after its line.
+enum class Ending {
+  kExit,         // ends the VM through the debug-exit port
+  kHang,         // halts for good
+  kTripleFault,  // loads an empty interrupt table and takes a breakpoint (#GP, #DF, shutdown)
+};
+
 // A boot sector that prints a line through the BIOS (INT 10h teletype, which sercon copies to
-// COM1) and ends the VM through the debug-exit port with status `exit_status`.
-std::string BootSector(uint8_t exit_status = 42) {
+// COM1) and then, by default, ends the VM through the debug-exit port with status `exit_status`.
+std::string BootSector(uint8_t exit_status = 42, Ending ending = Ending::kExit) {
   static const unsigned char kCode[] = {
       0x31, 0xc0,        // xor ax, ax
       0x8e, 0xd8,        // mov ds, ax
@@ -101,6 +108,12 @@ std::string BootSector(uint8_t exit_status = 42) {
   };
   std::string sector(reinterpret_cast<const char*>(kCode), sizeof(kCode));
   sector[0x17] = static_cast<char>(exit_status);
+  if (ending == Ending::kHang) sector[0x18] = sector[0x19] = '\x90';  // no out: nop, nop
+  if (ending == Ending::kTripleFault) {
+    // done: lidt [0x7de0] (six zero bytes near the sector's end); int3
+    static const unsigned char kFault[] = {0x0f, 0x01, 0x1e, 0xe0, 0x7d, 0xcc, 0xf4};
+    sector.replace(0x16, sizeof(kFault), reinterpret_cast<const char*>(kFault), sizeof(kFault));
+  }
   sector += "booted by the firmware\r\n";
   sector.push_back('\0');
   sector.resize(510, '\0');
@@ -109,7 +122,8 @@ std::string BootSector(uint8_t exit_status = 42) {
 }
 
 // Boots a drive of each kind on each bus: SeaBIOS reads the MBR of a disk and the El Torito
-// boot image (no emulation) of a CD, through its ATA/ATAPI and virtio-scsi drivers.
+// boot image of a CD (no emulation, and floppy emulation), through its ATA/ATAPI and virtio-scsi
+// drivers.
 TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
   std::string disk = BootSector();
   disk.resize(1 << 20, '\0');
@@ -124,6 +138,17 @@ TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
       RunProcess({"/usr/bin/genisoimage", "-quiet", "-b", "boot.bin", "-no-emul-boot",
                   "-boot-load-size", "4", "-o", iso_path, iso_dir});
   ASSERT_EQ(iso.exit_status, 0) << iso.err;
+  // And one whose boot image is a 1.44 MB floppy (El Torito floppy emulation): the firmware
+  // serves its sectors as drive 0 from the CD and boots its first sector.
+  const std::string floppy_dir = TempPath("floppy-iso");
+  ASSERT_EQ(system(("mkdir -p " + floppy_dir).c_str()), 0);
+  std::string floppy = BootSector();
+  floppy.resize(1474560, '\0');
+  WriteFile(floppy_dir + "/floppy.img", floppy);
+  const std::string floppy_iso_path = TempPath("floppy-cd.iso");
+  ProcessResult floppy_iso = RunProcess(
+      {"/usr/bin/genisoimage", "-quiet", "-b", "floppy.img", "-o", floppy_iso_path, floppy_dir});
+  ASSERT_EQ(floppy_iso.exit_status, 0) << floppy_iso.err;
 
   const struct {
     std::string flag;
@@ -134,9 +159,11 @@ TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
       {"--disk", disk_path, "Booting from Hard Disk"},
       {"--ide-cdrom", iso_path, "Booting from DVD/CD"},
       {"--cdrom", iso_path, "Booting from DVD/CD"},
+      {"--ide-cdrom", floppy_iso_path, "Booting from DVD/CD"},
+      {"--cdrom", floppy_iso_path, "Booting from DVD/CD"},
   };
   for (const auto& drive : drives) {
-    SCOPED_TRACE(drive.flag);
+    SCOPED_TRACE(drive.flag + "=" + drive.path);
     ProcessOptions options;
     options.timeout = absl::Seconds(240);
     ProcessResult result =
@@ -270,9 +297,93 @@ TEST_F(FirmwareTest, ResetAfterTheBootDiskWasDetached) {
   ASSERT_EQ(api_answers.size(), 3u) << result.err;
   EXPECT_THAT(api_answers[0], ::testing::StartsWith("0 "));
   EXPECT_EQ(api_answers[1], "0 reset: the guest restarts\n");
-  EXPECT_THAT(result.err, HasSubstr("--boot: disk0 is no longer a drive"));
+  EXPECT_THAT(result.err, HasSubstr("boot order: disk0 is no longer a drive"));
   EXPECT_THAT(result.err, Not(HasSubstr("could not be restarted")));
   EXPECT_EQ(result.exit_status, 0) << result.err;
+}
+
+// A triple fault resets a PC: with --on-reboot=restart the machine restarts and the firmware
+// boots again; without it the VM stops on it as a fatal error, the registers reported.
+TEST_F(FirmwareTest, TripleFaultResetsUnderOnRebootRestart) {
+  std::string disk = BootSector(42, Ending::kTripleFault);
+  disk.resize(1 << 20, '\0');
+  const std::string disk_path = TempPath("triple-fault.img");
+  WriteFile(disk_path, disk);
+  const std::string socket = SocketPath("firmware-triple.sock");
+  int boots = 0;
+  std::string shutdown_answer;
+  ProcessOptions options;
+  options.timeout = absl::Seconds(240);
+  options.on_output_line = [&](const std::string& line) {
+    if (line.find("Booting from Hard Disk") == std::string::npos) return "";
+    if (++boots == 2) shutdown_answer = Vmmctl(socket, {"vm", "shutdown", "--force"});
+    return "";
+  };
+  ProcessResult result = RunProcess(
+      {kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=128M", "--serial-input=false",
+       "--ide-disk=" + disk_path, "--on-reboot=restart", "--api-socket=" + socket, "--jail=off"},
+      options);
+  EXPECT_FALSE(result.timed_out) << result.out << result.err;
+  EXPECT_EQ(boots, 2) << result.out << result.err;
+  EXPECT_THAT(shutdown_answer, ::testing::StartsWith("0 ")) << shutdown_answer;
+  EXPECT_THAT(result.err,
+              HasSubstr("guest triple fault, restarting the guest (--on-reboot=restart)"));
+  EXPECT_EQ(result.exit_status, 0) << result.err;
+
+  ProcessOptions once;
+  once.timeout = absl::Seconds(240);
+  ProcessResult fatal =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=128M",
+                  "--serial-input=false", "--ide-disk=" + disk_path},
+                 once);
+  EXPECT_FALSE(fatal.timed_out) << fatal.out << fatal.err;
+  EXPECT_EQ(fatal.exit_status, 1) << fatal.err;
+  EXPECT_THAT(fatal.err, HasSubstr("triple fault (KVM_EXIT_SHUTDOWN)"));
+}
+
+// The boot order changes through the API and takes effect at the next reset: disk0 boots (and
+// halts), `vm boot-order disk1` and `vm reset`, and disk1 boots and ends the VM.
+TEST_F(FirmwareTest, BootOrderSetThroughTheApiHoldsFromTheNextReset) {
+  const auto image = [](const std::string& name, Ending ending) {
+    std::string bytes = BootSector(44, ending);
+    bytes.resize(1 << 20, '\0');
+    const std::string path = TempPath(name);
+    WriteFile(path, bytes);
+    return path;
+  };
+  const std::string halts = image("halts.img", Ending::kHang);
+  const std::string exits = image("exits.img", Ending::kExit);
+  const std::string socket = SocketPath("firmware-boot-order.sock");
+  int boots = 0;
+  std::vector<std::string> api_answers;
+  ProcessOptions options;
+  options.timeout = absl::Seconds(240);
+  options.on_output_line = [&](const std::string& line) {
+    if (line.find("Booting from Hard Disk") == std::string::npos || ++boots != 1) return "";
+    api_answers.push_back(Vmmctl(socket, {"vm", "boot-order", "cd9"}));
+    api_answers.push_back(Vmmctl(socket, {"vm", "boot-order", "disk1", "disk1"}));
+    api_answers.push_back(Vmmctl(socket, {"vm", "boot-order", "disk1", "disk0"}));
+    api_answers.push_back(Vmmctl(socket, {"vm", "info"}));
+    api_answers.push_back(Vmmctl(socket, {"vm", "reset"}));
+    return "";
+  };
+  ProcessResult result =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=128M",
+                  "--serial-input=false", "--ide-disk=" + halts, "--ide-disk=" + exits,
+                  "--boot=disk0", "--api-socket=" + socket, "--jail=off"},
+                 options);
+  EXPECT_FALSE(result.timed_out) << result.out << result.err;
+  EXPECT_EQ(boots, 2) << result.out << result.err;
+  ASSERT_EQ(api_answers.size(), 5u) << result.err;
+  EXPECT_THAT(api_answers[0], ::testing::StartsWith("1 "));
+  EXPECT_THAT(api_answers[0], HasSubstr("no drive named cd9 (the drives: "));
+  EXPECT_THAT(api_answers[1], HasSubstr("disk1 is named twice"));
+  EXPECT_EQ(api_answers[2], "0 boot order: disk1, disk0 first, from the next reset\n");
+  EXPECT_THAT(api_answers[3], ::testing::ContainsRegex("boot order: +disk1, disk0"));
+  EXPECT_THAT(api_answers[3], HasSubstr("firmware:"));
+  EXPECT_EQ(api_answers[4], "0 reset: the guest restarts\n");
+  // The second boot: disk1, whose sector ends the VM.
+  EXPECT_EQ(result.exit_status, 44) << result.out << result.err;
 }
 
 TEST_F(FirmwareTest, ImagesThatAreNoFirmwareGiveClearErrors) {

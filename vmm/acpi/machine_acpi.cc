@@ -38,11 +38,6 @@ constexpr uint32_t kIoapicPins = 24;  // KVM's in-kernel IOAPIC (KVM_IOAPIC_NUM_
 constexpr uint16_t kMpsActiveHigh = 0b01;
 constexpr uint16_t kMpsLevel = 0b11 << 2;
 
-// Compatible strings the DSDT gives a specific identity.
-constexpr char kSerialCompatible[] = "ns16550a";
-constexpr char kI8042Compatible[] = "intel,8042";
-constexpr char kRtcCompatible[] = "motorola,mc146818";
-
 bool IsCompatible(const DeviceDescription& device, std::string_view compatible) {
   return std::find(device.compatible.begin(), device.compatible.end(), compatible) !=
          device.compatible.end();

@@ -23,6 +23,11 @@ inline constexpr char kAcpiPmCompatible[] = "microvm,acpi-pm";
 // The PCI host bridge's DeviceDescription (devices/pci PciRootBus::Describe()): configuration
 // mechanism #1 ports; its windows are MachineDescription::pci_windows.
 inline constexpr char kPciConf1Compatible[] = "microvm,pci-conf1";
+// Devices the tables treat by identity: COM1 (PNP0501 in the DSDT), the 8042 (left out of the
+// DSDT) and the RTC (the FADT's IA-PC boot architecture flags).
+inline constexpr char kSerialCompatible[] = "ns16550a";
+inline constexpr char kI8042Compatible[] = "intel,8042";
+inline constexpr char kRtcCompatible[] = "motorola,mc146818";
 
 struct AcpiTable {
   std::string signature;  // "RSD PTR " for the RSDP, else the 4-character table signature
