@@ -24,6 +24,14 @@
 #         L2-END NAME status=N seconds=S
 #       @@FINAL (the guest is about to end): stats and threads tagged "final", then the guest is
 #       answered on its console input. Any other @@MARKER: "$L2_MARKERS MARKER" if set.
+#   L2_FIRMWARE=FILE l2_run NAME "" MICROVM-FLAGS...
+#       boots the firmware FILE (SeaBIOS) instead of a kernel: no --kernel, --initrd or --cmdline
+#       (the boot loader on a drive has its own); with L2_VMM=qemu, QEMU's own firmware (-L). The
+#       console's milestones, each the wall seconds since the VMM started:
+#         L2-MARK NAME firmware|grub|kernel|init seconds=S exits=N ...   SeaBIOS's banner, GRUB's
+#                                   "GRUB-MENU" line (tools/make-boot-iso), the kernel's "Linux
+#                                   version" line, the guest's /init; L1's KVM counters then
+#       L2_ON_FINAL=FUNCTION: @@FINAL calls FUNCTION (after the stats) instead of answering it
 #   L2_VMM=qemu l2_run NAME "GUEST ARGS" QEMU-FLAGS...
 #       the same guest in QEMU ($L2_QEMU: its command, e.g. the bundle tools/bench-linux puts on the
 #       work disk), with -enable-kvm -m $L2_MEM -serial stdio -kernel/-initrd/-append added; no API
@@ -241,6 +249,8 @@ l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
   esac
 }
 
+l2_mark() { echo "L2-MARK $L2_NAME $1 seconds=$(l2_seconds_since "$L2_T0" 2) $(l2_kvm_counters)"; }
+
 l2_console() {  # reads microvm's serial output
   local cr line
   cr=$(printf '\r')
@@ -248,7 +258,11 @@ l2_console() {  # reads microvm's serial output
     line=${line%"$cr"}
     echo "L2[$L2_NAME]| $line"
     case "$line" in
+      *"SeaBIOS (version "*) l2_mark firmware ;;
+      *"GRUB-MENU "*) l2_mark grub ;;
+      *"] Linux version "*) l2_mark kernel ;;
       "RESULT init_uptime="*)
+        l2_mark init
         # Wall time from the VMM's start to the guest's /init (firmware and kernel boot included).
         echo "L2-LAUNCH $L2_NAME init_after=$(l2_seconds_since "$L2_T0" 2)"
         [ "$L2_BOOT_WORK" != 1 ] || echo "L2-BOOTWORK $L2_NAME init $(l2_boot_counters)"
@@ -257,7 +271,7 @@ l2_console() {  # reads microvm's serial output
       @@FINAL)
         l2_stats final
         l2_threads final
-        echo "ok" >&3 ;;
+        if [ -n "${L2_ON_FINAL:-}" ]; then "$L2_ON_FINAL"; else echo "ok" >&3; fi ;;
       @@*)
         [ -z "$L2_MARKERS" ] || "$L2_MARKERS" "${line#@@}" ;;
       "SCENARIO "*)
@@ -299,12 +313,12 @@ l2_emulation_fault() {
 # first run's lines stay in L1's log, an L2-RERUN line says why, and the host's checks judge the
 # last run (nested_split). Any other failure, and a second fault, stand.
 l2_run() {  # name "guest args" microvm-flags...
-  local markers=$L2_MARKERS vmm=${L2_VMM:-microvm} fault
+  local markers=$L2_MARKERS vmm=${L2_VMM:-microvm} firmware=${L2_FIRMWARE:-} on_final=${L2_ON_FINAL:-} fault
   l2_run_once "$@"
   [ "${L2_EMULATION_RERUNS:-1}" -gt 0 ] || return 0
   fault=$(l2_emulation_fault) || return 0
   echo "L2-RERUN $1 after the nested emulation's fault: $fault"
-  L2_MARKERS=$markers L2_VMM=$vmm l2_run_once "$@"
+  L2_MARKERS=$markers L2_VMM=$vmm L2_FIRMWARE=$firmware L2_ON_FINAL=$on_final l2_run_once "$@"
 }
 
 l2_run_once() {  # name "guest args" microvm-flags...
@@ -338,11 +352,18 @@ l2_run_once() {  # name "guest args" microvm-flags...
   wd=$!
   local cmdline="console=ttyS0 reboot=k panic=1 quiet guest_timeout=$((L2_TIMEOUT - 20)) final=reboot final_marker=1 $gargs"
   (
-    if [ "${L2_VMM:-microvm}" = qemu ]; then
+    if [ "${L2_VMM:-microvm}" = qemu ] && [ -n "${L2_FIRMWARE:-}" ]; then
+      # shellcheck disable=SC2086  # L2_QEMU is a command with its arguments
+      $L2_QEMU -enable-kvm -m "$L2_MEM" -nodefaults -no-user-config -display none -serial stdio \
+        -monitor none -no-reboot "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    elif [ "${L2_VMM:-microvm}" = qemu ]; then
       # shellcheck disable=SC2086  # L2_QEMU is a command with its arguments
       $L2_QEMU -enable-kvm -m "$L2_MEM" -nodefaults -no-user-config -display none -serial stdio \
         -monitor none -no-reboot -kernel "$L2_KERNEL" -initrd "$L2_INITRD" -append "$cmdline" \
         "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
+    elif [ -n "${L2_FIRMWARE:-}" ]; then
+      "$MICROVM" --firmware="$L2_FIRMWARE" --memory="$L2_MEM" --api-socket="$L2_DIR/api.sock" "$@" \
+        <"$L2_DIR/in" 2>"$L2_DIR/err" &
     else
       "$MICROVM" --kernel="$L2_KERNEL" --initrd="$L2_INITRD" --memory="$L2_MEM" --cmdline="$cmdline" \
         --api-socket="$L2_DIR/api.sock" "$@" <"$L2_DIR/in" 2>"$L2_DIR/err" &
@@ -355,6 +376,7 @@ l2_run_once() {  # name "guest args" microvm-flags...
   kill "$wd" 2>/dev/null
   wait "$wd" 2>/dev/null
   status=$(cat "$L2_DIR/status" 2>/dev/null)
+  echo "L2-KVM $L2_NAME end $(l2_kvm_counters)"
   [ "$L2_TRACE_FAULTS" != 1 ] || l2_fault_trace_end
   # A VMM that ends by itself (not SIGKILL) removes the socket it created; a jailed one (the
   # default as root) cannot reach its path, and its orchestrator, this function, does
@@ -369,4 +391,6 @@ l2_run_once() {  # name "guest args" microvm-flags...
   echo "L2-END $L2_NAME status=${status:-none} seconds=$(l2_seconds_since "$t0")"
   L2_MARKERS=""
   L2_VMM=microvm
+  L2_FIRMWARE=""
+  L2_ON_FINAL=""
 }

@@ -39,6 +39,7 @@
 #   NESTED_LIVE=1           copy L1's console to stdout while it runs
 #   NESTED_DMESG_ALLOW=RE   kernel lines (RESULT dmesg_bad) matching RE are reported, not failed
 #   NESTED_L1_APPEND=""     extra L1 kernel command-line words (l1_verbose=1)
+#   NESTED_JOB_SETTINGS=""  shell assignments at the top of every job (L2_TRACE_BOOT=1)
 
 NESTED_SECONDS=""
 NESTED_BOOTS=0
@@ -115,6 +116,8 @@ EOF
   # L1 keeps its KVM's last events in a ring through every run (l1_lib.sh, L2_TRACE_FAULTS), so an
   # L2 triple fault or hang in CI comes with what the vCPU did before it (NESTED_TRACE_FAULTS=0: off).
   echo "L2_TRACE_FAULTS=${NESTED_TRACE_FAULTS:-1}" >> "$NESTED_JOB"
+  # Diagnostics by hand (tools/nested): settings for every run of the job, e.g. L2_TRACE_BOOT=1.
+  [ -z "${NESTED_JOB_SETTINGS:-}" ] || echo "$NESTED_JOB_SETTINGS" >> "$NESTED_JOB"
 }
 
 nested_split() {  # l1-log: per-run logs in NESTED_RUNS
@@ -131,7 +134,7 @@ nested_split() {  # l1-log: per-run logs in NESTED_RUNS
       grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
       grep "^L2-HUNG $name " "$log"
     } > "$NESTED_RUNS/$name.qemu.log"
-    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|HOSTCD|FAULT|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
+    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|MARK|HOSTCD|FAULT|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
     grep -F "L2-FTRACE $name| " "$log" | sed "s/^L2-FTRACE $name| //" > "$NESTED_RUNS/$name.ftrace"
     [ -s "$NESTED_RUNS/$name.ftrace" ] || rm -f "$NESTED_RUNS/$name.ftrace"
     sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"

@@ -7,11 +7,13 @@
 # Skips when QEMU, the cloud kernel, busybox-static, fio or nested SVM is missing.
 #
 # A fourth boots a real Debian system (tools/make-debian-image) in our VMM on virtio-scsi and IDE,
-# and in QEMU as the reference.
+# and in QEMU as the reference; a fifth boots SeaBIOS, which boots GRUB and Linux from a CD
+# (tools/make-boot-iso) and the Debian system from its GRUB disk, on IDE and virtio-scsi, in our
+# VMM and in QEMU.
 #
-# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE
+# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO
 #   (Bazel passes these; outside Bazel tools/nested runs one scenario, see docs/nested.md)
-#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian)
+#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian, firmware)
 #   NESTED_DEBIAN=DIR       the Debian image (tools/make-debian-image's output; tools/test makes it);
 #                           unset: made here, into the default cache of tools/make-debian-image
 #   NESTED_CACHE=DIR        reuse built initramfs images (default: none under Bazel)
@@ -26,7 +28,7 @@ source "$here/nested_harness.sh"
 # shellcheck source=scenarios.sh
 source "$here/scenarios.sh"
 
-[ $# -ge 8 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE"; exit 2; }
+[ $# -ge 9 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO"; exit 2; }
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 args=()
 for a in "$@"; do args+=("$(abs "$a")"); done
@@ -40,8 +42,10 @@ nested_setup "$WORK" "${args[0]}" "${args[1]}" "${args[2]}" "${args[3]}" "${args
 echo "L1 under $("${MICROVM_L0_QEMU:-$LINUX_QEMU}" --version | head -n 1)"
 # shellcheck disable=SC2034  # read by scenarios.sh (nested_debian_image, nested_debian_files)
 NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
-case " ${NESTED_ONLY:-debian} " in
-  *" debian "*)
+# shellcheck disable=SC2034  # read by scenarios.sh (nested_fw_files)
+NESTED_MAKE_BOOT_ISO=${args[8]}
+case " ${NESTED_ONLY:-debian firmware} " in
+  *" debian "*|*" firmware "*)
     nested_debian_image || { echo "FAIL: tools/make-debian-image"; exit 1; }
     echo "Debian image: $(cat "$NESTED_DEBIAN/build.txt")" ;;
 esac
@@ -61,8 +65,8 @@ run_boot() {  # boot: writes its job and boots L1; 1 when L1's own kernel failed
 # in the VMM under test, which is a user process there): such a boot is run again, up to
 # NESTED_L1_ATTEMPTS times in all, and counted in the summary; the checks judge the last attempt.
 l1_faults=0
-for boot in scsi cd-ide lifecycle debian; do
-  case " ${NESTED_ONLY:-scsi cd-ide lifecycle debian} " in *" $boot "*) ;; *) continue ;; esac
+for boot in scsi cd-ide lifecycle debian firmware; do
+  case " ${NESTED_ONLY:-scsi cd-ide lifecycle debian firmware} " in *" $boot "*) ;; *) continue ;; esac
   attempt=1
   until run_boot "$boot"; do
     l1_faults=$((l1_faults + 1))

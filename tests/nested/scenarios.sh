@@ -11,14 +11,18 @@
 NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-limits-shared scsi-hotplug scsi-resize scsi-fs scsi-discard smp
                   scsi-cd-media ide-cd-media host-cd-scsi host-cd-ide ide-fio ide-fs
                   pause-resume sigterm api-shutdown poweroff jail
-                  debian-scsi debian-ide debian-qemu"
-# Only for tools/nested (run, repeat): not part of nested_test.sh.
-NESTED_EXTRA_SCENARIOS="ide-fio-psync"
+                  debian-scsi debian-ide debian-qemu
+                  fw-ide-cd fw-scsi-cd fw-cd-reset fw-qemu-scsi-cd
+                  fw-debian-scsi fw-debian-ide fw-debian-qemu"
+# Only for tools/nested (run, repeat) and tools/bench-firmware: not part of nested_test.sh (each
+# group of the firmware scenarios has its QEMU reference there already).
+NESTED_EXTRA_SCENARIOS="ide-fio-psync fw-qemu-ide-cd"
 
 nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
   case "$1" in
     *-cd-media|host-cd-*|ide-*) echo cd-ide ;;
     debian-*) echo debian ;;
+    fw-*) echo firmware ;;
     scsi-*|smp) echo scsi ;;
     *) echo lifecycle ;;
   esac
@@ -913,3 +917,158 @@ nsc_debian_qemu_check() {
   nested_debian_check "$1" || return
   linux_expect "$1" debian_action poweroff
 }
+
+# --- firmware boot (docs/firmware.md) ------------------------------------------------------------
+# SeaBIOS (Debian's bios-256k.bin, the one QEMU's -M pc loads) boots a CD made by grub-mkrescue
+# (tools/make-boot-iso): El Torito hands GRUB the disc, GRUB reads Debian's kernel and the test
+# initramfs from it through the BIOS disk services (SeaBIOS's ATAPI or virtio-scsi driver) and
+# starts Linux, whose /init checks a file on the disc it booted from and powers off through ACPI.
+# The same discs in QEMU 7.2 (-M pc, the same firmware file) are the reference. Each run reports
+# when SeaBIOS, GRUB, the kernel and /init first spoke (L2-MARK, seconds since the VMM started).
+# QEMU's machine for the firmware runs: the PC, QEMU's CPU, and SeaBIOS's screen on COM1 as ours
+# puts it (fw_cfg etc/sercon-port, written by nested_fw_files).
+NESTED_FW_QEMU="-M pc -cpu $NESTED_QEMU_CPU -fw_cfg name=etc/sercon-port,file=/l1disk/sercon-port"
+
+nested_fw_files() {  # once per boot: the firmware, QEMU, and discs A and B (NESTED_FW_MD5_A, _B)
+  [ -e "$NESTED_DISK/bios-256k.bin" ] || cp -L /usr/share/seabios/bios-256k.bin "$NESTED_DISK/" || exit 1
+  # QEMU's SeaBIOS puts its screen on COM1 as ours does (fw_cfg etc/sercon-port, 16 bits).
+  printf '\370\003' > "$NESTED_DISK/sercon-port"
+  if [ ! -e "$NESTED_DISK/qemu" ]; then
+    nested_qemu_bundle "$NESTED_DISK/qemu" || exit 1
+    nested_add "L2_QEMU='$NESTED_QEMU_CMD'"
+  fi
+  local disc sum
+  for disc in A B; do
+    [ -e "$NESTED_DISK/fw-$disc.iso" ] && continue
+    # Not quiet: the kernel's first line ("Linux version") is one of the milestones timed.
+    sum=$("${NESTED_MAKE_BOOT_ISO:-tools/make-boot-iso}" --kernel "$LINUX_KERNEL" --initrd "$NESTED_L2_INITRAMFS" \
+      --label "DISC-$disc" --file "disc.txt=boot disc $disc" \
+      --cmdline "console=ttyS0 reboot=k panic=1 guest_timeout=560 final=poweroff final_marker=1 scenario=iso iso_file=disc.txt iso_md5=$(printf 'boot disc %s\n' "$disc" | md5sum | cut -d' ' -f1)" \
+      "$NESTED_DISK/fw-$disc.iso") || { echo "FAIL: tools/make-boot-iso"; exit 1; }
+    echo "    fw-$disc.iso: $(stat -c %s "$NESTED_DISK/fw-$disc.iso") bytes, $sum"
+  done
+}
+
+nested_fw_run() {  # run vmm flags...: one firmware boot of our VMM or QEMU
+  local run=$1 vmm=$2
+  shift 2
+  nested_fw_files
+  nested_add "L2_FIRMWARE=/l1disk/bios-256k.bin L2_VMM=$vmm l2_run $run '' $*"
+}
+
+nested_fw_check() {  # run disc [bus]: the guest booted from disc DISC through GRUB and passed
+  nested_check_pass "$1" iso || return
+  local log=$NESTED_RUNS/$1.log
+  grep -q "GRUB-MENU DISC-$2" "$log" || linux_fail "$1" "GRUB from disc $2 never spoke"
+  grep -q "Command line: BOOT_IMAGE=/boot/vmlinuz .*iso_file=disc.txt" "$log" ||
+    linux_fail "$1" "the kernel did not get GRUB's command line"
+  linux_expect "$1" iso ok
+  [ -z "${3:-}" ] || grep -q "Booting from DVD/CD" "$log" || linux_fail "$1" "SeaBIOS did not boot the CD"
+  nested_fw_report "$1"
+}
+
+nested_fw_report() {  # run: the milestones, in seconds from the VMM's start
+  local events=$NESTED_RUNS/$1.events m line=""
+  for m in firmware grub kernel init; do
+    line="$line $m $(awk -v m="$m" '$3 == m { sub(/seconds=/, "", $4); print $4; exit }' "$events" | sed 's/^$/-/')"
+  done
+  echo "    milestones (s since start):$line"
+}
+
+# Our VMM: the IDE CD, behind a blank IDE disk the boot order (--boot) passes over (one blank
+# image for every run: nothing writes it).
+nsc_fw_ide_cd_job() {
+  nested_fw_run "$1" microvm "--ide-disk=$(nested_image fw-blank.img 16M) --ide-cdrom=/l1disk/fw-A.iso --boot=cd0"
+}
+nsc_fw_ide_cd_check() { nested_fw_check "$1" A cd; }
+
+# The virtio-scsi CD, behind a blank virtio-scsi disk.
+nsc_fw_scsi_cd_job() {
+  nested_fw_run "$1" microvm "--disk=$(nested_image fw-blank.img 16M) --cdrom=/l1disk/fw-A.iso --boot=cd0"
+}
+nsc_fw_scsi_cd_check() { nested_fw_check "$1" A cd; }
+
+# Insert a disc, reset, boot from it: disc A boots; when its guest is done (@@FINAL) disc B goes
+# into the drive through the API and the API resets the VM; SeaBIOS then boots disc B in the same
+# VMM process, whose guest powers off.
+nsc_fw_cd_reset_job() {
+  cat >> "$NESTED_JOB" <<'EOF'
+fw_swap_and_reset() {
+  if [ ! -e "$L2_DIR/swapped" ]; then
+    : > "$L2_DIR/swapped"
+    l2_action "eject: $(l2_ctl media eject cd0 --force 2>&1)"
+    l2_action "insert: $(l2_ctl media insert cd0 /l1disk/fw-B.iso 2>&1)"
+    l2_action "reset: $(l2_ctl vm reset 2>&1)"
+  else
+    echo ok >&3
+  fi
+}
+L2_EXIT_GRACE=300
+EOF
+  nested_fw_files
+  nested_add "L2_ON_FINAL=fw_swap_and_reset L2_FIRMWARE=/l1disk/bios-256k.bin l2_run $1 '' --ide-cdrom=/l1disk/fw-A.iso --media-dir=/l1disk"
+  nested_add "L2_EXIT_GRACE=20"
+}
+nsc_fw_cd_reset_check() {
+  nested_fw_check "$1" B || return
+  local log=$NESTED_RUNS/$1.log events=$NESTED_RUNS/$1.events
+  grep -q "GRUB-MENU DISC-A" "$log" || linux_fail "$1" "disc A did not boot first"
+  [ "$(grep -c '^SCENARIO iso PASS' "$log")" = 2 ] || linux_fail "$1" "expected two passing boots (disc A, then disc B)"
+  grep -q "insert: cd0 cdrom " "$events" || linux_fail "$1" "vmmctl media insert failed: $(grep 'insert:' "$events")"
+  grep -q "reset: " "$events" && ! grep -q "reset: .*vmmctl:" "$events" ||
+    linux_fail "$1" "vmmctl vm reset failed: $(grep 'reset:' "$events")"
+  # Disc B's file, read by the second boot's guest.
+  [ "$(linux_results iso_md5 | tail -n 1)" = "$(printf 'boot disc B\n' | md5sum | cut -d' ' -f1)" ] ||
+    linux_fail "$1" "the second boot did not read disc B"
+}
+
+# The reference: the same discs in QEMU 7.2, -M pc (IDE CD as -cdrom; virtio-scsi CD with a
+# bootindex), the same firmware file and QEMU's CPU as NESTED_QEMU_CPU says.
+nsc_fw_qemu_ide_cd_job() {
+  nested_fw_run "$1" qemu "$NESTED_FW_QEMU -drive file=$(nested_image fw-blank.img 16M),if=ide,format=raw,index=0 -drive file=/l1disk/fw-A.iso,if=ide,index=2,media=cdrom,format=raw,readonly=on -boot order=d"
+}
+nsc_fw_qemu_ide_cd_check() { nested_fw_check "$1" A cd; }
+nsc_fw_qemu_scsi_cd_job() {
+  nested_fw_run "$1" qemu "$NESTED_FW_QEMU -device virtio-scsi-pci,id=scsi0 -drive file=$(nested_image fw-blank.img 16M),if=none,id=hd0,format=raw -device scsi-hd,drive=hd0,bus=scsi0.0,bootindex=2 -drive file=/l1disk/fw-A.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0,bootindex=1"
+}
+nsc_fw_qemu_scsi_cd_check() { nested_fw_check "$1" A cd; }
+
+# A Debian disk with GRUB in its MBR (tools/make-debian-image's disk.img; its L1 snapshot disk):
+# SeaBIOS boots the disk, GRUB (the image's own grub-pc-bin) finds the root file system by its
+# label, reads its grub.cfg, kernel and initrd through the BIOS and starts Debian, which reaches
+# multi-user.target with cloud-init from the seed on our CD and powers off (microvm.action=poweroff
+# in that grub.cfg). On virtio-scsi and on IDE, and in QEMU as the reference.
+nested_fw_debian_run() {  # run vmm flags...
+  local run=$1 vmm=$2
+  shift 2
+  nested_fw_files
+  nested_debian_files
+  "${NESTED_MAKE_DEBIAN_IMAGE:-tools/make-debian-image}" --seed "$NESTED_DISK/seed-$run.iso" --hostname "$run" || exit 1
+  nested_add "L2_MEM=1G L2_TIMEOUT=1200 L2_FIRMWARE=/l1disk/bios-256k.bin L2_MARKERS=debian_markers L2_VMM=$vmm l2_run $run '' $*"
+}
+nested_fw_debian_check() {  # run
+  nested_debian_check "$1" || return
+  linux_expect "$1" debian_action poweroff
+  grep -q "Booting from Hard Disk" "$NESTED_RUNS/$1.log" || linux_fail "$1" "SeaBIOS did not boot the disk"
+  grep -q "GRUB-MENU debian-disk" "$NESTED_RUNS/$1.log" || linux_fail "$1" "GRUB from the disk never spoke"
+  grep -q "Command line: BOOT_IMAGE=/boot/vmlinuz-.* root=LABEL=debian-root" "$NESTED_RUNS/$1.log" ||
+    linux_fail "$1" "the kernel did not get the disk's GRUB command line"
+  nested_fw_report "$1"
+}
+nsc_fw_debian_scsi_job() {
+  nested_l1_drive "$NESTED_DEBIAN/disk.img"
+  nested_fw_debian_run "$1" microvm --vcpus=2 "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso"
+}
+nsc_fw_debian_scsi_check() { nested_fw_debian_check "$1"; }
+nsc_fw_debian_ide_job() {
+  nested_l1_drive "$NESTED_DEBIAN/disk.img"
+  nested_fw_debian_run "$1" microvm --vcpus=2 "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso"
+}
+nsc_fw_debian_ide_check() { nested_fw_debian_check "$1"; }
+nsc_fw_debian_qemu_job() {
+  nested_l1_drive "$NESTED_DEBIAN/disk.img"
+  nested_fw_debian_run "$1" qemu "$NESTED_FW_QEMU" -smp 2 -device virtio-scsi-pci,id=scsi0 \
+    "-drive file=$NESTED_L1_DEV,if=none,id=hd0,format=raw,cache=none,aio=io_uring -device scsi-hd,drive=hd0,bus=scsi0.0" \
+    "-drive file=/l1disk/seed-$1.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0"
+}
+nsc_fw_debian_qemu_check() { nested_fw_debian_check "$1"; }
