@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -64,6 +65,17 @@ DeviceDescription PortDevice(std::string name, std::vector<std::string> compatib
   device.space = DeviceDescription::AddressSpace::kPortIo;
   device.ranges = std::move(ranges);
   return device;
+}
+
+// The refusal of a boot order that names no drive (--boot at start, SetBootOrder later), listing
+// the drives there are.
+absl::Status NoSuchDrive(std::string_view context, const std::string& name,
+                         const std::vector<AttachedDrive>& drives) {
+  std::vector<std::string> names;
+  for (const AttachedDrive& d : drives) names.push_back(d.name);
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%sno drive named %s (the drives: %s)", context, name,
+                      names.empty() ? "none" : absl::StrJoin(names, ", ")));
 }
 
 // Writes all of `byte` to `fd`, retrying on EINTR; output errors are not the guest's concern.
@@ -386,13 +398,7 @@ absl::StatusOr<std::vector<std::string>> Vm::FirmwareBootPaths() const {
       absl::FPrintF(stderr, "microvm: boot order: %s is no longer a drive; left out of it\n", name);
       continue;
     }
-    if (drive == drives.end()) {
-      std::vector<std::string> names;
-      for (const AttachedDrive& d : drives) names.push_back(d.name);
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--boot: no drive named %s (the drives: %s)", name,
-                          names.empty() ? "none" : absl::StrJoin(names, ", ")));
-    }
+    if (drive == drives.end()) return NoSuchDrive("--boot: ", name, drives);
     // The paths SeaBIOS builds for what it finds (its boot.c): the host bridge's I/O port, the
     // controller's slot, then the IDE channel and unit, or the SCSI target and LUN.
     if (drive->spec.bus == DriveSpec::Bus::kIde && ide_slot_) {
@@ -613,11 +619,7 @@ absl::Status Vm::SetBootOrder(const std::vector<std::string>& names) {
     }
     if (std::none_of(drives.begin(), drives.end(),
                      [&](const AttachedDrive& d) { return d.name == names[i]; })) {
-      std::vector<std::string> known;
-      for (const AttachedDrive& d : drives) known.push_back(d.name);
-      return absl::InvalidArgumentError(
-          absl::StrFormat("no drive named %s (the drives: %s)", names[i],
-                          known.empty() ? "none" : absl::StrJoin(known, ", ")));
+      return NoSuchDrive("", names[i], drives);
     }
   }
   absl::MutexLock lock(&boot_order_mutex_);

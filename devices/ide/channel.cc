@@ -76,10 +76,8 @@ void IdeChannel::ReadCommandBlock(uint64_t offset, std::span<uint8_t> data) {
 }
 
 void IdeChannel::ReadDataString(size_t item_size, std::span<uint8_t> data) {
-  if (!has_devices_ || (item_size != 2 && item_size != 4)) {
-    for (size_t at = 0; at + item_size <= data.size() && item_size > 0; at += item_size) {
-      ReadCommandBlock(reg::kData, data.subspan(at, item_size));
-    }
+  if (!has_devices_) {
+    std::fill(data.begin(), data.end(), kFloatingBus);
     return;
   }
   absl::MutexLock lock(&mutex_);
@@ -89,12 +87,7 @@ void IdeChannel::ReadDataString(size_t item_size, std::span<uint8_t> data) {
 }
 
 void IdeChannel::WriteDataString(size_t item_size, std::span<const uint8_t> data) {
-  if (!has_devices_ || (item_size != 2 && item_size != 4)) {
-    for (size_t at = 0; at + item_size <= data.size() && item_size > 0; at += item_size) {
-      WriteCommandBlock(reg::kData, data.subspan(at, item_size));
-    }
-    return;
-  }
+  if (!has_devices_) return;
   absl::MutexLock lock(&mutex_);
   for (size_t at = 0; at + item_size <= data.size(); at += item_size) {
     WriteDataLocked(data.subspan(at, item_size));

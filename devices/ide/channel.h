@@ -74,8 +74,8 @@ class IdeChannel {
   // offset 1-7 reaches consecutive registers.
   void ReadCommandBlock(uint64_t offset, std::span<uint8_t> data);
   void WriteCommandBlock(uint64_t offset, std::span<const uint8_t> data);
-  // String I/O on the data register (rep insw/outsw): item_size-byte accesses one after the
-  // other, under one lock; each behaves as ReadCommandBlock/WriteCommandBlock of one item would,
+  // String I/O on the data register (rep insw/outsw): item_size-byte accesses (2 or 4: the data
+  // register's widths) one after the other, under one lock; each behaves as ReadCommandBlock/WriteCommandBlock of one item would,
   // so a string that runs past a DRQ block reads the next block or zeros as the items would.
   void ReadDataString(size_t item_size, std::span<uint8_t> data);
   void WriteDataString(size_t item_size, std::span<const uint8_t> data);

@@ -42,9 +42,13 @@ class IdeController::LegacyPorts : public vmm::BusDevice {
   }
 
   // rep insw/outsw on the data register: the whole string under one channel lock (a CD sector in
-  // PIO is 1024 words in one exit).
+  // PIO is 1024 words in one exit). Anything else, item by item.
+  static bool DataString(bool control, uint64_t offset, size_t item_size) {
+    return !control && offset == reg::kData && (item_size == 2 || item_size == 4);
+  }
+
   void ReadString(uint64_t offset, size_t item_size, std::span<uint8_t> data) override {
-    if (control_ || offset != reg::kData || !controller_->LegacyDecodeEnabled(channel_)) {
+    if (!DataString(control_, offset, item_size) || !controller_->LegacyDecodeEnabled(channel_)) {
       BusDevice::ReadString(offset, item_size, data);
       return;
     }
@@ -52,7 +56,7 @@ class IdeController::LegacyPorts : public vmm::BusDevice {
   }
 
   void WriteString(uint64_t offset, size_t item_size, std::span<const uint8_t> data) override {
-    if (control_ || offset != reg::kData || !controller_->LegacyDecodeEnabled(channel_)) {
+    if (!DataString(control_, offset, item_size) || !controller_->LegacyDecodeEnabled(channel_)) {
       BusDevice::WriteString(offset, item_size, data);
       return;
     }
