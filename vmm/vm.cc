@@ -111,6 +111,7 @@ void Vm::TearDownMachine() {
   serial_.reset();
   i8042_.reset();
   acpi_pm_.reset();
+  legacy_bios_area_.reset();
   fw_cfg_.reset();
   cmos_.reset();
   ioevents_.reset();
@@ -171,9 +172,26 @@ absl::Status Vm::SetUpMemory() {
   ASSIGN_OR_RETURN(memory_, GuestMemory::CreateX86(config_.memory_bytes));
   uint32_t slot = 0;
   for (const auto& region : memory_->regions()) {
-    RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, region->start().value(), region->size(),
-                                                region->host_address()));
     machine_.memory.push_back({region->start().value(), region->size()});
+    const uint64_t start = region->start().value();
+    if (!firmware_file_.has_value() || start >= LegacyBiosArea::kEnd ||
+        region->end().value() <= LegacyBiosArea::kStart) {
+      RETURN_IF_ERROR(
+          vm_fd_->SetUserMemoryRegion(slot++, start, region->size(), region->host_address()));
+      continue;
+    }
+    // With a firmware the legacy BIOS area is the chipset's to route (its own slots below): the
+    // RAM around it gets a slot on each side.
+    if (start != 0 || region->end().value() < LegacyBiosArea::kEnd) {
+      return absl::InvalidArgumentError("firmware boot needs RAM from 0 to past 1 MiB");
+    }
+    RETURN_IF_ERROR(
+        vm_fd_->SetUserMemoryRegion(slot++, 0, LegacyBiosArea::kStart, region->host_address()));
+    if (region->end().value() > LegacyBiosArea::kEnd) {
+      RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, LegacyBiosArea::kEnd,
+                                                  region->end().value() - LegacyBiosArea::kEnd,
+                                                  region->host_address() + LegacyBiosArea::kEnd));
+    }
   }
   if (firmware_file_.has_value()) {
     // Read-only: the guest's writes there exit to user space and go nowhere (nothing is on the
@@ -182,8 +200,51 @@ absl::Status Vm::SetUpMemory() {
     RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot++, firmware_rom_->start().value(),
                                                 firmware_rom_->size(),
                                                 firmware_rom_->host_address(), /*read_only=*/true));
+    ASSIGN_OR_RETURN(
+        std::span<uint8_t> shadow_ram,
+        memory_->GetHostSpan(GuestAddress(LegacyBiosArea::kStart), LegacyBiosArea::kSize));
+    ASSIGN_OR_RETURN(legacy_bios_area_,
+                     LegacyBiosArea::Create(shadow_ram, loader::LegacyBiosAlias(*firmware_rom_)));
+    legacy_slot_base_ = slot;
+    legacy_slot_mapped_.fill(false);
+    // Power-on: the ROM alias in 0xe0000-0xfffff, nothing in 0xc0000-0xdffff.
+    RETURN_IF_ERROR(MapLegacyBiosArea(legacy_bios_area_->Mappings()));
+    // The accesses the slots do not serve come to the area itself.
+    RETURN_IF_ERROR(
+        mmio_bus_.Register(LegacyBiosArea::kStart, LegacyBiosArea::kSize, legacy_bios_area_));
   }
   return absl::OkStatus();
+}
+
+absl::Status Vm::MapLegacyBiosArea(const std::vector<LegacyBiosArea::Mapping>& mappings) {
+  for (const LegacyBiosArea::Mapping& mapping : mappings) {
+    const uint32_t slot = legacy_slot_base_ + static_cast<uint32_t>(mapping.segment);
+    // KVM changes neither a slot's backing nor its read-only flag in place: delete, then add.
+    if (legacy_slot_mapped_[mapping.segment]) {
+      RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot, mapping.guest_address, 0, nullptr));
+      legacy_slot_mapped_[mapping.segment] = false;
+    }
+    if (mapping.host_address == nullptr) continue;
+    RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot, mapping.guest_address, mapping.size,
+                                                mapping.host_address, mapping.read_only));
+    legacy_slot_mapped_[mapping.segment] = true;
+  }
+  return absl::OkStatus();
+}
+
+void Vm::OnPamChange(std::span<const LegacyBiosArea::Route> routes) {
+  std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments> all{};
+  std::copy_n(routes.begin(), std::min(routes.size(), all.size()), all.begin());
+  const std::vector<LegacyBiosArea::Mapping> changed = legacy_bios_area_->SetRoutes(all);
+  if (changed.empty()) return;
+  // The writing vCPU waits until KVM's map follows, as the chipset's next access would.
+  const absl::Status mapped =
+      main_thread_calls_.Call([this, &changed] { return MapLegacyBiosArea(changed); });
+  // UNAVAILABLE: the VM is stopping and nothing runs on.
+  if (!mapped.ok() && !absl::IsUnavailable(mapped)) {
+    exit_latch_.Trigger({VmExit::Kind::kFatal, 1,
+                         absl::StrFormat("remapping the BIOS area: %s", mapped.message())});
+  }
 }
 
 absl::Status Vm::SetUpLegacyDevices() {
@@ -271,6 +332,18 @@ absl::Status Vm::SetUpLegacyDevices() {
 
 absl::Status Vm::SetUpPci() {
   ASSIGN_OR_RETURN(pci_root_, devices::pci::PciRootBus::Create(pio_bus_, mmio_bus_));
+  if (legacy_bios_area_ != nullptr) {
+    using PamSegment = devices::pci::PciHostBridge::PamSegment;
+    // The same segments in the same order (//devices/pci:pam_libfuzzer checks their ranges).
+    static_assert(devices::pci::PciHostBridge::kPamSegments == LegacyBiosArea::kSegments);
+    pci_root_->host_bridge()->SetPamListener([this](std::span<const PamSegment> segments) {
+      std::vector<LegacyBiosArea::Route> routes;
+      for (const PamSegment& segment : segments) {
+        routes.push_back({segment.read_ram, segment.write_ram});
+      }
+      OnPamChange(routes);
+    });
+  }
   machine_.devices.push_back(devices::pci::PciRootBus::Describe());
   // The windows the BarAllocator below assigns from (the DSDT's \_SB.PCI0 _CRS).
   machine_.pci_windows = MachineDescription::PciWindows{
@@ -354,7 +427,6 @@ absl::Status Vm::LoadGuest() {
 }
 
 absl::Status Vm::LoadFirmware() {
-  RETURN_IF_ERROR(loader::CopyLegacyBiosArea(*firmware_rom_, *memory_));
   ASSIGN_OR_RETURN(device_tree_, fdt::BuildMachineFdt(machine_));
   // The same tables as direct boot, for the firmware to place (vmm/acpi/table_loader.h).
   ASSIGN_OR_RETURN(acpi_tables_, acpi::BuildMachineAcpi(machine_, 0, kAcpiTablesEnd));
@@ -532,6 +604,8 @@ int Vm::restarts() const {
 }
 
 VmExit Vm::RunGuest(int signal_fd) {
+  // Before any vCPU runs: what they hand to this thread, it serves from its poll loop below.
+  main_thread_calls_.Open();
   {
     absl::MutexLock lock(&control_mutex_);
     // A VM paused (through the API) before Run() starts with its vCPUs parked.
@@ -548,10 +622,14 @@ VmExit Vm::RunGuest(int signal_fd) {
     }
   }
   while (!exit_latch_.triggered()) {
-    pollfd fds[2] = {{exit_latch_.fd(), POLLIN, 0}, {signal_fd, POLLIN, 0}};
-    const int ready = poll(fds, signal_fd >= 0 ? 2 : 1, -1);
+    // A negative signal_fd is ignored by poll.
+    pollfd fds[3] = {{exit_latch_.fd(), POLLIN, 0},
+                     {main_thread_calls_.fd(), POLLIN, 0},
+                     {signal_fd, POLLIN, 0}};
+    const int ready = poll(fds, 3, -1);
     if (ready < 0 && errno != EINTR) break;
-    if (signal_fd >= 0 && (fds[1].revents & POLLIN)) {
+    if (fds[1].revents & POLLIN) main_thread_calls_.RunPending();
+    if (signal_fd >= 0 && (fds[2].revents & POLLIN)) {
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
         exit_latch_.Trigger({VmExit::Kind::kSignal, 128 + static_cast<int>(info.ssi_signo),
@@ -559,6 +637,8 @@ VmExit Vm::RunGuest(int signal_fd) {
       }
     }
   }
+  // A vCPU waiting on this loop gets UNAVAILABLE, so that it can stop.
+  main_thread_calls_.Close();
   {
     absl::MutexLock lock(&control_mutex_);
     vcpus_stopped_ = true;

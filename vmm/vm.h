@@ -1,10 +1,12 @@
 #ifndef VMM_VM_H_
 #define VMM_VM_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,8 +19,10 @@
 #include "vmm/machine/bus.h"
 #include "vmm/machine/guest_memory.h"
 #include "vmm/machine/ioevent_registrar.h"
+#include "vmm/machine/legacy_bios_area.h"
 #include "vmm/machine/machine_description.h"
 #include "vmm/storage.h"
+#include "vmm/sys_util/call_queue.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/vcpu_runner.h"
 #include "vmm/vm_exit.h"
@@ -155,6 +159,11 @@ class Vm {
   // config_.boot_order as the OpenFirmware paths the firmware matches its drives against.
   absl::StatusOr<std::vector<std::string>> FirmwareBootPaths() const;
   absl::Status CreateVcpus();
+  // Firmware boot: makes KVM's map of the legacy BIOS area follow `mappings` (one slot per
+  // segment). On the main thread only: the vCPU threads' filters forbid memory-slot changes, so
+  // the PAM listener hands it over through main_thread_calls_.
+  absl::Status MapLegacyBiosArea(const std::vector<LegacyBiosArea::Mapping>& mappings);
+  void OnPamChange(std::span<const LegacyBiosArea::Route> routes);
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
   void OnPostCode(uint8_t code);
@@ -167,6 +176,13 @@ class Vm {
   std::optional<loader::ImageFile> initrd_file_;
   std::optional<loader::ImageFile> firmware_file_;
   std::unique_ptr<GuestMemoryRegion> firmware_rom_;  // mapped read-only below 4 GiB
+  // Firmware boot: 0xc0000-0xfffff as the PAM registers route it, its KVM slots from
+  // legacy_slot_base_ on (which of them are mapped now: main thread only).
+  std::shared_ptr<LegacyBiosArea> legacy_bios_area_;
+  uint32_t legacy_slot_base_ = 0;
+  std::array<bool, LegacyBiosArea::kSegments> legacy_slot_mapped_{};
+  // What the vCPU threads ask the main thread to do for them (its poll loop in RunGuest).
+  sys_util::CallQueue main_thread_calls_;
   // The PCI slots of the storage controllers, for the firmware's boot order.
   std::optional<uint8_t> ide_slot_;
   std::optional<uint8_t> scsi_slot_;

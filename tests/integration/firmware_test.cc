@@ -178,6 +178,48 @@ TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
   }
 }
 
+// SeaBIOS copies itself from the flash at the top of 4 GiB into the shadow RAM below 1 MiB and,
+// after POST, write-protects 0xf0000-0xfffff through the host bridge's PAM registers (0x10); the
+// VMM's memory map follows the registers. A boot sector reads the far jump at F000:FFF0 (0xea)
+// there (else status 44), writes the inverse of the byte at 0xf0000 and reads it back unchanged
+// (else 43): 42 when both hold. (Before PAM was followed the write stuck: 43.)
+TEST_F(FirmwareTest, TheShadowBiosIsWriteProtectedAfterPost) {
+  static const unsigned char kCode[] = {
+      0xfa,                          // cli
+      0xb8, 0x00, 0xf0,              // mov ax, 0xf000
+      0x8e, 0xd8,                    // mov ds, ax
+      0x80, 0x3e, 0xf0, 0xff, 0xea,  // cmp byte [0xfff0], 0xea
+      0xb0, 0x2c,                    // mov al, 44
+      0x75, 0x15,                    // jne out
+      0xa0, 0x00, 0x00,              // mov al, [0]
+      0x88, 0xc4,                    // mov ah, al
+      0xf6, 0xd0,                    // not al
+      0xa2, 0x00, 0x00,              // mov [0], al
+      0xa0, 0x00, 0x00,              // mov al, [0]
+      0x38, 0xe0,                    // cmp al, ah
+      0xb0, 0x2b,                    // mov al, 43
+      0x75, 0x02,                    // jne out
+      0xb0, 0x2a,                    // mov al, 42
+      0xe6, 0xf4,                    // out: out 0xf4, al (debug exit)
+      0xf4,                          // hlt
+      0xeb, 0xfd,                    // jmp hlt
+  };
+  std::string disk(reinterpret_cast<const char*>(kCode), sizeof(kCode));
+  disk.resize(510, '\0');
+  disk += "\x55\xaa";
+  disk.resize(1 << 20, '\0');
+  const std::string disk_path = TempPath("shadow-disk.img");
+  WriteFile(disk_path, disk);
+  ProcessOptions options;
+  options.timeout = absl::Seconds(240);
+  ProcessResult result =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
+                  "--serial-input=false", "--disk=" + disk_path},
+                 options);
+  EXPECT_FALSE(result.timed_out) << result.out << result.err;
+  EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
+}
+
 // --boot puts the named drives first in the firmware's "bootorder" (OpenFirmware paths of our
 // slots, channels, units and LUNs); without it SeaBIOS boots the first hard disk it found.
 TEST_F(FirmwareTest, BootOrderChoosesTheDrive) {

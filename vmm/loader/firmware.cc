@@ -22,15 +22,9 @@ absl::StatusOr<std::unique_ptr<GuestMemoryRegion>> LoadFirmwareRom(const ImageFi
   return rom;
 }
 
-absl::Status CopyLegacyBiosArea(const GuestMemoryRegion& rom, const GuestMemory& ram) {
-  const uint64_t length = std::min(rom.size(), kLegacyBiosAreaSize);
-  const std::span<const uint8_t> tail(rom.host_address() + rom.size() - length, length);
-  absl::Status written = ram.Write(GuestAddress(kLegacyBiosAreaEnd - length), tail);
-  if (!written.ok()) {
-    return absl::OutOfRangeError(
-        absl::StrFormat("the legacy BIOS area below 1 MiB is not RAM: %s", written.message()));
-  }
-  return absl::OkStatus();
+std::span<uint8_t> LegacyBiosAlias(const GuestMemoryRegion& rom) {
+  const uint64_t length = std::min(rom.size(), kLegacyBiosAliasSize);
+  return std::span<uint8_t>(rom.host_address() + rom.size() - length, length);
 }
 
 }  // namespace vmm::loader
