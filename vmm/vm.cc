@@ -313,10 +313,16 @@ absl::Status Vm::SetUpLegacyDevices() {
     RETURN_IF_ERROR(pio_bus_.Register(FwCfg::kPortBase, FwCfg::kPortCount, fw_cfg_));
     machine_.devices.push_back(
         PortDevice("fw-cfg", {"qemu,fw-cfg"}, {{FwCfg::kPortBase, FwCfg::kPortCount}}));
-    cmos_ = std::make_shared<Cmos>();
+    // IRQ 8 comes when the main thread's loop calls Tick() at the time the clock asks for; the
+    // clock says when that changes (a vCPU wrote register A or B, or acknowledged through C).
+    cmos_ = std::make_shared<Cmos>(std::make_shared<KvmIrqLine>(*vm_fd_, kRtcIrq), [this] {
+      sys_util::SignalEventFd(rtc_schedule_changed_.get());
+    });
     RETURN_IF_ERROR(pio_bus_.Register(Cmos::kPortBase, Cmos::kPortCount, cmos_));
-    machine_.devices.push_back(
-        PortDevice("rtc", {acpi::kRtcCompatible}, {{Cmos::kPortBase, Cmos::kPortCount}}));
+    DeviceDescription rtc_node =
+        PortDevice("rtc", {acpi::kRtcCompatible}, {{Cmos::kPortBase, Cmos::kPortCount}});
+    rtc_node.interrupt = kRtcIrq;
+    machine_.devices.push_back(rtc_node);
     const int log_fd = config_.firmware_log_fd;
     RETURN_IF_ERROR(pio_bus_.Register(kFirmwareDebugPort, 1,
                                       std::make_shared<devices::legacy::WriteOnlyPort>(
@@ -622,14 +628,23 @@ VmExit Vm::RunGuest(int signal_fd) {
     }
   }
   while (!exit_latch_.triggered()) {
+    // The RTC's next interrupt, if it has one enabled: the loop wakes for it.
+    const std::optional<absl::Time> rtc_tick = cmos_ ? cmos_->NextTick() : std::nullopt;
+    std::optional<timespec> timeout;
+    if (rtc_tick) {
+      timeout = absl::ToTimespec(std::max(*rtc_tick - absl::Now(), absl::ZeroDuration()));
+    }
     // A negative signal_fd is ignored by poll.
-    pollfd fds[3] = {{exit_latch_.fd(), POLLIN, 0},
+    pollfd fds[4] = {{exit_latch_.fd(), POLLIN, 0},
                      {main_thread_calls_.fd(), POLLIN, 0},
+                     {rtc_schedule_changed_.get(), POLLIN, 0},
                      {signal_fd, POLLIN, 0}};
-    const int ready = poll(fds, 3, -1);
+    const int ready = ppoll(fds, 4, timeout ? &*timeout : nullptr, nullptr);
     if (ready < 0 && errno != EINTR) break;
     if (fds[1].revents & POLLIN) main_thread_calls_.RunPending();
-    if (signal_fd >= 0 && (fds[2].revents & POLLIN)) {
+    if (fds[2].revents & POLLIN) sys_util::DrainEventFd(rtc_schedule_changed_.get());
+    if (rtc_tick && absl::Now() >= *rtc_tick) cmos_->Tick();
+    if (signal_fd >= 0 && (fds[3].revents & POLLIN)) {
       signalfd_siginfo info{};
       if (read(signal_fd, &info, sizeof(info)) == sizeof(info)) {
         exit_latch_.Trigger({VmExit::Kind::kSignal, 128 + static_cast<int>(info.ssi_signo),

@@ -1,6 +1,8 @@
 #ifndef VMM_VM_H_
 #define VMM_VM_H_
 
+#include <sys/eventfd.h>
+
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "vmm/machine/machine_description.h"
 #include "vmm/storage.h"
 #include "vmm/sys_util/call_queue.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/vcpu_runner.h"
 #include "vmm/vm_exit.h"
@@ -183,6 +186,8 @@ class Vm {
   std::array<bool, LegacyBiosArea::kSegments> legacy_slot_mapped_{};
   // What the vCPU threads ask the main thread to do for them (its poll loop in RunGuest).
   sys_util::CallQueue main_thread_calls_;
+  // Signalled when the RTC's next interrupt time may have changed (that loop's timeout).
+  sys_util::ScopedFd rtc_schedule_changed_{eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
   // The PCI slots of the storage controllers, for the firmware's boot order.
   std::optional<uint8_t> ide_slot_;
   std::optional<uint8_t> scsi_slot_;

@@ -25,12 +25,109 @@ absl::CivilSecond HostSecond(absl::Time now) { return absl::ToCivilSecond(now, U
 int Mod100(int64_t value) { return static_cast<int>(((value % 100) + 100) % 100); }
 int64_t Div100(int64_t value) { return (value - Mod100(value)) / 100; }
 
+// The periodic signal's edges from the epoch to `time`.
+int64_t PeriodicEdges(absl::Time time, absl::Duration period) {
+  absl::Duration remainder;
+  return absl::IDivDuration(time - absl::UnixEpoch(), period, &remainder);
+}
+
 }  // namespace
 
-Cmos::Cmos(std::function<absl::Time()> now) : now_(std::move(now)) {
+Cmos::Cmos(std::function<absl::Time()> now) : Cmos(nullptr, nullptr, std::move(now)) {}
+
+Cmos::Cmos(std::shared_ptr<vmm::IrqLine> irq, std::function<void()> schedule_changed,
+           std::function<absl::Time()> now)
+    : now_(std::move(now)), irq_(std::move(irq)), schedule_changed_(std::move(schedule_changed)) {
   absl::MutexLock lock(&mutex_);
   ram_[kRegisterA] = kRegisterADefault;
   ram_[kRegisterB] = kRegisterBDefault;
+  evaluated_until_ = now_();
+}
+
+bool Cmos::Updating() const {
+  // No update while SET holds the registers, nor while the divider is stopped or in reset.
+  return (ram_[kRegisterB] & kSet) == 0 && (ram_[kRegisterA] & kDivider) == kDividerRunning;
+}
+
+std::optional<absl::Duration> Cmos::PeriodicPeriod() const {
+  if ((ram_[kRegisterA] & kDivider) != kDividerRunning) return std::nullopt;
+  int rate = ram_[kRegisterA] & kRateSelect;
+  if (rate == 0) return std::nullopt;
+  // With the 32.768 kHz time base, rates 1 and 2 are those of 8 and 9 (MC146818A, table 5): the
+  // period is 2^(rate - 1) cycles of the time base, 3.90625 ms down to 122.07 us... up to 500 ms.
+  if (rate <= 2) rate += 7;
+  return absl::Seconds(1) * (int64_t{1} << (rate - 1)) / 32768;
+}
+
+bool Cmos::AlarmMatches(absl::CivilSecond time) const {
+  // An alarm byte of 0xc0-0xff matches any value; the others, in register B's format.
+  const uint8_t seconds = ram_[kSecondsAlarm];
+  const uint8_t minutes = ram_[kMinutesAlarm];
+  const uint8_t hours = ram_[kHoursAlarm];
+  const bool any_second = (seconds & kAlarmAnyValue) == kAlarmAnyValue;
+  const bool any_minute = (minutes & kAlarmAnyValue) == kAlarmAnyValue;
+  const bool any_hour = (hours & kAlarmAnyValue) == kAlarmAnyValue;
+  return (any_second || Decode(seconds) == time.second()) &&
+         (any_minute || Decode(minutes) == time.minute()) &&
+         (any_hour || DecodeHours(hours) == time.hour());
+}
+
+void Cmos::UpdateFlags(absl::Time now) {
+  if (now <= evaluated_until_) return;
+  if (const std::optional<absl::Duration> period = PeriodicPeriod()) {
+    // An edge of the periodic signal (counted from the epoch) since the last look.
+    if (PeriodicEdges(now, *period) > PeriodicEdges(evaluated_until_, *period)) {
+      flags_ |= kPeriodicFlag;
+    }
+  }
+  if (Updating()) {
+    const int64_t from = absl::ToUnixSeconds(evaluated_until_);
+    const int64_t to = absl::ToUnixSeconds(now);
+    if (to > from) {
+      flags_ |= kUpdateFlag;
+      // The alarm is compared at each update; while AIE is set Tick() runs every second, so only
+      // a guest that polls without it (and looks less than once every few seconds) can miss one.
+      for (int64_t second = std::max(from + 1, to - 3); second <= to; ++second) {
+        if (AlarmMatches(HostSecond(absl::FromUnixSeconds(second) + offset_))) {
+          flags_ |= kAlarmFlag;
+        }
+      }
+    }
+  }
+  evaluated_until_ = now;
+}
+
+void Cmos::UpdateLine() {
+  // IRQF = PF.PIE + AF.AIE + UF.UIE, and the line follows it.
+  const bool request = (flags_ & ram_[kRegisterB] & kInterruptFlags) != 0;
+  if (request == line_raised_) return;
+  line_raised_ = request;
+  if (irq_ != nullptr) irq_->SetLevel(request);
+}
+
+std::optional<absl::Time> Cmos::NextTick() {
+  absl::MutexLock lock(&mutex_);
+  if (irq_ == nullptr || line_raised_) return std::nullopt;
+  const absl::Time now = now_();
+  std::optional<absl::Time> next;
+  const uint8_t enabled = ram_[kRegisterB];
+  if ((enabled & kPeriodicInterruptEnable) != 0) {
+    if (const std::optional<absl::Duration> period = PeriodicPeriod()) {
+      const int64_t edges = PeriodicEdges(now, *period);
+      next = absl::UnixEpoch() + *period * (edges + 1);
+    }
+  }
+  if ((enabled & (kUpdateInterruptEnable | kAlarmInterruptEnable)) != 0 && Updating()) {
+    const absl::Time second = absl::FromUnixSeconds(absl::ToUnixSeconds(now) + 1);
+    if (!next || second < *next) next = second;
+  }
+  return next;
+}
+
+void Cmos::Tick() {
+  absl::MutexLock lock(&mutex_);
+  UpdateFlags(now_());
+  UpdateLine();
 }
 
 void Cmos::SetByte(uint8_t index, uint8_t value) {
@@ -174,8 +271,17 @@ uint8_t Cmos::ReadLocked(uint8_t index) {
       }
       return value;
     }
-    case kRegisterC:
-      return 0;  // no interrupt flag is ever raised (the class comment)
+    case kRegisterC: {
+      // Reading C returns the flags due by now and clears them, and with them the request.
+      UpdateFlags(now_());
+      uint8_t value = flags_;
+      if ((flags_ & ram_[kRegisterB] & kInterruptFlags) != 0) value |= kInterruptRequest;
+      flags_ = 0;
+      const bool was_raised = line_raised_;
+      UpdateLine();
+      if (was_raised && schedule_changed_) schedule_changed_();
+      return value;
+    }
     case kRegisterD:
       return kValidRamAndTime;
     default:
@@ -232,14 +338,21 @@ void Cmos::WriteLocked(uint8_t index, uint8_t value) {
     case kRegisterD:
       return;
     case kRegisterA:
+      UpdateFlags(now_());  // what was due under the old rate
       ram_[kRegisterA] = value & ~kUpdateInProgress;
+      if (schedule_changed_) schedule_changed_();
       return;
     case kRegisterB: {
+      UpdateFlags(now_());
       const bool was_set = (ram_[kRegisterB] & kSet) != 0;
       const bool set = (value & kSet) != 0;
       if (!was_set && set) FreezeTime();  // the registers stop where the clock is, in B's format
       ram_[kRegisterB] = value;
       if (was_set && !set) StartTime();  // and the clock starts from them, in the new format
+      // A flag already set raises the line as soon as its enable is set; clearing the enable
+      // lowers it.
+      UpdateLine();
+      if (schedule_changed_) schedule_changed_();
       return;
     }
     default:

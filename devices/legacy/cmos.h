@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 
 #include "absl/base/thread_annotations.h"
@@ -11,6 +13,7 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "vmm/machine/bus.h"
+#include "vmm/machine/irq_line.h"
 
 namespace devices::legacy {
 
@@ -36,11 +39,19 @@ namespace devices::legacy {
 //
 // Register A reads the update-in-progress bit in the last 244 microseconds of each second (when
 // the data sheet says the registers may not be read), so a guest that polls UIP before reading, as
-// Linux does, reads right after an update. Register D reads "valid RAM and time" (bit 7). No
-// interrupt is raised: register C reads 0, and the periodic, alarm and update interrupts of
-// register B are stored but not delivered (the machine has no IRQ 8 consumer; docs/machine.md).
+// Linux does, reads right after an update. Register D reads "valid RAM and time" (bit 7).
 //
-// Thread-safe: vCPU threads may access it at once.
+// Interrupts (IRQ 8). Register C's flags are set as the data sheet says whatever register B
+// enables: PF at each periodic edge (register A's rate select; 1024 Hz by default), UF at each
+// second's update, AF at the second the alarm registers match (0xc0-0xff: any value). They are
+// worked out from the host's clock when the guest reads register C or when Tick() runs, so no
+// thread runs for them; reading C returns and clears them. IRQF (C bit 7) and the IRQ line are set
+// while a flag B enables is set, until C is read (the line is a level; the PIC and IOAPIC see its
+// edge). For an enabled interrupt to come on time, the assembly calls Tick() at NextTick() and
+// asks again whenever the device says its schedule changed. Only the 32.768 kHz time base with
+// the divider running (register A bits 6:4 = 010) counts; other divider values stop the updates.
+//
+// Thread-safe: vCPU threads may access it at once, and the assembly's timer call Tick().
 class Cmos : public vmm::BusDevice {
  public:
   static constexpr uint16_t kPortBase = 0x70;
@@ -75,8 +86,22 @@ class Cmos : public vmm::BusDevice {
   // Register A: update in progress, and the divider and rate bits (stored as written).
   static constexpr uint8_t kUpdateInProgress = 0x80;
   static constexpr uint8_t kRegisterADefault = 0x26;  // 32.768 kHz time base, 1024 Hz rate
+  static constexpr uint8_t kRateSelect = 0x0f;
+  static constexpr uint8_t kDivider = 0x70;
+  static constexpr uint8_t kDividerRunning = 0x20;  // 32.768 kHz, not in reset
   // Register B.
   static constexpr uint8_t kSet = 0x80;
+  static constexpr uint8_t kPeriodicInterruptEnable = 0x40;
+  static constexpr uint8_t kAlarmInterruptEnable = 0x20;
+  static constexpr uint8_t kUpdateInterruptEnable = 0x10;
+  // Register C: each flag is the same bit as its enable in register B.
+  static constexpr uint8_t kInterruptRequest = 0x80;
+  static constexpr uint8_t kPeriodicFlag = 0x40;
+  static constexpr uint8_t kAlarmFlag = 0x20;
+  static constexpr uint8_t kUpdateFlag = 0x10;
+  static constexpr uint8_t kInterruptFlags = 0x70;
+  // An alarm byte of 0xc0-0xff matches any value of its field.
+  static constexpr uint8_t kAlarmAnyValue = 0xc0;
   static constexpr uint8_t kBinary = 0x04;  // DM: binary, not BCD
   static constexpr uint8_t kHour24 = 0x02;
   static constexpr uint8_t kRegisterBDefault = kHour24;
@@ -88,8 +113,20 @@ class Cmos : public vmm::BusDevice {
   // The last part of each second in which register A reads kUpdateInProgress.
   static constexpr absl::Duration kUpdateWindow = absl::Microseconds(244);
 
-  // `now` is the host's clock (tests pass their own).
+  // `now` is the host's clock (tests pass their own). Without an IRQ line, no interrupt is raised
+  // (the flags still are).
   explicit Cmos(std::function<absl::Time()> now = absl::Now);
+  // `irq`: IRQ 8. `schedule_changed`: called (with the device's lock held: it must not call back)
+  // when NextTick() may have changed, so the assembly's timer asks again.
+  Cmos(std::shared_ptr<vmm::IrqLine> irq, std::function<void()> schedule_changed,
+       std::function<absl::Time()> now = absl::Now);
+
+  // When Tick() must next run for an enabled interrupt to be raised on time: the next periodic
+  // edge with PIE, the next second with UIE or AIE. None while no interrupt is enabled, or while
+  // the line is already raised (nothing changes until register C is read).
+  std::optional<absl::Time> NextTick();
+  // Sets the flags due by now and raises the line if an enabled one is set.
+  void Tick();
 
   // The assembly fills the RAM before the guest runs (the time registers are the clock's, not
   // RAM: these set bytes 0x0e and up).
@@ -108,6 +145,13 @@ class Cmos : public vmm::BusDevice {
 
  private:
   uint8_t ReadLocked(uint8_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The flags due between evaluated_until_ and `now`; then the line as the flags and enables say.
+  void UpdateFlags(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void UpdateLine() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool AlarmMatches(absl::CivilSecond time) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The periodic interrupt's period, if register A selects one and the divider runs.
+  std::optional<absl::Duration> PeriodicPeriod() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  bool Updating() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void WriteLocked(uint8_t index, uint8_t value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   static bool IsTimeRegister(uint8_t index);
   // The guest's time now: the host's plus the offset (what the registers show while SET is off).
@@ -131,6 +175,11 @@ class Cmos : public vmm::BusDevice {
   uint8_t index_ ABSL_GUARDED_BY(mutex_) = 0;
   bool nmi_masked_ ABSL_GUARDED_BY(mutex_) = false;
   absl::Duration offset_ ABSL_GUARDED_BY(mutex_);  // guest time minus host time, whole seconds
+  const std::shared_ptr<vmm::IrqLine> irq_;
+  const std::function<void()> schedule_changed_;
+  uint8_t flags_ ABSL_GUARDED_BY(mutex_) = 0;           // register C's PF, AF, UF
+  absl::Time evaluated_until_ ABSL_GUARDED_BY(mutex_);  // the flags are due up to here
+  bool line_raised_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace devices::legacy

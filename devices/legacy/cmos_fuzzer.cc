@@ -1,14 +1,17 @@
 // Fuzz target for the CMOS RTC/NVRAM (devices/legacy/cmos.h): the input is a hostile guest's or
 // firmware's port accesses and the host clock's steps between them. The device must never crash
 // or hang, and what it reads back must hold its invariants (checked here, so the plain gcc build
-// finds them too): the running clock's registers are two valid digits, register C reads 0,
-// register D reads "valid", and the NVRAM returns what was last written.
+// finds them too): the running clock's registers are two valid digits, register C's low nibble
+// reads 0 and its IRQF is set exactly when an enabled flag is, reading it lowers IRQ 8, the line
+// is high only while IRQF would read 1, register D reads "valid", and the NVRAM returns what was
+// last written.
 //
 // Input: a list of operations, each one byte of kind (mod 4) followed by its operands:
 //   0 write   u8 port offset (mod 2), u8 value
 //   1 read    u8 port offset (mod 2)
 //   2 access  u8 size (1 or 2) at 0x70: an outw/inw pair of bytes, u8 direction, 2 value bytes
-//   3 clock   u32 microseconds the host's clock moves on (bit 31: backwards)
+//   3 clock   u32 microseconds the host's clock moves on (bit 31: backwards), then a Tick() as
+//             the assembly's timer makes (and NextTick() must lie ahead)
 // Built normally this file defines only LLVMFuzzerTestOneInput; with CMOS_FUZZER_SMOKE_MAIN it
 // also has a main() that runs hand-made seeds and deterministic pseudo-random inputs.
 
@@ -17,6 +20,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -41,8 +46,19 @@ bool IsAlarmRegister(uint8_t index) {
   return index == Cmos::kSecondsAlarm || index == Cmos::kMinutesAlarm || index == Cmos::kHoursAlarm;
 }
 
+// IRQ 8 as the interrupt controller sees it.
+class FakeIrqLine : public vmm::IrqLine {
+ public:
+  void SetLevel(bool asserted) override {
+    if (asserted == level) Fail("the line was set to the level it had", 0, asserted);
+    level = asserted;
+  }
+  bool level = false;
+};
+
 // What the guest reads at every index must be possible.
-void CheckReadable(Cmos& cmos, const std::array<int, Cmos::kSize>& written) {
+void CheckReadable(Cmos& cmos, const FakeIrqLine& irq,
+                   const std::array<int, Cmos::kSize>& written) {
   const uint8_t register_b = cmos.ReadByte(Cmos::kRegisterB);
   for (int i = 0; i < static_cast<int>(Cmos::kSize); ++i) {
     const auto index = static_cast<uint8_t>(i);
@@ -58,8 +74,11 @@ void CheckReadable(Cmos& cmos, const std::array<int, Cmos::kSize>& written) {
       } else if (digits > 99) {
         Fail("a clock register is above 99", i, value);
       }
-    } else if (index == Cmos::kRegisterC && value != 0) {
-      Fail("register C raised a flag", i, value);
+    } else if (index == Cmos::kRegisterC) {
+      if ((value & 0x0f) != 0) Fail("register C's low nibble is set", i, value);
+      const bool request = (value & register_b & Cmos::kInterruptFlags) != 0;
+      if (((value & Cmos::kInterruptRequest) != 0) != request) Fail("IRQF is wrong", i, value);
+      if (irq.level) Fail("reading register C left IRQ 8 raised", i, value);
     } else if (index == Cmos::kRegisterD && value != Cmos::kValidRamAndTime) {
       Fail("register D is not 'valid'", i, value);
     } else if (index > Cmos::kRegisterD && written[i] >= 0 && value != written[i]) {
@@ -72,7 +91,10 @@ void CheckReadable(Cmos& cmos, const std::array<int, Cmos::kSize>& written) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::Time now = absl::FromUnixSeconds(1'765'000'000);
-  Cmos cmos([&now] { return now; });
+  auto irq = std::make_shared<FakeIrqLine>();
+  int schedule_changes = 0;
+  Cmos cmos(
+      irq, [&schedule_changes] { ++schedule_changes; }, [&now] { return now; });
   Input input(data, size);
   std::array<int, Cmos::kSize> written;  // the NVRAM's last write by index, -1 for none
   written.fill(-1);
@@ -111,11 +133,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const uint64_t step = input.Take(4);
         const absl::Duration delta = absl::Microseconds(step & 0x7fffffff);
         now = (step & 0x80000000) != 0 ? now - delta : now + delta;
+        cmos.Tick();
+        if (const std::optional<absl::Time> next = cmos.NextTick(); next && *next <= now) {
+          Fail("the next tick is not ahead", 0, 0);
+        }
+        if (irq->level && cmos.NextTick()) Fail("a tick asked for with the line raised", 0, 0);
         break;
       }
     }
   }
-  CheckReadable(cmos, written);
+  CheckReadable(cmos, *irq, written);
   return 0;
 }
 

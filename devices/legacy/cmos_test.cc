@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
@@ -183,6 +184,145 @@ TEST_F(CmosTest, MemoryLayoutAsSeaBiosReadsIt) {
   cmos_.SetByte(Cmos::kCentury, 0x99);
   EXPECT_EQ(cmos_.ReadByte(Cmos::kRegisterB), Cmos::kHour24);
   EXPECT_EQ(cmos_.ReadByte(Cmos::kCentury), 0x20);
+}
+
+// IRQ 8 as the interrupt controller sees it.
+class RecordingIrqLine : public vmm::IrqLine {
+ public:
+  void SetLevel(bool asserted) override {
+    level = asserted;
+    ++edges;
+  }
+  bool level = false;
+  int edges = 0;
+};
+
+class CmosInterruptTest : public ::testing::Test {
+ protected:
+  CmosInterruptTest()
+      : now_(absl::FromCivil(absl::CivilSecond(2026, 12, 6, 21, 45, 7), absl::UTCTimeZone()) +
+             absl::Milliseconds(300)),
+        irq_(std::make_shared<RecordingIrqLine>()),
+        cmos_(
+            irq_, [this] { ++schedule_changes_; }, [this] { return now_; }) {}
+
+  uint8_t Get(uint8_t index) {
+    uint8_t value = index;
+    cmos_.Write(0, std::span<const uint8_t>(&value, 1));
+    cmos_.Read(1, std::span<uint8_t>(&value, 1));
+    return value;
+  }
+  void Put(uint8_t index, uint8_t value) {
+    cmos_.Write(0, std::span<const uint8_t>(&index, 1));
+    cmos_.Write(1, std::span<const uint8_t>(&value, 1));
+  }
+  // The assembly's timer: the clock moves to the next tick the device asked for, which runs.
+  absl::Time RunToNextTick() {
+    const std::optional<absl::Time> next = cmos_.NextTick();
+    EXPECT_TRUE(next.has_value());
+    if (!next) return now_;
+    EXPECT_GT(*next, now_);
+    now_ = *next;
+    cmos_.Tick();
+    return now_;
+  }
+
+  absl::Time now_;
+  std::shared_ptr<RecordingIrqLine> irq_;
+  int schedule_changes_ = 0;
+  Cmos cmos_;
+};
+
+TEST_F(CmosInterruptTest, FlagsAreSetWithoutEnablesAndClearedByReadingC) {
+  EXPECT_FALSE(cmos_.NextTick().has_value());  // nothing enabled: no timer
+  now_ += absl::Seconds(1);
+  // A second later: periodic edges (1024 Hz by default) and an update happened; nothing enabled,
+  // so no IRQF and no interrupt.
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kPeriodicFlag | Cmos::kUpdateFlag);
+  EXPECT_EQ(Get(Cmos::kRegisterC), 0);
+  EXPECT_EQ(irq_->edges, 0);
+}
+
+TEST_F(CmosInterruptTest, PeriodicInterruptAt1024HzUntilRegisterCIsRead) {
+  Put(Cmos::kRegisterB, Cmos::kHour24 | Cmos::kPeriodicInterruptEnable);
+  EXPECT_GE(schedule_changes_, 1);
+  const absl::Time start = now_;
+  const absl::Time tick = RunToNextTick();
+  // The next edge of 1/1024 s, counted from the epoch.
+  EXPECT_LE(tick - start, absl::Seconds(1) / 1024);
+  EXPECT_EQ((tick - absl::UnixEpoch()) % (absl::Seconds(1) / 1024), absl::ZeroDuration());
+  EXPECT_TRUE(irq_->level);
+  // Raised: nothing more to time until the guest acknowledges.
+  EXPECT_FALSE(cmos_.NextTick().has_value());
+  const int changes = schedule_changes_;
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kInterruptRequest | Cmos::kPeriodicFlag);
+  EXPECT_FALSE(irq_->level);
+  EXPECT_GT(schedule_changes_, changes);  // the timer is needed again
+  RunToNextTick();
+  EXPECT_TRUE(irq_->level);
+  // A slower rate (register A's rate 15: 2 Hz) from now on.
+  Get(Cmos::kRegisterC);
+  Put(Cmos::kRegisterA, 0x2f);
+  const absl::Time before = now_;
+  EXPECT_EQ(RunToNextTick() - before <= absl::Milliseconds(500), true);
+  EXPECT_EQ((now_ - absl::UnixEpoch()) % absl::Milliseconds(500), absl::ZeroDuration());
+  // Rate 0 stops the periodic interrupt.
+  Get(Cmos::kRegisterC);
+  Put(Cmos::kRegisterA, 0x20);
+  EXPECT_FALSE(cmos_.NextTick().has_value());
+}
+
+TEST_F(CmosInterruptTest, EnablingWithAFlagSetRaisesAtOnceAndDisablingLowers) {
+  now_ += absl::Milliseconds(10);  // PF is due
+  Put(Cmos::kRegisterB, Cmos::kHour24 | Cmos::kPeriodicInterruptEnable);
+  EXPECT_TRUE(irq_->level);
+  Put(Cmos::kRegisterB, Cmos::kHour24);
+  EXPECT_FALSE(irq_->level);
+  // The flag stays until C is read, without IRQF now.
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kPeriodicFlag);
+}
+
+TEST_F(CmosInterruptTest, UpdateInterruptEachSecondButNotWhileSetHoldsTheClock) {
+  Put(Cmos::kRegisterA, 0x20);  // no periodic signal
+  Put(Cmos::kRegisterB, Cmos::kHour24 | Cmos::kUpdateInterruptEnable);
+  const absl::Time tick = RunToNextTick();
+  EXPECT_EQ(tick, absl::FromUnixSeconds(absl::ToUnixSeconds(tick)));  // a whole second
+  EXPECT_EQ(tick - now_, absl::ZeroDuration());
+  EXPECT_TRUE(irq_->level);
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kInterruptRequest | Cmos::kUpdateFlag);
+  // SET stops the updates: no tick, and no flag however long it holds.
+  Put(Cmos::kRegisterB, Cmos::kSet | Cmos::kHour24 | Cmos::kUpdateInterruptEnable);
+  EXPECT_FALSE(cmos_.NextTick().has_value());
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(Get(Cmos::kRegisterC), 0);
+  // So does a divider in reset (register A bits 6:4 = 110).
+  Put(Cmos::kRegisterB, Cmos::kHour24 | Cmos::kUpdateInterruptEnable);
+  Get(Cmos::kRegisterC);
+  Put(Cmos::kRegisterA, 0x60);
+  EXPECT_FALSE(cmos_.NextTick().has_value());
+  now_ += absl::Seconds(5);
+  EXPECT_EQ(Get(Cmos::kRegisterC), 0);
+}
+
+TEST_F(CmosInterruptTest, AlarmAtItsSecondAndDontCareBytesMatchAny) {
+  Put(Cmos::kRegisterA, 0x20);
+  // 21:45:09 (BCD), two seconds from now.
+  Put(Cmos::kHoursAlarm, 0x21);
+  Put(Cmos::kMinutesAlarm, 0x45);
+  Put(Cmos::kSecondsAlarm, 0x09);
+  Put(Cmos::kRegisterB, Cmos::kHour24 | Cmos::kAlarmInterruptEnable);
+  RunToNextTick();  // 21:45:08: an update, no alarm
+  EXPECT_FALSE(irq_->level);
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kUpdateFlag);
+  RunToNextTick();  // 21:45:09
+  EXPECT_TRUE(irq_->level);
+  EXPECT_EQ(Get(Cmos::kRegisterC), Cmos::kInterruptRequest | Cmos::kAlarmFlag | Cmos::kUpdateFlag);
+  // "Any hour, any minute, second 10": the next second matches.
+  Put(Cmos::kHoursAlarm, Cmos::kAlarmAnyValue);
+  Put(Cmos::kMinutesAlarm, 0xff);
+  Put(Cmos::kSecondsAlarm, 0x10);
+  RunToNextTick();
+  EXPECT_TRUE(irq_->level);
 }
 
 }  // namespace

@@ -220,6 +220,39 @@ TEST_F(FirmwareTest, TheShadowBiosIsWriteProtectedAfterPost) {
   EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
 }
 
+// INT 15h AH=86h ("wait CX:DX microseconds") is SeaBIOS's timer on the RTC: it enables the
+// CMOS's periodic interrupt (1024 Hz) and counts IRQ 8s until the time is up, so it returns only
+// if the clock interrupts. A boot sector waits 100 ms through it, then exits with 42 (43 if the
+// BIOS refused). Without IRQ 8 it waits for ever (the test's timeout).
+TEST_F(FirmwareTest, TheBiosWaitsOnTheRtcsPeriodicInterrupt) {
+  static const unsigned char kCode[] = {
+      0xb4, 0x86,        // mov ah, 0x86 (wait)
+      0xb9, 0x01, 0x00,  // mov cx, 0x0001
+      0xba, 0xa0, 0x86,  // mov dx, 0x86a0 (CX:DX = 100000 us)
+      0xcd, 0x15,        // int 0x15
+      0xb0, 0x2b,        // mov al, 43
+      0x72, 0x02,        // jc out
+      0xb0, 0x2a,        // mov al, 42
+      0xe6, 0xf4,        // out: out 0xf4, al (debug exit)
+      0xf4,              // hlt
+      0xeb, 0xfd,        // jmp hlt
+  };
+  std::string disk(reinterpret_cast<const char*>(kCode), sizeof(kCode));
+  disk.resize(510, '\0');
+  disk += "\x55\xaa";
+  disk.resize(1 << 20, '\0');
+  const std::string disk_path = TempPath("rtc-wait-disk.img");
+  WriteFile(disk_path, disk);
+  ProcessOptions options;
+  options.timeout = absl::Seconds(120);
+  ProcessResult result =
+      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
+                  "--serial-input=false", "--disk=" + disk_path},
+                 options);
+  EXPECT_FALSE(result.timed_out) << "the wait never ended\n" << result.out << result.err;
+  EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
+}
+
 // --boot puts the named drives first in the firmware's "bootorder" (OpenFirmware paths of our
 // slots, channels, units and LUNs); without it SeaBIOS boots the first hard disk it found.
 TEST_F(FirmwareTest, BootOrderChoosesTheDrive) {

@@ -56,6 +56,8 @@ inline constexpr uint16_t kAcpiPm1ControlPort = 0x604;  // 2 bytes
 inline constexpr uint16_t kAcpiPmTimerPort = 0x608;     // 4 bytes
 inline constexpr uint16_t kAcpiResetPort = 0x60c;       // 1 byte
 inline constexpr uint8_t kAcpiSciIrq = 9;
+// The CMOS RTC's interrupt (firmware boot only: devices/legacy/cmos.h).
+inline constexpr uint8_t kRtcIrq = 8;
 // The PIIX3 IDE channels' legacy IRQs (ISA-compatible mode).
 inline constexpr uint8_t kIdePrimaryIrq = 14;
 inline constexpr uint8_t kIdeSecondaryIrq = 15;  // only with --test-media (tests)
