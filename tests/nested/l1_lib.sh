@@ -32,6 +32,13 @@
 #                                   "GRUB-MENU" line (tools/make-boot-iso), the kernel's "Linux
 #                                   version" line, the guest's /init; L1's KVM counters then
 #       L2_ON_FINAL=FUNCTION: @@FINAL calls FUNCTION (after the stats) instead of answering it
+#       L2_ON_SCREEN=FUNCTION: for a guest that draws screens instead of printing lines (an
+#       installer's dialogs): the console's raw bytes also go to $L2_DIR/screen, and FUNCTION runs
+#       in the background from the VMM's start, with these helpers:
+#         l2_wait_screen TEXT SECONDS   waits until the console has shown TEXT (an action line
+#                                       "screen: TEXT after S s", or "screen: TEXT missing")
+#         l2_keys KEYS                  types KEYS (printf's escapes: '\r' is Enter) on the console
+#         l2_stop                       ends the VMM (SIGTERM), as a user closing it would
 #   L2_VMM=qemu l2_run NAME "GUEST ARGS" QEMU-FLAGS...
 #       the same guest in QEMU ($L2_QEMU: its command, e.g. the bundle tools/bench-linux puts on the
 #       work disk), with -enable-kvm -m $L2_MEM -serial stdio -kernel/-initrd/-append added; no API
@@ -249,6 +256,23 @@ l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
   esac
 }
 
+l2_wait_screen() {  # text seconds: see L2_ON_SCREEN above
+  local waited=0
+  while [ "$waited" -lt "$2" ]; do
+    if grep -aqF "$1" "$L2_DIR/screen" 2>/dev/null; then
+      l2_action "screen: $1 after $(l2_seconds_since "$L2_T0" 0) s"
+      return 0
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
+  l2_action "screen: $1 missing after $2 s"
+  return 1
+}
+# shellcheck disable=SC2059  # KEYS is printf's format: its escapes are the keys
+l2_keys() { printf "$1" > "$L2_DIR/in"; }
+l2_stop() { kill -TERM "$(l2_pid)" 2>/dev/null; }
+
 l2_mark() { echo "L2-MARK $L2_NAME $1 seconds=$(l2_seconds_since "$L2_T0" 2) $(l2_kvm_counters)"; }
 
 l2_console() {  # reads microvm's serial output
@@ -313,17 +337,17 @@ l2_emulation_fault() {
 # first run's lines stay in L1's log, an L2-RERUN line says why, and the host's checks judge the
 # last run (nested_split). Any other failure, and a second fault, stand.
 l2_run() {  # name "guest args" microvm-flags...
-  local markers=$L2_MARKERS vmm=${L2_VMM:-microvm} firmware=${L2_FIRMWARE:-} on_final=${L2_ON_FINAL:-} fault
+  local markers=$L2_MARKERS vmm=${L2_VMM:-microvm} firmware=${L2_FIRMWARE:-} on_final=${L2_ON_FINAL:-} on_screen=${L2_ON_SCREEN:-} fault
   l2_run_once "$@"
   [ "${L2_EMULATION_RERUNS:-1}" -gt 0 ] || return 0
   fault=$(l2_emulation_fault) || return 0
   echo "L2-RERUN $1 after the nested emulation's fault: $fault"
-  L2_MARKERS=$markers L2_VMM=$vmm L2_FIRMWARE=$firmware L2_ON_FINAL=$on_final l2_run_once "$@"
+  L2_MARKERS=$markers L2_VMM=$vmm L2_FIRMWARE=$firmware L2_ON_FINAL=$on_final L2_ON_SCREEN=$on_screen l2_run_once "$@"
 }
 
 l2_run_once() {  # name "guest args" microvm-flags...
   L2_NAME=$1
-  local gargs=$2 t0 status wd
+  local gargs=$2 t0 status wd screen=""
   shift 2
   L2_DIR=/tmp/l2-$L2_NAME
   rm -rf "$L2_DIR"
@@ -350,6 +374,11 @@ l2_run_once() {  # name "guest args" microvm-flags...
     fi
   ) &
   wd=$!
+  if [ -n "${L2_ON_SCREEN:-}" ]; then
+    : > "$L2_DIR/screen"
+    "$L2_ON_SCREEN" &
+    screen=$!
+  fi
   local cmdline="console=ttyS0 reboot=k panic=1 quiet guest_timeout=$((L2_TIMEOUT - 20)) final=reboot final_marker=1 $gargs"
   (
     if [ "${L2_VMM:-microvm}" = qemu ] && [ -n "${L2_FIRMWARE:-}" ]; then
@@ -371,8 +400,9 @@ l2_run_once() {  # name "guest args" microvm-flags...
     echo $! > "$L2_DIR/pid"
     wait $!
     echo $? > "$L2_DIR/status"
-  ) | l2_console
+  ) | l2_screen_copy | l2_console
   exec 3>&-
+  [ -z "$screen" ] || { kill "$screen" 2>/dev/null; wait "$screen" 2>/dev/null; }
   kill "$wd" 2>/dev/null
   wait "$wd" 2>/dev/null
   status=$(cat "$L2_DIR/status" 2>/dev/null)
@@ -393,4 +423,9 @@ l2_run_once() {  # name "guest args" microvm-flags...
   L2_VMM=microvm
   L2_FIRMWARE=""
   L2_ON_FINAL=""
+  L2_ON_SCREEN=""
+}
+
+l2_screen_copy() {  # the console's bytes on, and into $L2_DIR/screen too with L2_ON_SCREEN
+  if [ -n "${L2_ON_SCREEN:-}" ]; then tee -a "$L2_DIR/screen"; else cat; fi
 }

@@ -8,14 +8,16 @@
 #
 # A fourth boots a real Debian system (tools/make-debian-image) in our VMM on virtio-scsi and IDE,
 # and in QEMU as the reference; a fifth boots SeaBIOS, which boots GRUB and Linux from a CD
-# (tools/make-boot-iso) and the Debian system from its GRUB disk, on IDE and virtio-scsi, in our
-# VMM and in QEMU.
+# (tools/make-boot-iso) and the Debian system from its GRUB disk, on IDE and virtio-scsi, and Debian's
+# installer to its second screen (tools/make-installer-iso), in our VMM and in QEMU.
 #
-# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO
+# Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO MAKE_INSTALLER_ISO
 #   (Bazel passes these; outside Bazel tools/nested runs one scenario, see docs/nested.md)
 #   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian, firmware)
 #   NESTED_DEBIAN=DIR       the Debian image (tools/make-debian-image's output; tools/test makes it);
 #                           unset: made here, into the default cache of tools/make-debian-image
+#   NESTED_INSTALLER_ISO=FILE  the installer CD (tools/make-installer-iso's output; tools/test
+#                           makes it); unset: made here (its package downloaded into $HOME's cache)
 #   NESTED_CACHE=DIR        reuse built initramfs images (default: none under Bazel)
 #   MICROVM_L0_QEMU=PATH    the QEMU that emulates L1 (tools/test: QEMU 10; default this host's)
 set -uo pipefail
@@ -28,7 +30,7 @@ source "$here/nested_harness.sh"
 # shellcheck source=scenarios.sh
 source "$here/scenarios.sh"
 
-[ $# -ge 9 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO"; exit 2; }
+[ $# -ge 10 ] || { echo "usage: $0 MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO MAKE_INSTALLER_ISO"; exit 2; }
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 args=()
 for a in "$@"; do args+=("$(abs "$a")"); done
@@ -44,6 +46,8 @@ echo "L1 under $("${MICROVM_L0_QEMU:-$LINUX_QEMU}" --version | head -n 1)"
 NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
 # shellcheck disable=SC2034  # read by scenarios.sh (nested_fw_files)
 NESTED_MAKE_BOOT_ISO=${args[8]}
+# shellcheck disable=SC2034  # read by scenarios.sh (nested_installer_run)
+NESTED_MAKE_INSTALLER_ISO=${args[9]}
 case " ${NESTED_ONLY:-debian firmware} " in
   *" debian "*|*" firmware "*)
     nested_debian_image || { echo "FAIL: tools/make-debian-image"; exit 1; }

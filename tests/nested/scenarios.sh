@@ -13,7 +13,7 @@ NESTED_SCENARIOS="scsi-probe scsi-fio-qd1 scsi-fio-qd16 scsi-limits scsi-limits-
                   pause-resume sigterm api-shutdown poweroff jail
                   debian-scsi debian-ide debian-qemu
                   fw-ide-cd fw-scsi-cd fw-cd-reset fw-qemu-scsi-cd
-                  fw-debian-scsi fw-debian-ide fw-debian-qemu"
+                  fw-debian-scsi fw-debian-ide fw-debian-qemu fw-installer fw-qemu-installer"
 # Only for tools/nested (run, repeat) and tools/bench-firmware: not part of nested_test.sh (each
 # group of the firmware scenarios has its QEMU reference there already).
 NESTED_EXTRA_SCENARIOS="ide-fio-psync fw-qemu-ide-cd"
@@ -1072,3 +1072,57 @@ nsc_fw_debian_qemu_job() {
     "-drive file=/l1disk/seed-$1.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0"
 }
 nsc_fw_debian_qemu_check() { nested_fw_debian_check "$1"; }
+
+# Debian's installer from the IDE CD (tools/make-installer-iso: the netboot kernel and initrd that
+# Debian 12's mini.iso carries, behind ISOLINUX as mini.iso boots them): SeaBIOS boots the disc,
+# ISOLINUX reads 50 MB through the BIOS disk services, and the text installer starts on the serial
+# console and draws its first screen, "Select a language". A key goes in on the serial input (Enter:
+# English), and the next screen, "Select your location", must follow; then the VMM is stopped. QEMU
+# 7.2 with the same disc and firmware is the reference.
+nested_installer_run() {  # run vmm flags...
+  local run=$1 vmm=$2
+  shift 2
+  nested_fw_files
+  if [ ! -e "$NESTED_DISK/installer.iso" ]; then
+    if [ -n "${NESTED_INSTALLER_ISO:-}" ]; then
+      cp "$NESTED_INSTALLER_ISO" "$NESTED_DISK/installer.iso" || exit 1
+    else
+      "${NESTED_MAKE_INSTALLER_ISO:-tools/make-installer-iso}" "$NESTED_DISK/installer.iso" ||
+        { echo "FAIL: tools/make-installer-iso"; exit 1; }
+    fi
+    echo "    installer.iso: $(stat -c %s "$NESTED_DISK/installer.iso") bytes"
+    cat >> "$NESTED_JOB" <<'EOF'
+fw_installer_screens() {
+  l2_wait_screen "Select a language" 900 || { l2_stop; return; }
+  sleep 2
+  l2_keys '\r'
+  l2_wait_screen "Select your location" 300
+  l2_stop
+}
+EOF
+  fi
+  nested_add "L2_MEM=1G L2_TIMEOUT=1300 L2_FIRMWARE=/l1disk/bios-256k.bin L2_ON_SCREEN=fw_installer_screens L2_VMM=$vmm l2_run $run '' $*"
+}
+nested_installer_check() {  # run
+  local log=$NESTED_RUNS/$1.log events=$NESTED_RUNS/$1.events
+  nested_select "$1"
+  grep -q "Booting from DVD/CD" "$log" || { linux_fail "$1" "SeaBIOS did not boot the CD"; return 1; }
+  # (sercon's cursor updates may split the rest of ISOLINUX's line)
+  grep -q "ISOLINUX-MENU" "$log" || { linux_fail "$1" "ISOLINUX never spoke"; return 1; }
+  grep -q "Linux version " "$log" || { linux_fail "$1" "the installer's kernel never started"; return 1; }
+  if grep -q "^L2-HUNG $1 " "$events"; then linux_fail "$1" "the VMM hung"; return 1; fi
+  local screen
+  for screen in "Select a language" "Select your location"; do
+    grep -q "^L2-ACTION $1 screen: $screen after " "$events" ||
+      { linux_fail "$1" "no '$screen' screen: $(grep "screen: " "$events" | tail -n 1)"; return 1; }
+  done
+  echo "    screens (s since start): $(sed -n "s/^L2-ACTION $1 screen: \(.*\) after \([0-9]*\) s$/\1 \2;/p" "$events" | tr '\n' ' ')"
+}
+nsc_fw_installer_job() {
+  nested_installer_run "$1" microvm "--ide-cdrom=/l1disk/installer.iso"
+}
+nsc_fw_installer_check() { nested_installer_check "$1"; }
+nsc_fw_qemu_installer_job() {
+  nested_installer_run "$1" qemu "${NESTED_FW_QEMU/-M pc/-M pc,smm=off} -drive file=/l1disk/installer.iso,if=ide,index=2,media=cdrom,format=raw,readonly=on -boot order=d"
+}
+nsc_fw_qemu_installer_check() { nested_installer_check "$1"; }
