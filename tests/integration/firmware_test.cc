@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -178,6 +179,23 @@ TEST_F(FirmwareTest, BootsFromEachKindOfDriveOnEachBus) {
   }
 }
 
+// Boots `code` as the MBR of a 1 MiB virtio-scsi disk `name` (in the test's directory) and
+// returns what the VMM did.
+ProcessResult BootCodeFromDisk(std::span<const unsigned char> code, const std::string& name,
+                               absl::Duration timeout) {
+  std::string disk(reinterpret_cast<const char*>(code.data()), code.size());
+  disk.resize(510, '\0');
+  disk += "\x55\xaa";  // the MBR signature
+  disk.resize(1 << 20, '\0');
+  const std::string disk_path = TempPath(name);
+  WriteFile(disk_path, disk);
+  ProcessOptions options;
+  options.timeout = timeout;
+  return RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
+                     "--serial-input=false", "--disk=" + disk_path},
+                    options);
+}
+
 // SeaBIOS copies itself from the flash at the top of 4 GiB into the shadow RAM below 1 MiB and,
 // after POST, write-protects 0xf0000-0xfffff through the host bridge's PAM registers (0x10); the
 // VMM's memory map follows the registers. A boot sector reads the far jump at F000:FFF0 (0xea)
@@ -204,18 +222,7 @@ TEST_F(FirmwareTest, TheShadowBiosIsWriteProtectedAfterPost) {
       0xf4,                          // hlt
       0xeb, 0xfd,                    // jmp hlt
   };
-  std::string disk(reinterpret_cast<const char*>(kCode), sizeof(kCode));
-  disk.resize(510, '\0');
-  disk += "\x55\xaa";
-  disk.resize(1 << 20, '\0');
-  const std::string disk_path = TempPath("shadow-disk.img");
-  WriteFile(disk_path, disk);
-  ProcessOptions options;
-  options.timeout = absl::Seconds(240);
-  ProcessResult result =
-      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
-                  "--serial-input=false", "--disk=" + disk_path},
-                 options);
+  const ProcessResult result = BootCodeFromDisk(kCode, "shadow-disk.img", absl::Seconds(240));
   EXPECT_FALSE(result.timed_out) << result.out << result.err;
   EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
 }
@@ -237,18 +244,7 @@ TEST_F(FirmwareTest, TheBiosWaitsOnTheRtcsPeriodicInterrupt) {
       0xf4,              // hlt
       0xeb, 0xfd,        // jmp hlt
   };
-  std::string disk(reinterpret_cast<const char*>(kCode), sizeof(kCode));
-  disk.resize(510, '\0');
-  disk += "\x55\xaa";
-  disk.resize(1 << 20, '\0');
-  const std::string disk_path = TempPath("rtc-wait-disk.img");
-  WriteFile(disk_path, disk);
-  ProcessOptions options;
-  options.timeout = absl::Seconds(120);
-  ProcessResult result =
-      RunProcess({kMicrovm, std::string("--firmware=") + kSeaBios, "--memory=256M",
-                  "--serial-input=false", "--disk=" + disk_path},
-                 options);
+  const ProcessResult result = BootCodeFromDisk(kCode, "rtc-wait-disk.img", absl::Seconds(120));
   EXPECT_FALSE(result.timed_out) << "the wait never ended\n" << result.out << result.err;
   EXPECT_EQ(result.exit_status, 42) << result.out << result.err;
 }
