@@ -206,9 +206,9 @@ absl::Status Vm::SetUpMemory() {
     ASSIGN_OR_RETURN(legacy_bios_area_,
                      LegacyBiosArea::Create(shadow_ram, loader::LegacyBiosAlias(*firmware_rom_)));
     legacy_slot_base_ = slot;
-    legacy_slot_mapped_.fill(false);
+    legacy_slots_.fill({});
     // Power-on: the ROM alias in 0xe0000-0xfffff, nothing in 0xc0000-0xdffff.
-    RETURN_IF_ERROR(MapLegacyBiosArea(legacy_bios_area_->Mappings()));
+    RETURN_IF_ERROR(MapLegacyBiosArea());
     // The accesses the slots do not serve come to the area itself.
     RETURN_IF_ERROR(
         mmio_bus_.Register(LegacyBiosArea::kStart, LegacyBiosArea::kSize, legacy_bios_area_));
@@ -216,18 +216,20 @@ absl::Status Vm::SetUpMemory() {
   return absl::OkStatus();
 }
 
-absl::Status Vm::MapLegacyBiosArea(const std::vector<LegacyBiosArea::Mapping>& mappings) {
-  for (const LegacyBiosArea::Mapping& mapping : mappings) {
+absl::Status Vm::MapLegacyBiosArea() {
+  for (const LegacyBiosArea::Mapping& mapping : legacy_bios_area_->Mappings()) {
+    LegacyBiosArea::Mapping& held = legacy_slots_[mapping.segment];
+    if (held == mapping) continue;
     const uint32_t slot = legacy_slot_base_ + static_cast<uint32_t>(mapping.segment);
     // KVM changes neither a slot's backing nor its read-only flag in place: delete, then add.
-    if (legacy_slot_mapped_[mapping.segment]) {
-      RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot, mapping.guest_address, 0, nullptr));
-      legacy_slot_mapped_[mapping.segment] = false;
+    if (held.host_address != nullptr) {
+      RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot, held.guest_address, 0, nullptr));
+      held = {};
     }
     if (mapping.host_address == nullptr) continue;
     RETURN_IF_ERROR(vm_fd_->SetUserMemoryRegion(slot, mapping.guest_address, mapping.size,
                                                 mapping.host_address, mapping.read_only));
-    legacy_slot_mapped_[mapping.segment] = true;
+    held = mapping;
   }
   return absl::OkStatus();
 }
@@ -235,11 +237,9 @@ absl::Status Vm::MapLegacyBiosArea(const std::vector<LegacyBiosArea::Mapping>& m
 void Vm::OnPamChange(std::span<const LegacyBiosArea::Route> routes) {
   std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments> all{};
   std::copy_n(routes.begin(), std::min(routes.size(), all.size()), all.begin());
-  const std::vector<LegacyBiosArea::Mapping> changed = legacy_bios_area_->SetRoutes(all);
-  if (changed.empty()) return;
+  if (legacy_bios_area_->SetRoutes(all).empty()) return;
   // The writing vCPU waits until KVM's map follows, as the chipset's next access would.
-  const absl::Status mapped =
-      main_thread_calls_.Call([this, &changed] { return MapLegacyBiosArea(changed); });
+  const absl::Status mapped = main_thread_calls_.Call([this] { return MapLegacyBiosArea(); });
   // UNAVAILABLE: the VM is stopping and nothing runs on.
   if (!mapped.ok() && !absl::IsUnavailable(mapped)) {
     exit_latch_.Trigger({VmExit::Kind::kFatal, 1,

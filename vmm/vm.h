@@ -162,10 +162,11 @@ class Vm {
   // config_.boot_order as the OpenFirmware paths the firmware matches its drives against.
   absl::StatusOr<std::vector<std::string>> FirmwareBootPaths() const;
   absl::Status CreateVcpus();
-  // Firmware boot: makes KVM's map of the legacy BIOS area follow `mappings` (one slot per
-  // segment). On the main thread only: the vCPU threads' filters forbid memory-slot changes, so
-  // the PAM listener hands it over through main_thread_calls_.
-  absl::Status MapLegacyBiosArea(const std::vector<LegacyBiosArea::Mapping>& mappings);
+  // Firmware boot: makes KVM's map of the legacy BIOS area (one slot per segment) what the area's
+  // routes say now, whatever order the PAM changes of several vCPUs reach it in. On the main
+  // thread only: the vCPU threads' filters forbid memory-slot changes, so the PAM listener hands
+  // it over through main_thread_calls_.
+  absl::Status MapLegacyBiosArea();
   void OnPamChange(std::span<const LegacyBiosArea::Route> routes);
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
@@ -180,10 +181,10 @@ class Vm {
   std::optional<loader::ImageFile> firmware_file_;
   std::unique_ptr<GuestMemoryRegion> firmware_rom_;  // mapped read-only below 4 GiB
   // Firmware boot: 0xc0000-0xfffff as the PAM registers route it, its KVM slots from
-  // legacy_slot_base_ on (which of them are mapped now: main thread only).
+  // legacy_slot_base_ on (what KVM holds in them: main thread only).
   std::shared_ptr<LegacyBiosArea> legacy_bios_area_;
   uint32_t legacy_slot_base_ = 0;
-  std::array<bool, LegacyBiosArea::kSegments> legacy_slot_mapped_{};
+  std::array<LegacyBiosArea::Mapping, LegacyBiosArea::kSegments> legacy_slots_{};  // KVM's now
   // What the vCPU threads ask the main thread to do for them (its poll loop in RunGuest).
   sys_util::CallQueue main_thread_calls_;
   // Signalled when the RTC's next interrupt time may have changed (that loop's timeout).

@@ -73,7 +73,12 @@ bool Cmos::AlarmMatches(absl::CivilSecond time) const {
 }
 
 void Cmos::UpdateFlags(absl::Time now) {
-  if (now <= evaluated_until_) return;
+  if (now <= evaluated_until_) {
+    // The host's clock stepped back (or did not move): count the edges from here on, or none
+    // would come until it is back where it was.
+    evaluated_until_ = now;
+    return;
+  }
   if (const std::optional<absl::Duration> period = PeriodicPeriod()) {
     // An edge of the periodic signal (counted from the epoch) since the last look.
     if (PeriodicEdges(now, *period) > PeriodicEdges(evaluated_until_, *period)) {

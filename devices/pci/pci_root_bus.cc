@@ -66,15 +66,13 @@ void PciHostBridge::SetPamListener(PamListener listener) {
 
 void PciHostBridge::AfterConfigWrite(uint32_t offset, size_t size) {
   if (offset + size <= kPam0 || offset >= kPam0 + kPamRegisters) return;
+  // The registers read, compared and reported under one lock: two vCPUs writing at once are heard
+  // in the order their states were read, so the listener's last call is the registers' state.
+  absl::MutexLock lock(&pam_mutex_);
   const std::array<PamSegment, kPamSegments> segments = PamSegments();
-  PamListener listener;
-  {
-    absl::MutexLock lock(&pam_mutex_);
-    if (segments == last_segments_) return;
-    last_segments_ = segments;
-    listener = pam_listener_;
-  }
-  if (listener) listener(segments);
+  if (segments == last_segments_) return;
+  last_segments_ = segments;
+  if (pam_listener_) pam_listener_(segments);
 }
 
 void PciHostBridge::ReadBar(int, uint64_t, std::span<uint8_t> data) {

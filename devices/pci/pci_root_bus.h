@@ -51,8 +51,9 @@ class PciHostBridge : public PciDevice {
 
   // The segments in address order as the registers set them now.
   std::array<PamSegment, kPamSegments> PamSegments() const;
-  // Called, on the vCPU thread that wrote, after a write changed any segment (with all of them).
-  // Set before the guest runs.
+  // Called, on the vCPU thread that wrote, after a write changed any segment (with all of them),
+  // with the bridge's PAM lock held (calls come one at a time, in order; the listener must not
+  // call back into the bridge). Set before the guest runs.
   void SetPamListener(PamListener listener);
 
  protected:

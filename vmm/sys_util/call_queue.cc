@@ -27,15 +27,15 @@ absl::Status CallQueue::Call(absl::FunctionRef<absl::Status()> call) {
 
 void CallQueue::RunPending() {
   DrainEventFd(event_fd_.get());
-  while (true) {
-    Pending* pending = nullptr;
-    {
-      absl::MutexLock lock(&mutex_);
-      if (queue_.empty()) return;
-      pending = queue_.front();
-      queue_.pop_front();
-    }
-    // Outside the lock: the call may take time (or queue no further call; it runs on this thread).
+  // Only the calls queued so far: callers that keep queueing (a guest's vCPUs taking turns) must
+  // not keep this thread from the rest of its loop. A later call signalled the eventfd again.
+  std::deque<Pending*> batch;
+  {
+    absl::MutexLock lock(&mutex_);
+    batch.swap(queue_);
+  }
+  for (Pending* pending : batch) {
+    // Outside the lock: the call may take time.
     absl::Status result = pending->call();
     absl::MutexLock lock(&mutex_);
     pending->result = std::move(result);
