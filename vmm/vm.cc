@@ -234,10 +234,8 @@ absl::Status Vm::MapLegacyBiosArea() {
   return absl::OkStatus();
 }
 
-void Vm::OnPamChange(std::span<const LegacyBiosArea::Route> routes) {
-  std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments> all{};
-  std::copy_n(routes.begin(), std::min(routes.size(), all.size()), all.begin());
-  if (legacy_bios_area_->SetRoutes(all).empty()) return;
+void Vm::OnPamChange(const std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments>& routes) {
+  if (legacy_bios_area_->SetRoutes(routes).empty()) return;
   // The writing vCPU waits until KVM's map follows, as the chipset's next access would.
   const absl::Status mapped = main_thread_calls_.Call([this] { return MapLegacyBiosArea(); });
   // UNAVAILABLE: the VM is stopping and nothing runs on.
@@ -343,9 +341,9 @@ absl::Status Vm::SetUpPci() {
     // The same segments in the same order (//devices/pci:pam_libfuzzer checks their ranges).
     static_assert(devices::pci::PciHostBridge::kPamSegments == LegacyBiosArea::kSegments);
     pci_root_->host_bridge()->SetPamListener([this](std::span<const PamSegment> segments) {
-      std::vector<LegacyBiosArea::Route> routes;
-      for (const PamSegment& segment : segments) {
-        routes.push_back({segment.read_ram, segment.write_ram});
+      std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments> routes{};
+      for (size_t i = 0; i < segments.size() && i < routes.size(); ++i) {
+        routes[i] = {segments[i].read_ram, segments[i].write_ram};
       }
       OnPamChange(routes);
     });

@@ -167,7 +167,7 @@ class Vm {
   // thread only: the vCPU threads' filters forbid memory-slot changes, so the PAM listener hands
   // it over through main_thread_calls_.
   absl::Status MapLegacyBiosArea();
-  void OnPamChange(std::span<const LegacyBiosArea::Route> routes);
+  void OnPamChange(const std::array<LegacyBiosArea::Route, LegacyBiosArea::kSegments>& routes);
   // Start-up milestones in the serial output (BootReport).
   void RecordSerialByte(uint8_t byte);
   void OnPostCode(uint8_t code);

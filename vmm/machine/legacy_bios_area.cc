@@ -54,10 +54,10 @@ LegacyBiosArea::Mapping LegacyBiosArea::MappingFor(size_t segment, Route route) 
     // Writes to a read-only shadow exit and are dropped (Write below): a write-protected BIOS.
     mapping.host_address = &shadow_ram_[offset];
     mapping.read_only = !route.write_ram;
-  } else if (RomByte(offset) != nullptr) {
+  } else if (uint8_t* rom = RomByte(offset); rom != nullptr) {
     // Reads see the ROM; every write exits, to the shadow RAM where writes are enabled (how
     // firmware fills a shadow it still runs from the ROM beside).
-    mapping.host_address = RomByte(offset);
+    mapping.host_address = rom;
     mapping.read_only = true;
   }
   // Otherwise the PCI side, where nothing answers: no mapping, every access exits.
