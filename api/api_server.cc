@@ -117,13 +117,13 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
     ASSIGN_OR_RETURN(tcp_address,
                      ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any));
   }
-  // The unix socket is bound in a private directory and moved into place once it is mode 0600
-  // (StagedUnixSocket): no process-wide umask while the VMM's other threads run.
-  std::optional<StagedUnixSocket> staged_socket;
+  // gRPC binds the unix socket at its path, where the process's umask makes it mode 0600 from
+  // its first instant (CheckOwnerOnlyUmask: the launchers set 0177; the VMM's filter allows no
+  // chmod). Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it
+  // that).
   if (!options.unix_socket_path.empty()) {
-    // Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it that).
-    ASSIGN_OR_RETURN(staged_socket,
-                     StagedUnixSocket::Create(options.unix_socket_path, "--api-socket"));
+    RETURN_IF_ERROR(PrepareUnixSocketPath(options.unix_socket_path, "--api-socket"));
+    RETURN_IF_ERROR(CheckOwnerOnlyUmask(options.unix_socket_path, "--api-socket"));
   }
   static std::once_flag reflection_once;
   std::call_once(reflection_once,
@@ -149,8 +149,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   };
   auto starter = sys_util::StartThread({.name = "api", .on_start = lower_priority}, [&] {
     grpc::ServerBuilder builder;
-    if (staged_socket.has_value()) {
-      builder.AddListeningPort("unix:" + staged_socket->bind_path(),
+    if (!options.unix_socket_path.empty()) {
+      builder.AddListeningPort("unix:" + options.unix_socket_path,
                                grpc::InsecureServerCredentials());
       where.push_back("unix:" + options.unix_socket_path);
     }
@@ -185,15 +185,16 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
         absl::StrFormat("cannot start the API server on %s (address in use, or no permission?)",
                         absl::StrJoin(where, " and ")));
   }
-  if (staged_socket.has_value()) {
-    struct stat st {};
-    if (absl::Status published = staged_socket->Publish(&st); !published.ok()) {
-      server->Stop();  // the staged socket goes with its private directory
-      return published;
-    }
+  if (!options.unix_socket_path.empty()) {
     server->unix_socket_path_ = options.unix_socket_path;
-    server->socket_device_ = st.st_dev;
-    server->socket_inode_ = st.st_ino;
+    server->remove_socket_on_stop_ = options.remove_socket_on_stop;
+    struct stat st {};
+    if (absl::Status bound = CheckBoundSocket(options.unix_socket_path, "--api-socket", &st);
+        !bound.ok()) {
+      server->Stop();
+      return bound;
+    }
+    server->socket_identity_ = SocketIdentity{.device = st.st_dev, .inode = st.st_ino};
   }
   return server;
 }
@@ -245,10 +246,10 @@ void ApiServer::Stop() {
     __lsan_ignore_object(leaked_core);
 #endif
   }
-  if (!unix_socket_path_.empty()) {
+  if (socket_identity_.has_value() && remove_socket_on_stop_) {
     struct stat st {};
     if (lstat(unix_socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
-        st.st_dev == socket_device_ && st.st_ino == socket_inode_) {
+        st.st_dev == socket_identity_->device && st.st_ino == socket_identity_->inode) {
       unlink(unix_socket_path_.c_str());
     }
   }

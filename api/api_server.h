@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -33,12 +34,14 @@ class ApiServer final : public ControlServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   // Ends the Watch streams (status OK), lets calls in progress finish (cancelling them after
-  // stop_grace), stops listening and removes the unix socket. Idempotent.
+  // stop_grace), stops listening and, with remove_socket_on_stop, removes the unix socket (only the
+  // one it bound: same device and inode). Idempotent.
   void Stop() override;
 
   // Where it listens: the socket path, and the TCP port actually bound (0 without TCP).
   const std::string& unix_socket_path() const override { return unix_socket_path_; }
   int tcp_port() const override { return tcp_port_; }
+  std::optional<SocketIdentity> unix_socket_identity() const override { return socket_identity_; }
   // Watch streams open now (diagnostics, tests).
   size_t watcher_count() const;
   // Stop() gave up waiting for calls stuck on clients that do not read, and left them running.
@@ -50,8 +53,8 @@ class ApiServer final : public ControlServer {
   std::unique_ptr<ApiCore> core_;
   std::unique_ptr<grpc::Server> server_;
   std::string unix_socket_path_;
-  dev_t socket_device_ = 0;  // to remove only the socket this server created
-  ino_t socket_inode_ = 0;
+  std::optional<SocketIdentity> socket_identity_;  // the socket this server bound
+  bool remove_socket_on_stop_ = true;
   int tcp_port_ = 0;
   bool stopped_ = false;
   bool abandoned_ = false;

@@ -1,8 +1,11 @@
 #ifndef API_CONTROL_SERVER_H_
 #define API_CONTROL_SERVER_H_
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -37,6 +40,10 @@ struct ApiServerOptions {
   // some.
   int max_threads = 64;
   size_t max_memory_bytes = size_t{64} << 20;
+  // Stop() removes the unix socket (the one it bound). The launchers say false: their filter
+  // allows no unlink, and their socket janitor removes it once the VMM has exited
+  // (vmm/sandbox/socket_janitor.h).
+  bool remove_socket_on_stop = true;
   // How long Stop() lets calls in progress finish before cancelling them.
   absl::Duration stop_grace = absl::Seconds(1);
   // The API's threads run this much nicer than the thread that starts the server (Linux nice,
@@ -46,25 +53,35 @@ struct ApiServerOptions {
   int thread_nice = 10;
 };
 
+// A unix socket as lstat saw it right after the bind: what may be removed later, and nothing that
+// took its place.
+struct SocketIdentity {
+  dev_t device = 0;
+  ino_t inode = 0;
+};
+
 // A running control-API server as the VMM sees it, without gRPC or protobuf: the VMM loads the
 // server (api/api_plugin.cc, built as libmicrovm_api.so) only when it is asked to serve the API,
 // so a VMM without --api-socket maps none of those libraries (docs/bench-linux.md, RSS).
 class ControlServer {
  public:
   virtual ~ControlServer() = default;
-  // Ends the Watch streams, lets calls in progress finish, stops listening, removes the socket.
-  // Idempotent.
+  // Ends the Watch streams, lets calls in progress finish, stops listening, removes the socket
+  // (ApiServerOptions::remove_socket_on_stop). Idempotent.
   virtual void Stop() = 0;
   virtual const std::string& unix_socket_path() const = 0;
   virtual int tcp_port() const = 0;  // 0 without TCP
+  // The unix socket it bound (nullopt without one).
+  virtual std::optional<SocketIdentity> unix_socket_identity() const = 0;
 };
 
 // The plugin's one entry point, looked up by this name (C linkage: no mangling to agree on).
 // Both sides are built together from this tree with the same compiler and the same shared
 // libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM (2: the token
-// and tcp_insecure in ApiServerOptions; 3: the resource quota).
+// and tcp_insecure in ApiServerOptions; 3: the resource quota; 4: remove_socket_on_stop and
+// ControlServer::unix_socket_identity).
 inline constexpr char kStartControlServerSymbol[] = "microvm_start_control_server";
-inline constexpr int kControlServerPluginVersion = 3;
+inline constexpr int kControlServerPluginVersion = 4;
 using StartControlServerFn = absl::Status (*)(int version, const ApiServerOptions& options,
                                               VmControl& control,
                                               std::unique_ptr<ControlServer>* server);

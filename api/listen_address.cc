@@ -31,20 +31,6 @@ std::string Directory(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// The last component of `path`.
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-// `directory` + "/" + `name` (no doubled slash after "/").
-std::string Join(const std::string& directory, const std::string& name) {
-  return directory.back() == '/' ? directory + name : directory + "/" + name;
-}
-
-// The socket's name inside the private directory (short: the bind path must fit sockaddr_un).
-constexpr char kStagedName[] = "s";
-
 }  // namespace
 
 absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& label) {
@@ -98,6 +84,11 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
         "%s %s: another process is listening on it (another VMM?); refusing to take it over", label,
         path));
   }
+  if (error == ENOENT) {
+    // Removed between the lstat and the connect (the socket janitor of a VMM that was killed
+    // removes its socket a moment later): the path is free.
+    return absl::OkStatus();
+  }
   if (error != ECONNREFUSED) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s %s exists, and connect() to it failed (%s), so whether a process still listens on "
@@ -110,114 +101,76 @@ absl::Status PrepareUnixSocketPath(const std::string& path, const std::string& l
   return absl::OkStatus();
 }
 
-absl::StatusOr<StagedUnixSocket> StagedUnixSocket::Create(const std::string& path,
-                                                          const std::string& label) {
-  RETURN_IF_ERROR(PrepareUnixSocketPath(path, label));
-  StagedUnixSocket staged;
-  staged.path_ = path;
-  staged.label_ = label;
-  // Hidden, and named after the socket, should a crash ever leave it behind.
-  std::string name = Join(Directory(path), "." + BaseName(path) + ".XXXXXX");
-  if (mkdtemp(name.data()) == nullptr) {  // mode 0700
-    return absl::ErrnoToStatus(
-        errno, absl::StrFormat("%s %s: cannot create a private directory beside it", label, path));
+absl::Status CheckOwnerOnlyUmask(const std::string& path, const std::string& label) {
+  // umask(2) can only be read by setting it, which would race with other threads creating files;
+  // /proc/self/status shows it (Linux 4.7).
+  FILE* status = fopen("/proc/self/status", "re");
+  if (status == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("%s %s: reading the umask", label, path));
   }
-  staged.directory_ = name;
-  staged.staged_path_ = Join(name, kStagedName);
-  sockaddr_un address{};
-  if (staged.staged_path_.size() < sizeof(address.sun_path)) {
-    staged.bind_path_ = staged.staged_path_;
-    return staged;
+  char line[256];
+  unsigned umask_bits = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof(line), status) != nullptr) {
+    found = sscanf(line, "Umask: %o", &umask_bits) == 1;
   }
-  // The socket's own path fits (PrepareUnixSocketPath checked) but not the private directory's:
-  // name the directory through a descriptor.
-  staged.directory_fd_ = open(name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (staged.directory_fd_ < 0) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrFormat("%s %s: opening its private directory %s", label, path, name));
-  }
-  staged.bind_path_ = absl::StrFormat("/proc/self/fd/%d/%s", staged.directory_fd_, kStagedName);
-  return staged;
-}
-
-StagedUnixSocket::StagedUnixSocket(StagedUnixSocket&& other) noexcept { *this = std::move(other); }
-
-StagedUnixSocket& StagedUnixSocket::operator=(StagedUnixSocket&& other) noexcept {
-  if (this != &other) {
-    Clear();
-    path_ = std::move(other.path_);
-    label_ = std::move(other.label_);
-    directory_ = std::move(other.directory_);
-    staged_path_ = std::move(other.staged_path_);
-    bind_path_ = std::move(other.bind_path_);
-    directory_fd_ = other.directory_fd_;
-    other.directory_.clear();
-    other.directory_fd_ = -1;
-  }
-  return *this;
-}
-
-StagedUnixSocket::~StagedUnixSocket() { Clear(); }
-
-void StagedUnixSocket::Clear() {
-  if (!directory_.empty()) {
-    unlink(staged_path_.c_str());  // a socket that was bound but never published
-    rmdir(directory_.c_str());
-    directory_.clear();
-  }
-  if (directory_fd_ >= 0) {
-    close(directory_fd_);
-    directory_fd_ = -1;
-  }
-}
-
-absl::Status StagedUnixSocket::Publish(struct stat* published) {
-  if (directory_.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s %s: published already", label_, path_));
-  }
-  // Inside the private directory nobody else can reach or swap the socket: the path-based chmod
-  // and lstat act on the socket just bound.
-  struct stat st {};
-  if (lstat(staged_path_.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+  fclose(status);
+  if (!found) {
     return absl::InternalError(
-        absl::StrFormat("%s %s: no socket was bound in %s", label_, path_, directory_));
+        absl::StrFormat("%s %s: no Umask line in /proc/self/status", label, path));
   }
-  if (chmod(staged_path_.c_str(), 0600) != 0) {
-    return absl::ErrnoToStatus(errno,
-                               absl::StrFormat("%s %s: cannot make it mode 0600", label_, path_));
+  if ((umask_bits & 077) != 077) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s %s: the process's umask is %04o, so the socket would be reachable by other users "
+        "from the moment it is bound; start with a umask that keeps group and others out (the "
+        "launchers set 0177)",
+        label, path, umask_bits));
   }
-  if (lstat(staged_path_.c_str(), &st) != 0 || (st.st_mode & 07777) != 0600) {
-    return absl::InternalError(
-        absl::StrFormat("%s %s: the socket is not mode 0600", label_, path_));
-  }
-  // Atomic, and never over something that appeared at the path since it was checked (another
-  // process's socket, a file an attacker put there).
-  int moved = renameat2(AT_FDCWD, staged_path_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE);
-  if (moved != 0 && errno == EINVAL) {
-    // A file system without RENAME_NOREPLACE: link(2) refuses an existing target just as well.
-    moved = link(staged_path_.c_str(), path_.c_str());
-    if (moved == 0) unlink(staged_path_.c_str());
-  }
-  if (moved != 0) {
-    const int error = errno;
-    if (error == EEXIST) {
-      return absl::AlreadyExistsError(absl::StrFormat(
-          "%s %s: something appeared at the path while the server started; refusing to replace "
-          "it",
-          label_, path_));
-    }
-    return absl::ErrnoToStatus(
-        error, absl::StrFormat("%s %s: moving the socket into place", label_, path_));
-  }
-  rmdir(directory_.c_str());
-  directory_.clear();
-  if (directory_fd_ >= 0) {
-    close(directory_fd_);
-    directory_fd_ = -1;
-  }
-  if (published != nullptr) *published = st;
   return absl::OkStatus();
+}
+
+absl::Status CheckBoundSocket(const std::string& path, const std::string& label,
+                              struct stat* identity) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    return absl::InternalError(absl::StrFormat("%s %s: no socket was bound there", label, path));
+  }
+  if ((st.st_mode & 07777) != 0600) {
+    return absl::InternalError(absl::StrFormat("%s %s: the socket is mode %04o, not 0600", label,
+                                               path, st.st_mode & 07777));
+  }
+  if (identity != nullptr) *identity = st;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<sys_util::ScopedFd> ListenOnUnixSocket(const std::string& path,
+                                                      const std::string& label, int backlog,
+                                                      struct stat* identity) {
+  RETURN_IF_ERROR(CheckOwnerOnlyUmask(path, label));
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s path %s: a unix socket path holds 1 to %d bytes", label, path,
+                        sizeof(address.sun_path) - 1));
+  }
+  sys_util::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return absl::ErrnoToStatus(errno, "socket(AF_UNIX)");
+  address.sun_family = AF_UNIX;
+  memcpy(address.sun_path, path.data(), path.size());
+  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    const int error = errno;
+    if (error == EADDRINUSE) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "%s %s: something appeared at the path since it was checked; refusing to replace it",
+          label, path));
+    }
+    return absl::ErrnoToStatus(error, absl::StrFormat("%s %s: bind", label, path));
+  }
+  if (listen(listener.get(), backlog) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrFormat("%s %s: listen", label, path));
+  }
+  RETURN_IF_ERROR(CheckBoundSocket(path, label, identity));
+  return listener;
 }
 
 absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any) {

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace api {
 
@@ -18,48 +19,26 @@ namespace api {
 absl::Status PrepareUnixSocketPath(const std::string& path,
                                    const std::string& label = "API socket");
 
-// A unix socket set up where nobody but its owner can reach it before it is ready, without
-// touching the process's umask (umask is per process, and other threads, vCPUs and iothreads,
-// may be creating files at the time). The socket is bound inside a fresh directory of mode 0700
-// beside the path (mkdtemp), made mode 0600 there, then moved to the path with rename(2), which is
-// atomic: at the path there is nothing, then a socket of mode 0600. Usage: Create(), bind (or let
-// gRPC bind) at bind_path(), Publish().
-class StagedUnixSocket {
- public:
-  // Checks `path` with PrepareUnixSocketPath (which removes a stale socket there; its errors, with
-  // `label`) and creates the private directory beside it.
-  static absl::StatusOr<StagedUnixSocket> Create(const std::string& path,
-                                                 const std::string& label = "API socket");
-  StagedUnixSocket(StagedUnixSocket&& other) noexcept;
-  StagedUnixSocket& operator=(StagedUnixSocket&& other) noexcept;
-  StagedUnixSocket(const StagedUnixSocket&) = delete;
-  StagedUnixSocket& operator=(const StagedUnixSocket&) = delete;
-  // Removes the private directory and a socket still in it (one never published).
-  ~StagedUnixSocket();
+// Whether the process's umask keeps group and others out of what it creates (all of 077 set).
+// A unix socket gets its mode from the umask when bound, and connecting needs write permission on
+// it, so under such a umask a socket bound at its final path is its owner's alone from the first
+// instant: no private directory, chmod or rename needed. The launchers set 0177 first thing, for
+// their whole life (vmm/command_line.h, StartLauncher), and their filter allows no chmod
+// (docs/security.md). FailedPrecondition naming `label` and `path` otherwise.
+absl::Status CheckOwnerOnlyUmask(const std::string& path, const std::string& label);
 
-  // Where to bind: inside the private directory; when that path would not fit in sockaddr_un, the
-  // same place through /proc/self/fd/N (a descriptor of the directory, open until Publish()).
-  const std::string& bind_path() const { return bind_path_; }
-  // The final path.
-  const std::string& path() const { return path_; }
+// A listening unix socket at `path` (PrepareUnixSocketPath has made room), after
+// CheckOwnerOnlyUmask: mode 0600, checked. bind(2) never replaces what may have appeared at the
+// path since (AlreadyExists). listen(2) with `backlog`. `identity` (optional) gets its lstat, so
+// that exactly this socket can be removed later. Errors name `label` and the path.
+absl::StatusOr<sys_util::ScopedFd> ListenOnUnixSocket(const std::string& path,
+                                                      const std::string& label, int backlog,
+                                                      struct stat* identity = nullptr);
 
-  // Makes the socket bound at bind_path() mode 0600 and moves it to path(), never replacing
-  // anything that appeared there in the meantime (RENAME_NOREPLACE: AlreadyExists), then removes
-  // the private directory. `published` (optional) receives the socket's lstat, taken where only
-  // the owner could reach it (to remove only this socket later). Errors name the path and label.
-  absl::Status Publish(struct stat* published = nullptr);
-
- private:
-  StagedUnixSocket() = default;
-  void Clear();
-
-  std::string path_;
-  std::string label_;
-  std::string directory_;    // the private directory; empty once published or moved from
-  std::string staged_path_;  // the socket's path inside it
-  std::string bind_path_;
-  int directory_fd_ = -1;  // O_PATH, for the /proc/self/fd/N form of bind_path_
-};
+// Checks what was bound at `path` by someone else's bind (gRPC's): a socket of mode 0600.
+// `identity` gets its lstat. InternalError naming `label` otherwise.
+absl::Status CheckBoundSocket(const std::string& path, const std::string& label,
+                              struct stat* identity);
 
 // Parses a TCP listen address "HOST:PORT" ("127.0.0.1:7000", "[::1]:7000", "localhost:7000";
 // port 0 picks a free one) into gRPC's address form. HOST must be an IP literal or "localhost" (no

@@ -60,11 +60,6 @@ class ListenAddressTest : public ::testing::Test {
     return names;
   }
 
-  // A listening socket bound at `staged`'s bind path (the caller closes the fd).
-  int BindStaged(const StagedUnixSocket& staged) {
-    return BindSocket(staged.bind_path(), /*listening=*/true);
-  }
-
   std::string dir_;
 };
 
@@ -122,104 +117,77 @@ TEST_F(ListenAddressTest, RemovesAStaleSocket) {
   EXPECT_FALSE(Exists(path));
 }
 
-// The process's umask stays as it is while the socket is staged and published; whatever it is,
-// the socket ends up mode 0600, and nobody but the owner could reach it before.
-TEST_F(ListenAddressTest, StagedSocketIsPublishedMode0600WithoutTouchingTheUmask) {
-  const mode_t saved = umask(0);  // the most permissive: a socket bound by the caller is 0777
+// The launchers' umask (0177): the socket is bound at its path, mode 0600 from its first instant,
+// and serves there.
+TEST_F(ListenAddressTest, ListensMode0600UnderAnOwnerOnlyUmask) {
+  const mode_t saved = umask(0177);
   const std::string path = dir_ + "/api.sock";
-  auto staged = StagedUnixSocket::Create(path);
-  ASSERT_TRUE(staged.ok()) << staged.status();
-  EXPECT_EQ(staged->path(), path);
-  EXPECT_FALSE(Exists(path));
-  // A private directory beside the path, open to its owner only.
-  const std::string bind_path = staged->bind_path();
-  const std::string private_dir = bind_path.substr(0, bind_path.rfind('/'));
-  EXPECT_EQ(private_dir.rfind(dir_ + "/.api.sock.", 0), 0u) << private_dir;
+  struct stat identity {};
+  auto listener = ListenOnUnixSocket(path, "--api-socket", 4, &identity);
+  umask(saved);
+  ASSERT_TRUE(listener.ok()) << listener.status();
   struct stat st {};
-  ASSERT_EQ(lstat(private_dir.c_str(), &st), 0);
-  EXPECT_TRUE(S_ISDIR(st.st_mode));
-  EXPECT_EQ(st.st_mode & 07777, 0700u);
-  const int fd = BindStaged(*staged);
-  struct stat staged_st {};
-  ASSERT_EQ(lstat(bind_path.c_str(), &staged_st), 0);
-  struct stat published {};
-  ASSERT_TRUE(staged->Publish(&published).ok());
-  EXPECT_EQ(umask(saved), 0u) << "the umask changed";
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 07777, 0600u);
-  EXPECT_EQ(st.st_ino, staged_st.st_ino);  // the socket bound above, moved
-  EXPECT_EQ(published.st_ino, st.st_ino);
-  EXPECT_EQ(published.st_dev, st.st_dev);
-  EXPECT_EQ(Listing(), std::set<std::string>{"api.sock"}) << "the private directory stayed";
-  // And it works where it is now.
+  EXPECT_EQ(identity.st_ino, st.st_ino);
+  EXPECT_EQ(identity.st_dev, st.st_dev);
+  EXPECT_EQ(Listing(), std::set<std::string>{"api.sock"});
   const int client = socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
   EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   close(client);
-  close(fd);
-  EXPECT_FALSE(staged->Publish().ok());  // once
 }
 
-// A path that fits sockaddr_un while the private directory's does not: bound through
-// /proc/self/fd.
-TEST_F(ListenAddressTest, StagedSocketWithALongPath) {
-  sockaddr_un address{};
-  const std::string path =
-      dir_ + "/" + std::string(sizeof(address.sun_path) - 1 - dir_.size() - 1, 'l');
-  ASSERT_EQ(path.size(), sizeof(address.sun_path) - 1);
-  auto staged = StagedUnixSocket::Create(path);
-  ASSERT_TRUE(staged.ok()) << staged.status();
-  EXPECT_EQ(staged->bind_path().rfind("/proc/self/fd/", 0), 0u) << staged->bind_path();
-  const int fd = BindStaged(*staged);
-  ASSERT_TRUE(staged->Publish().ok());
-  struct stat st {};
-  ASSERT_EQ(lstat(path.c_str(), &st), 0);
-  EXPECT_TRUE(S_ISSOCK(st.st_mode));
-  EXPECT_EQ(st.st_mode & 07777, 0600u);
-  EXPECT_EQ(Listing().size(), 1u);
-  close(fd);
-}
-
-// Something put at the path after it was checked is never replaced.
-TEST_F(ListenAddressTest, StagedSocketNeverReplacesWhatAppeared) {
-  const std::string path = dir_ + "/api.sock";
-  std::optional<StagedUnixSocket> staged;
-  {
-    auto created = StagedUnixSocket::Create(path);
-    ASSERT_TRUE(created.ok()) << created.status();
-    staged.emplace(*std::move(created));
+// Any umask that lets group or others in is refused before anything is bound.
+TEST_F(ListenAddressTest, RefusesAUmaskThatLetsOthersIn) {
+  for (mode_t permissive : {0000, 0022, 0007, 0070}) {
+    const mode_t saved = umask(permissive);
+    const absl::Status checked = CheckOwnerOnlyUmask(dir_ + "/api.sock", "--api-socket");
+    auto listener = ListenOnUnixSocket(dir_ + "/api.sock", "--api-socket", 4);
+    umask(saved);
+    EXPECT_EQ(checked.code(), absl::StatusCode::kFailedPrecondition) << permissive;
+    EXPECT_NE(checked.message().find("umask"), std::string::npos) << checked;
+    EXPECT_NE(checked.message().find("--api-socket"), std::string::npos) << checked;
+    EXPECT_EQ(listener.status().code(), absl::StatusCode::kFailedPrecondition) << permissive;
+    EXPECT_TRUE(Listing().empty()) << permissive;
   }
-  const int fd = BindStaged(*staged);
+  for (mode_t strict : {0077, 0177, 0777}) {
+    const mode_t saved = umask(strict);
+    EXPECT_TRUE(CheckOwnerOnlyUmask(dir_ + "/api.sock", "--api-socket").ok()) << strict;
+    umask(saved);
+  }
+}
+
+// Something put at the path after it was checked is never replaced: bind(2) refuses.
+TEST_F(ListenAddressTest, NeverReplacesWhatAppeared) {
+  const std::string path = dir_ + "/api.sock";
   std::ofstream(path) << "precious";
-  const absl::Status published = staged->Publish();
-  EXPECT_EQ(published.code(), absl::StatusCode::kAlreadyExists) << published;
-  EXPECT_NE(published.message().find(path), std::string::npos) << published;
+  const mode_t saved = umask(0177);
+  auto listener = ListenOnUnixSocket(path, "--api-socket", 4);
+  umask(saved);
+  EXPECT_EQ(listener.status().code(), absl::StatusCode::kAlreadyExists) << listener.status();
+  EXPECT_NE(listener.status().message().find(path), std::string::npos) << listener.status();
   std::ifstream in(path);
   std::string content;
   std::getline(in, content);
   EXPECT_EQ(content, "precious");
-  staged.reset();  // removes the staged socket and its directory
-  EXPECT_EQ(Listing(), std::set<std::string>{"api.sock"});
-  close(fd);
 }
 
-TEST_F(ListenAddressTest, StagedSocketCleansUpWhenNotPublished) {
-  {
-    auto staged = StagedUnixSocket::Create(dir_ + "/api.sock");
-    ASSERT_TRUE(staged.ok()) << staged.status();
-    close(BindStaged(*staged));
-    EXPECT_EQ(Listing().size(), 1u);  // the private directory
-  }
-  EXPECT_TRUE(Listing().empty());
-  // Create applies PrepareUnixSocketPath's rules, and leaves nothing behind when they refuse.
-  std::ofstream(dir_ + "/file") << "precious";
-  auto refused = StagedUnixSocket::Create(dir_ + "/file");
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(Listing(), std::set<std::string>{"file"});
-  EXPECT_FALSE(StagedUnixSocket::Create(dir_ + "/missing/api.sock").ok());
+TEST_F(ListenAddressTest, ChecksWhatSomeoneElseBound) {
+  const std::string path = dir_ + "/grpc.sock";
+  const mode_t saved = umask(0022);  // 0755: not the owner's alone
+  const int fd = BindSocket(path, /*listening=*/true);
+  umask(saved);
+  struct stat identity {};
+  EXPECT_EQ(CheckBoundSocket(path, "--api-socket", &identity).code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(CheckBoundSocket(dir_ + "/missing", "--api-socket", &identity).code(),
+            absl::StatusCode::kInternal);
+  ASSERT_EQ(chmod(path.c_str(), 0600), 0);
+  EXPECT_TRUE(CheckBoundSocket(path, "--api-socket", &identity).ok());
+  close(fd);
 }
 
 TEST(TcpListenAddressTest, LoopbackOnlyUnlessAsked) {

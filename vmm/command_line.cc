@@ -547,6 +547,10 @@ absl::StatusOr<ParsedCommandLine> ParseFlagsAndDrives(int argc, char** argv) {
 
 absl::StatusOr<ParsedCommandLine> StartLauncher(int argc, char** argv, const ProgramHelp& help) {
   RETURN_IF_ERROR(sys_util::CloseInheritedDescriptors());
+  // Everything the launcher creates is its user's alone, for its whole life: the unix sockets are
+  // bound at their paths already mode 0600 (api::CheckOwnerOnlyUmask), and the filter allows no
+  // chmod and no umask change afterwards (docs/security.md). Set once, before any thread exists.
+  umask(0177);
   RETURN_IF_ERROR(UseSmallThreadStacks());
   ASSIGN_OR_RETURN(ParsedCommandLine parsed, ParseFlagsAndDrives(argc, argv));
   switch (parsed.request) {

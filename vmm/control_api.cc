@@ -34,6 +34,9 @@ class PluginControlServer final : public api::ControlServer {
   void Stop() override { server_->Stop(); }
   const std::string& unix_socket_path() const override { return server_->unix_socket_path(); }
   int tcp_port() const override { return server_->tcp_port(); }
+  std::optional<api::SocketIdentity> unix_socket_identity() const override {
+    return server_->unix_socket_identity();
+  }
 
  private:
   LibraryHandle library_;  // declared first: destroyed last

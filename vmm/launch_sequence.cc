@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -10,6 +11,7 @@
 #include "vmm/api_flags.h"
 #include "vmm/control_api.h"
 #include "vmm/launcher_sandbox.h"
+#include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
 namespace {
@@ -23,17 +25,24 @@ int Fail(const LauncherProgram& program, const absl::Status& status) {
 
 // Steps 6 to 8 (RunLauncher): everything after Build, whose result the caller stops either way.
 absl::StatusOr<int> ServeAndRun(LauncherProgram& program, const LaunchContext& context,
-                                const ApiFlags& api_flags,
+                                sandbox::SandboxFromFlags& sandbox, const ApiFlags& api_flags,
                                 std::unique_ptr<api::ControlServer>& api_server) {
   if (api_flags.enabled()) {
     auto started = StartLauncherApi(program.name(), api_flags.options, program.ApiControl(context));
     if (!started.ok()) return started.status();
     api_server = *std::move(started);
+    if (const auto identity = api_server->unix_socket_identity(); identity.has_value()) {
+      RETURN_IF_ERROR(context.socket_janitor->Register(api_server->unix_socket_path(),
+                                                       identity->device, identity->inode));
+    }
   }
+  // What the janitor removes is settled as soon as the last socket is bound: before the guest, a
+  // front end or the jail.
+  if (context.socket_janitor != nullptr) RETURN_IF_ERROR(context.socket_janitor->Seal());
   if (absl::Status ready = program.BeforeJail(context); !ready.ok()) return ready;
   // Everything is open (images, /dev/kvm, sockets, the API's plugin): into the jail before the
   // guest runs a single instruction or a front end connects.
-  if (absl::Status jailed = EnterLauncherJail(*context.sandbox, context.media_dir); !jailed.ok()) {
+  if (absl::Status jailed = EnterLauncherJail(sandbox, context.media_dir); !jailed.ok()) {
     return jailed;
   }
   return program.Run(context);
@@ -54,24 +63,41 @@ int RunLauncher(LauncherProgram& program, int argc, char** argv) {
   // the machine: the media directory is destroyed last.
   auto api_flags = ApiFlagsFromCommandLine();
   if (!api_flags.ok()) return Fail(program, api_flags.status());
-  if (absl::Status ready = program.BeforeSandbox(); !ready.ok()) return Fail(program, ready);
-  // Before any thread starts: the jail's namespaces (they belong to threads), and the process's
-  // filter, which every thread inherits (docs/security.md).
-  auto sandbox = EnableLauncherSandbox(program.name(), parsed->drives, *api_flags);
-  if (!sandbox.ok()) return Fail(program, sandbox.status());
-  context.sandbox = &*sandbox;
-  context.media_dir = api_flags->media_dir.get();
+  // One reading of --seccomp for the socket janitor's filter and the process's.
+  auto seccomp = sandbox::SeccompSettingFromFlags();
+  if (!seccomp.ok()) return Fail(program, seccomp.status());
+  // Forked while the process has one thread, before the sandbox; destroyed after the API's server
+  // and the program have stopped (declared before them), which lets it remove the sockets then.
+  std::optional<sandbox::SocketJanitor> socket_janitor;
+  if (program.MakesUnixSocket() || !api_flags->options.unix_socket_path.empty()) {
+    auto started = sandbox::SocketJanitor::Start(*seccomp);
+    if (!started.ok()) return Fail(program, started.status());
+    socket_janitor.emplace(*std::move(started));
+    context.socket_janitor = &*socket_janitor;
+  }
+  // The API's server leaves its socket to the janitor: the filter refuses unlink.
+  api_flags->options.remove_socket_on_stop = false;
+  if (absl::Status ready = program.BeforeSandbox(context); !ready.ok()) {
+    return Fail(program, ready);
+  }
   // Blocked before the first thread starts, so that every thread inherits the mask and only the
-  // signalfd reads them.
+  // signalfd reads them; and before the jail's fork: its supervisor forwards a stop signal at
+  // once, and the VMM, PID 1 of its namespace, would drop one it neither blocks nor handles.
   auto stop_signals = StopSignalFd();
   if (!stop_signals.ok()) return Fail(program, stop_signals.status());
   context.stop_signal_fd = stop_signals->get();
+  // Before any thread starts: the jail's namespaces (they belong to threads), and the process's
+  // filter, which every thread inherits (docs/security.md).
+  auto sandbox = EnableLauncherSandbox(program.name(), *seccomp, parsed->drives, *api_flags);
+  if (!sandbox.ok()) return Fail(program, sandbox.status());
+  context.sandbox = &*sandbox;
+  context.media_dir = api_flags->media_dir.get();
 
   auto next = program.Build(context);
   if (!next.ok()) return Fail(program, next.status());
   if (*next == LauncherProgram::Next::kDone) return 0;
   std::unique_ptr<api::ControlServer> api_server;
-  const absl::StatusOr<int> ran = ServeAndRun(program, context, *api_flags, api_server);
+  const absl::StatusOr<int> ran = ServeAndRun(program, context, *sandbox, *api_flags, api_server);
   program.Stop();
   // No API call may reach the machine once it is stopping (Watch streams end here).
   if (api_server != nullptr) api_server->Stop();

@@ -8,6 +8,7 @@
 #include "vmm/command_line.h"
 #include "vmm/media_directory.h"
 #include "vmm/sandbox/sandbox_flags.h"
+#include "vmm/sandbox/socket_janitor.h"
 
 namespace vmm {
 
@@ -22,6 +23,10 @@ struct LaunchContext {
   // --media-dir, or in the jail without it a directory that says why inserts fail; nullptr when
   // there is no control API.
   MediaDirectory* media_dir = nullptr;
+  // Removes the unix sockets the launch made once the process has ended (the VMM's filter allows
+  // no unlink): Register each right after its bind, before the sequence seals it (step 7). Set
+  // when the program MakesUnixSocket() or the API listens on one; nullptr otherwise.
+  sandbox::SocketJanitor* socket_janitor = nullptr;
 };
 
 // One launcher program (microvm, vhost-user-scsi): what it does at each step of the one launch
@@ -40,9 +45,12 @@ class LauncherProgram {
   // `parsed` is read-only: the sequence hands the same drives to the sandbox afterwards (a
   // passed-through host drive keeps its device node and the host's uevents in the jail).
   virtual absl::Status Configure(const ParsedCommandLine& parsed) = 0;
+  // Whether the program binds a unix socket of its own (then the sequence starts the socket
+  // janitor, context.socket_janitor).
+  virtual bool MakesUnixSocket() const { return false; }
   // What must happen before the filter forbids it (a socket path told stale from live with a
-  // connect()).
-  virtual absl::Status BeforeSandbox() { return absl::OkStatus(); }
+  // connect()), with one thread: only socket_janitor is set in `context`.
+  virtual absl::Status BeforeSandbox(const LaunchContext& context) { return absl::OkStatus(); }
   // Opens the files and builds the machine, its threads started through context.sandbox. kDone:
   // the program's work is done without running (microvm's --dump-dtb), exit 0.
   virtual absl::StatusOr<Next> Build(const LaunchContext& context) = 0;
@@ -62,15 +70,17 @@ class LauncherProgram {
 };
 
 // The launch sequence, the same for both launchers and in this order:
-//   1. StartLauncher: inherited descriptors closed, small thread stacks, argv parsed (--help,
-//      --version: exit 0 here);
+//   1. StartLauncher: inherited descriptors closed, the umask 0177, small thread stacks, argv
+//      parsed (--help, --version: exit 0 here);
 //   2. program.Configure: the flags checked before anything is opened;
-//   3. the API's flags (token, media directory, socket paths readied); program.BeforeSandbox;
-//   4. the sandbox before any thread starts: the jail's namespaces and the process's filter
-//      (docs/security.md); the stop signals blocked and read through a signalfd;
+//   3. the API's flags (token, media directory, socket paths readied); the socket janitor
+//      started when a unix socket will be made (vmm/sandbox/socket_janitor.h);
+//      program.BeforeSandbox;
+//   4. the stop signals blocked and read through a signalfd; the sandbox before any thread
+//      starts: the jail's namespaces and the process's filter (docs/security.md);
 //   5. program.Build: files opened, the machine built, its threads started;
 //   6. the control API's server (vmm/control_api.h), serving program.ApiControl;
-//   7. program.BeforeJail, then into the jail with everything open;
+//   7. the socket janitor sealed; program.BeforeJail; then into the jail with everything open;
 //   8. program.Run; then program.Stop, the API's server stopped (no call reaches a stopping
 //      machine), program.Finish.
 // An error at any step is printed as "NAME: message" and gives exit status 1; from step 6 on,

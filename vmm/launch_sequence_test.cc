@@ -46,7 +46,7 @@ class RecordingProgram : public LauncherProgram {
     return *help;
   }
   absl::Status Configure(const ParsedCommandLine&) override { return Step("Configure"); }
-  absl::Status BeforeSandbox() override { return Step("BeforeSandbox"); }
+  absl::Status BeforeSandbox(const LaunchContext&) override { return Step("BeforeSandbox"); }
   absl::StatusOr<Next> Build(const LaunchContext& context) override {
     // What the sequence promises a program by now.
     if (context.sandbox == nullptr || context.stop_signal_fd < 0) return absl::InternalError("no");

@@ -2,13 +2,16 @@
 
 #include <sys/stat.h>
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace vmm {
 
 absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
-    const char* program, const std::vector<DriveSpec>& drives, ApiFlags& api) {
+    const char* program, const sandbox::SeccompSetting& seccomp,
+    const std::vector<DriveSpec>& drives, ApiFlags& api) {
   sandbox::JailNeeds needs;
   needs.program = program;
   needs.host_network = !api.options.tcp_address.empty();
@@ -22,7 +25,7 @@ absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
       needs.device_nodes.push_back(drive.path);
     }
   }
-  auto sandbox = sandbox::EnableSandboxFromFlags(needs);
+  auto sandbox = sandbox::EnableSandboxFromFlags(seccomp, needs);
   if (!sandbox.ok()) return sandbox.status();
   if (!sandbox->notice.empty()) absl::FPrintF(stderr, "%s: %s\n", program, sandbox->notice);
   if (sandbox->jail.has_value() && api.enabled() && api.media_dir == nullptr) {
@@ -31,10 +34,9 @@ absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
   return sandbox;
 }
 
-absl::Status EnterLauncherJail(const sandbox::SandboxFromFlags& sandbox,
-                               MediaDirectory* media_dir) {
+absl::Status EnterLauncherJail(sandbox::SandboxFromFlags& sandbox, MediaDirectory* media_dir) {
   if (!sandbox.jail.has_value()) return absl::OkStatus();
-  absl::Status entered = sandbox::EnterJail(*sandbox.jail);
+  absl::Status entered = sandbox::EnterJail(*sandbox.jail, std::move(sandbox.jail_root));
   if (entered.ok() && media_dir != nullptr) entered = media_dir->ReopenInTheJail();
   if (!entered.ok()) {
     return absl::Status(entered.code(), absl::StrCat("--jail: ", entered.message()));

@@ -19,11 +19,12 @@ namespace vmm {
 // becomes MediaDirectory::NoneInTheJail(), so inserts say why they fail. Prints the sandbox's
 // notice, if any, after "`program`: ".
 absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
-    const char* program, const std::vector<DriveSpec>& drives, ApiFlags& api);
+    const char* program, const sandbox::SeccompSetting& seccomp,
+    const std::vector<DriveSpec>& drives, ApiFlags& api);
 
 // Once everything is open: enters the jail, if there is one, and opens the media directory again
 // inside it. Errors start with "--jail: ".
-absl::Status EnterLauncherJail(const sandbox::SandboxFromFlags& sandbox, MediaDirectory* media_dir);
+absl::Status EnterLauncherJail(sandbox::SandboxFromFlags& sandbox, MediaDirectory* media_dir);
 
 }  // namespace vmm
 

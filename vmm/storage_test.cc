@@ -415,6 +415,7 @@ class StorageApiTest : public StorageTest {
         *storage_, "test", absl::Now(), getpid(), [] {}, media_dir);
     api::ApiServerOptions options;
     options.unix_socket_path = Path("api.sock");
+    umask(0177);  // the launchers' (vmm/command_line.h): the server binds its socket under it
     auto server = api::ApiServer::Start(options, *control_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);

@@ -114,25 +114,6 @@ absl::Status ConfigureStorage(const std::vector<vmm::DriveSpec>& drives,
   return vmm::IoThreadFlagsInto(config);
 }
 
-absl::StatusOr<sys_util::ScopedFd> Listen(const std::string& path) {
-  // The socket hands out guest memory and the disks: owner only, like the API socket. The
-  // iothreads already run, so no process-wide umask: it is bound in a private directory and
-  // moved into place once it is mode 0600 (api::StagedUnixSocket).
-  ASSIGN_OR_RETURN(api::StagedUnixSocket staged, api::StagedUnixSocket::Create(path, "--socket"));
-  sys_util::ScopedFd listener(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!listener.valid()) return sys_util::ErrnoStatus(errno, "socket(AF_UNIX)");
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, staged.bind_path().data(), staged.bind_path().size());
-  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
-    return sys_util::ErrnoStatus(errno, absl::StrCat("binding ", path));
-  }
-  if (listen(listener.get(), 1) != 0)
-    return sys_util::ErrnoStatus(errno, absl::StrCat("listening on ", path));
-  RETURN_IF_ERROR(staged.Publish());
-  return listener;
-}
-
 // A signal stops the server; the watcher itself ends when the server stops for another reason
 // (Join tells it to, then waits for it).
 class SignalWatcher {
@@ -185,12 +166,23 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
     return ConfigureStorage(parsed.drives, config_);
   }
 
+  bool MakesUnixSocket() const override { return true; }
+
   // A stale socket replaced, a live one refused: connect() tells them apart, which the filter
-  // refuses.
-  absl::Status BeforeSandbox() override {
+  // refuses. Then the socket itself, owner-only from its first instant (the launcher's umask),
+  // left to the janitor to remove. Listening from here on, before the drives are open, is
+  // harmless: nothing is accepted until Run, and a front end that connects early waits.
+  absl::Status BeforeSandbox(const vmm::LaunchContext& context) override {
     absl::Status ready = api::PrepareUnixSocketPath(socket_path_, "--socket");
     if (!ready.ok()) return vmm::NameTheFlag("--socket", socket_path_, socket_path_, ready);
-    return absl::OkStatus();
+    struct stat identity {};
+    // A backlog of one: the back end serves one front end at a time.
+    auto listener = api::ListenOnUnixSocket(socket_path_, "--socket", 1, &identity);
+    if (!listener.ok()) {
+      return vmm::NameTheFlag("--socket", socket_path_, socket_path_, listener.status());
+    }
+    listener_ = *std::move(listener);
+    return context.socket_janitor->Register(socket_path_, identity.st_dev, identity.st_ino);
   }
 
   absl::StatusOr<Next> Build(const vmm::LaunchContext& context) override {
@@ -200,12 +192,7 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
     ASSIGN_OR_RETURN(storage_, vmm::Storage::Create(config_));
     device_ = storage_->TakeScsiDevice();
     if (device_ == nullptr) return absl::InternalError("no virtio-scsi device was built");
-    auto listener = Listen(socket_path_);
-    if (!listener.ok()) {
-      return vmm::NameTheFlag("--socket", socket_path_, socket_path_, listener.status());
-    }
-    socket_made_ = true;
-    server_ = std::make_unique<devices::virtio::vhost_user::VhostUserServer>(*std::move(listener),
+    server_ = std::make_unique<devices::virtio::vhost_user::VhostUserServer>(std::move(listener_),
                                                                              *device_);
     for (const vmm::AttachedDrive& drive : storage_->drives()) names_.push_back(drive.name);
     return Next::kRun;
@@ -238,15 +225,10 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
     if (watcher_ != nullptr) watcher_->Join();
   }
 
-  // The vhost-user socket this made: nothing serves it any more.
-  ~VhostUserScsiProgram() override {
-    if (socket_made_) unlink(socket_path_.c_str());
-  }
-
  private:
   vmm::StorageConfig config_;
   std::string socket_path_;
-  bool socket_made_ = false;
+  sys_util::ScopedFd listener_;  // bound in BeforeSandbox, served from Build on
   std::unique_ptr<vmm::Storage> storage_;
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> device_;
   std::unique_ptr<devices::virtio::vhost_user::VhostUserServer> server_;

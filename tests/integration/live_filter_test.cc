@@ -8,7 +8,8 @@
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
 //   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;
 //   N5  MSG_FASTOPEN, UDP, connect, any internet socket without --api-tcp;
-//   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod of a file outside the jail;
+//   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod, link, rename and unlink of
+//       files in and out of the jail, a setuid program made with open(O_CREAT);
 //   N11 a descriptor inherited from whoever started the VMM.
 // The vCPU threads' programs are microvm's, which needs KVM: thread_policy_test runs the same
 // allowlists in process.
@@ -49,6 +50,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/test_util.h"
 #include "tests/support/skip.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace tests {
 namespace {
@@ -56,10 +58,7 @@ namespace {
 constexpr char kVhostUserScsi[] = "vmm/vhost-user-scsi";
 constexpr uid_t kJailUser = 65534;
 
-[[noreturn]] void ExitNow(int status) {
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
+using ::sys_util::ExitNow;
 
 using Program = std::vector<sock_filter>;
 
@@ -200,6 +199,11 @@ class LiveFilterTest : public ::testing::Test {
       waitpid(supervisor_, &status, 0);
       EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n"
                                                                  << ReadFile(dir_ + "/log");
+      // The jailed VMM cannot reach its sockets' paths; its janitor removed them before the
+      // VMM's exit status was known.
+      struct stat st {};
+      EXPECT_NE(lstat((dir_ + "/vhost.sock").c_str(), &st), 0) << "the vhost-user socket stayed";
+      EXPECT_NE(lstat((dir_ + "/api.sock").c_str(), &st), 0) << "the API socket stayed";
     }
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
   }
@@ -343,6 +347,43 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
 #endif
   // The bystander lived through all of it.
   EXPECT_EQ(kill(bystander_, 0), 0);
+  // N7 (H18): as root, files are never re-moded, linked, renamed or removed. A program to make
+  // setuid, a file to remove: the test's own.
+  const std::string program = dir_ + "/program";
+  WriteFile(program, "#!/bin/sh\n");
+  ASSERT_EQ(chmod(program.c_str(), 0755), 0);
+  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(chmod(program.c_str(), 04755)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] {
+                      const int fd = open(program.c_str(), O_RDONLY);
+                      return Result(fchmod(fd, 04755));
+                    }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] { return Result(link(program.c_str(), (dir_ + "/copy").c_str())); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [&] { return Result(rename(program.c_str(), (dir_ + "/moved").c_str())); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(unlink(program.c_str())); }),
+            Errno(EPERM));
+  EXPECT_EQ(Attempt(kNothing, control, [&] { return Result(mkdir((dir_ + "/d").c_str(), 0755)); }),
+            Errno(EPERM));
+  EXPECT_EQ(Attempt(kNothing, control, [] { return Result(umask(0)); }), "trapped");
+  struct stat program_stat {};
+  ASSERT_EQ(stat(program.c_str(), &program_stat), 0);
+  EXPECT_EQ(program_stat.st_mode & 07777, 0755u) << "the program was re-moded";
+  // What a thread may still create, it creates under the VMM's umask (0177, which it cannot
+  // change): asked for a setuid executable, it gets a file nobody can execute.
+  const std::string created = dir_ + "/created";
+  EXPECT_EQ(
+      Attempt([] { umask(0177); }, control,
+              [&] { return Result(open(created.c_str(), O_WRONLY | O_CREAT | O_EXCL, 04755)); }),
+      "done");
+  struct stat created_stat {};
+  ASSERT_EQ(stat(created.c_str(), &created_stat), 0);
+  EXPECT_EQ(created_stat.st_mode & 0111, 0u) << std::oct << created_stat.st_mode;
 }
 
 TEST_F(LiveFilterTest, TheIothreadCannotOpenOrConnectEvenThroughTheVmmsOwnRing) {
@@ -440,14 +481,50 @@ TEST_F(LiveFilterTest, NothingTheVmmHoldsLeadsOutOfItsJail) {
             Errno(ENOENT));
   EXPECT_EQ(Attempt(IntoTheJail(), control,
                     [&] { return Result(chmod((dir_ + "/media/disc.iso").c_str(), 04777)); }),
-            Errno(EPERM));
+            "trapped");
   EXPECT_EQ(Attempt(IntoTheJail(), control,
-                    [&] { return Result(chmod((dir_ + "/disk.img").c_str(), 04777)); }),
-            Errno(ENOENT));
+                    [&] { return Result(unlink((dir_ + "/media/disc.iso").c_str())); }),
+            Errno(EPERM));
   EXPECT_EQ(Attempt(IntoTheJail(), control,
                     [&] { return Result(open((dir_ + "/media/disc.iso").c_str(), O_RDONLY)); }),
             "done");
   for (const auto& [fd, copy] : copies) close(copy);
+}
+
+// The socket janitor (vmm/sandbox/socket_janitor.h): a process of its own, outside the jail, that
+// may only read its pipe, look at paths and remove them.
+TEST_F(LiveFilterTest, TheSocketJanitorMayOnlyReadStatAndRemove) {
+  // Ours: named socket-janitor, with this test's --socket in its command line (a fork, no exec).
+  pid_t janitor = -1;
+  for (const std::string& name : Listing("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    if (absl::StripAsciiWhitespace(ReadFile(absl::StrCat("/proc/", pid, "/comm"))) !=
+        "socket-janitor") {
+      continue;
+    }
+    if (absl::StrContains(ReadFile(absl::StrCat("/proc/", pid, "/cmdline")), dir_)) janitor = pid;
+  }
+  ASSERT_GT(janitor, 0) << "no socket janitor for this VMM";
+  // Not the supervisor's child (its one child is the VMM), nor the VMM's; a session of its own.
+  const std::string status = ReadFile(absl::StrCat("/proc/", janitor, "/status"));
+  EXPECT_EQ(status.find(absl::StrCat("PPid:\t", supervisor_, "\n")), std::string::npos) << status;
+  EXPECT_EQ(status.find(absl::StrCat("PPid:\t", vmm_, "\n")), std::string::npos) << status;
+  EXPECT_EQ(getsid(janitor), janitor);
+  EXPECT_EQ(Descriptors(janitor).size(), 2u) << "the janitor holds more than its two pipes";
+  const std::vector<Program> filter = FiltersOf(janitor);
+  ASSERT_EQ(filter.size(), 1u);
+  EXPECT_EQ(Attempt(kNothing, filter, [] { return Result(open("/etc/passwd", O_RDONLY)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, filter, [] { return Result(socket(AF_UNIX, SOCK_STREAM, 0)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, filter, [&] { return Result(chmod(dir_.c_str(), 0777)); }),
+            "trapped");
+  EXPECT_EQ(Attempt(kNothing, filter, [] { return Result(write(2, "x", 1)); }), "trapped");
+  EXPECT_EQ(Attempt(kNothing, filter, [] { return Result(syscall(SYS_fork)); }), "trapped");
+  const std::string scratch = dir_ + "/scratch";
+  WriteFile(scratch, "x");
+  EXPECT_EQ(Attempt(kNothing, filter, [&] { return Result(unlink(scratch.c_str())); }), "done");
 }
 
 TEST_F(LiveFilterTest, TheSupervisorMayOnlyWaitSignalAndExit) {

@@ -145,12 +145,18 @@ absl::StatusOr<Cgroup> Cgroup::Create(const CgroupLimits& limits, const std::str
     }
     const std::string& part = parent_parts[level];
     const bool leaf = level + 1 == parent_parts.size();
-    if (mkdirat(directory.get(), part.c_str(), 0755) != 0 && (leaf || errno != EEXIST)) {
+    const bool made = mkdirat(directory.get(), part.c_str(), 0755) == 0;
+    if (!made && (leaf || errno != EEXIST)) {
       return sys_util::ErrnoStatus(errno, absl::StrFormat("mkdir %s/%s", path, part));
     }
     sys_util::ScopedFd next(
         openat(directory.get(), part.c_str(), O_DIRECTORY | O_RDONLY | O_CLOEXEC));
     if (!next.valid()) return sys_util::ErrnoStatus(errno, absl::StrFormat("%s/%s", path, part));
+    // 0755 whatever the launcher's umask (0177: a directory nobody else could enter); one that
+    // existed keeps its mode.
+    if (made && fchmod(next.get(), 0755) != 0) {
+      return sys_util::ErrnoStatus(errno, absl::StrFormat("chmod %s/%s", path, part));
+    }
     if (leaf) {
       Cgroup cgroup(std::move(directory), std::move(next), name,
                     absl::StrFormat("%s/%s", path, part));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "vmm/sandbox/pid_namespace.h"
+#include "vmm/sandbox/socket_janitor.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -65,7 +66,8 @@ std::string FilterTable(const SandboxOptions& options) {
       {"every thread (the process's filter)", AllowlistFor(ThreadRole::kControl, options)},
       {"vCPU threads (also bound by the process's)", AllowlistFor(ThreadRole::kVcpu, options)},
       {"iothreads (also bound by the process's)", AllowlistFor(ThreadRole::kIo, options)},
-      {"the jail's supervisor (a process of its own)", SupervisorAllowlist()}};
+      {"the jail's supervisor (a process of its own)", SupervisorAllowlist()},
+      {"the socket janitor (a process of its own)", JanitorAllowlist()}};
   std::vector<SyscallAllowlist> lists;
   std::map<std::string, int> calls;  // by name: the table reads alphabetically
   for (const auto& [title, list] : roles) {

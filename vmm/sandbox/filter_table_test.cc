@@ -27,6 +27,14 @@ TEST(FilterTableTest, NamesEveryCallAndSaysWhatEachRoleGets) {
   EXPECT_NE(table.find("| `tgkill` | arg0 = own process: allowed; else trap |"), std::string::npos)
       << table;
   EXPECT_EQ(table.find("`execve`"), std::string::npos) << "no role names execve: it traps";
+  // Files are never re-moded, linked or renamed by anyone (H18), and removed only by the socket
+  // janitor: the VMM's threads are refused.
+  for (const char* call : {"`chmod`", "`fchmod`", "`fchmodat`", "`link`", "`linkat`", "`rename`",
+                           "`renameat2`", "`umask`"}) {
+    EXPECT_EQ(table.find(call), std::string::npos) << call << " is named: " << table;
+  }
+  EXPECT_NE(table.find("| `unlink` | EPERM | trap | trap | trap | allowed |"), std::string::npos)
+      << table;
 }
 
 }  // namespace

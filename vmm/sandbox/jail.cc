@@ -95,6 +95,18 @@ absl::StatusOr<std::string> InsideTheJail(const std::string& path) {
   return absl::StrJoin(parts, "/");
 }
 
+// Creates the directory `relative` under `root`, mode 0755 whatever the umask (the launchers'
+// 0177 would leave it 0600, which the jail's user could not pass through).
+absl::Status MakeDirectory(int root, const std::string& relative) {
+  if (mkdirat(root, relative.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Errno(absl::StrFormat("mkdir /%s in the jail", relative));
+  }
+  if (fchmodat(root, relative.c_str(), 0755, 0) != 0) {
+    return Errno(absl::StrFormat("chmod /%s in the jail", relative));
+  }
+  return absl::OkStatus();
+}
+
 // Creates the directories leading to `relative` (not itself) under `root`, mode 0755.
 absl::Status MakeParents(int root, const std::string& relative) {
   std::string prefix;
@@ -102,9 +114,7 @@ absl::Status MakeParents(int root, const std::string& relative) {
   parts.pop_back();
   for (const std::string& part : parts) {
     prefix += prefix.empty() ? part : "/" + part;
-    if (mkdirat(root, prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return Errno(absl::StrFormat("mkdir /%s in the jail", prefix));
-    }
+    RETURN_IF_ERROR(MakeDirectory(root, prefix));
   }
   return absl::OkStatus();
 }
@@ -118,15 +128,19 @@ absl::StatusOr<std::string> Resolve(const std::string& path) {
   return resolved;
 }
 
-// Bind-mounts the host directory `path` at the same path inside the jail: nosuid, nodev, noexec,
-// and only that directory (not the mounts beneath it).
-absl::Status ShareDirectory(int root, const std::string& path) {
+// The place of the host directory `path` inside the jail: the same path, a directory to mount on.
+absl::Status MakeMountPoint(int root, const std::string& path) {
   ASSIGN_OR_RETURN(const std::string resolved, Resolve(path));
   ASSIGN_OR_RETURN(const std::string inside, InsideTheJail(resolved));
   RETURN_IF_ERROR(MakeParents(root, inside));
-  if (mkdirat(root, inside.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Errno(absl::StrFormat("mkdir %s in the jail", resolved));
-  }
+  return MakeDirectory(root, inside);
+}
+
+// Bind-mounts the host directory `path` at the same path inside the jail (MakeMountPoint made
+// it): nosuid, nodev, noexec, and only that directory (not the mounts beneath it).
+absl::Status ShareDirectory(int root, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string resolved, Resolve(path));
+  ASSIGN_OR_RETURN(const std::string inside, InsideTheJail(resolved));
   sys_util::ScopedFd tree(
       open_tree(AT_FDCWD, resolved.c_str(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC));
   if (!tree.valid()) return Errno(absl::StrFormat("open_tree(%s)", resolved));
@@ -245,16 +259,17 @@ absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options) {
   return ForkIntoPidNamespace({.seccomp = options.seccomp, .cgroup = std::move(options.cgroup)});
 }
 
-absl::Status EnterJail(const JailOptions& options) {
+absl::StatusOr<sys_util::ScopedFd> BuildJailRoot(const JailOptions& options) {
   if (options.uid == 0 || options.gid == 0) {
     return absl::InvalidArgumentError("the jail's user and group must not be root");
   }
-  // Every path checked before anything is mounted.
+  // Every path checked before anything is made.
   for (const auto* paths : {&options.shared_directories, &options.device_nodes}) {
     for (const std::string& path : *paths) RETURN_IF_ERROR(InsideTheJail(path).status());
   }
   // The new root: an empty tmpfs of root's, mode 0755 (the jail's user cannot write to it), no
-  // set-uid programs, nothing executable, device nodes only where some were asked for.
+  // set-uid programs, nothing executable, device nodes only where some were asked for. Detached
+  // (no path reaches it) until EnterJail attaches it.
   sys_util::ScopedFd context(fsopen("tmpfs", FSOPEN_CLOEXEC));
   if (!context.valid()) return Errno("fsopen(tmpfs)");
   for (const auto& [key, value] :
@@ -270,18 +285,30 @@ absl::Status EnterJail(const JailOptions& options) {
       MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC | (options.device_nodes.empty() ? MOUNT_ATTR_NODEV : 0);
   sys_util::ScopedFd root(fsmount(context.get(), FSMOUNT_CLOEXEC, attributes));
   if (!root.valid()) return Errno("fsmount(tmpfs)");
-  // Attached over the old root: pivot_root and the bind mounts below need it in the namespace.
-  // Absolute paths still resolve in the old root until the pivot (a lookup starts beneath it).
-  if (move_mount(root.get(), "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) != 0) {
-    return Errno("attaching the jail's root");
-  }
   for (const std::string& directory : options.shared_directories) {
-    RETURN_IF_ERROR(ShareDirectory(root.get(), directory));
+    RETURN_IF_ERROR(MakeMountPoint(root.get(), directory));
   }
   for (const std::string& node : options.device_nodes) {
     RETURN_IF_ERROR(CopyDeviceNode(root.get(), node, options.uid, options.gid));
   }
-  RETURN_IF_ERROR(SwitchRoot(root.get()));
+  return root;
+}
+
+absl::Status EnterJail(const JailOptions& options, sys_util::ScopedFd root_fd) {
+  const int root = root_fd.get();
+  if (options.uid == 0 || options.gid == 0) {
+    return absl::InvalidArgumentError("the jail's user and group must not be root");
+  }
+  // Attached over the old root: pivot_root and the bind mounts below need it in the namespace.
+  // Absolute paths still resolve in the old root until the pivot (a lookup starts beneath it).
+  if (move_mount(root, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) != 0) {
+    return Errno("attaching the jail's root");
+  }
+  for (const std::string& directory : options.shared_directories) {
+    RETURN_IF_ERROR(ShareDirectory(root, directory));
+  }
+  RETURN_IF_ERROR(SwitchRoot(root));
+  root_fd.Reset();
 
   if (options.max_open_files != 0) {
     RETURN_IF_ERROR(LowerLimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", options.max_open_files));

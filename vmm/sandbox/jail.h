@@ -12,6 +12,7 @@
 #include "vmm/sandbox/cgroup.h"
 #include "vmm/sandbox/pid_namespace.h"
 #include "vmm/sandbox/thread_policy.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace vmm::sandbox {
 
@@ -23,9 +24,11 @@ namespace vmm::sandbox {
 //    API listens on TCP) network namespaces; every mount made private, so nothing the jail
 //    mounts reaches the host; the controlling terminal let go; the cgroup made; then the fork
 //    that makes the VMM PID 1 of its namespace, its parent its supervisor (pid_namespace.h).
-// 2. EnterJail(), once every file is open (kernel, disks, /dev/kvm, the API's socket): the root
-//    becomes a fresh, empty tmpfs holding only what the VM still opens by path, the old root is
-//    detached, and the process becomes an unprivileged user.
+//    Then BuildJailRoot(), before the filter: the new root, a tmpfs holding only the places of
+//    what the VM still opens by path, made but attached nowhere yet.
+// 2. EnterJail(), once every file is open (kernel, disks, /dev/kvm, the API's socket): that
+//    tmpfs becomes the root, the shared directories mounted in it, the old root is detached, and
+//    the process becomes an unprivileged user.
 
 // What the jailed VMM still reaches by path.
 struct JailOptions {
@@ -69,12 +72,21 @@ absl::Status ParseJailUser(const std::string& text, JailOptions& options);
 // PID namespace; the process that called it supervises and never returns.
 absl::StatusOr<SupervisedChild> EnterNamespaces(NamespaceOptions options);
 
-// Step 2 above, after EnterNamespaces(): the new root (pivot_root, or chroot where the old root
-// is the initramfs, which cannot be pivoted), the shared directories and device nodes inside it;
-// then RLIMIT_NOFILE and RLIMIT_CORE lowered, PR_SET_DUMPABLE 0 (no core dump of guest memory, no
-// ptrace by the same user), supplementary groups dropped, gid and uid changed (every capability
-// goes with uid 0; checked), the parent-death signal again, NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
-absl::Status EnterJail(const JailOptions& options);
+// Between the steps, after EnterNamespaces() and before the process's filter (which allows none
+// of the calls that make files: mkdir, mknod, chown, chmod, symlink): the jail's new root, a
+// tmpfs still detached from every path, with the directories the shared ones are mounted on
+// (mode 0755, whatever the umask) and the device nodes. Checks the options first (InvalidArgument
+// for root as the jail's user, or a path that is not absolute and plain).
+absl::StatusOr<sys_util::ScopedFd> BuildJailRoot(const JailOptions& options);
+
+// Step 2 above, with BuildJailRoot's `root` (closed once it is the root: a descriptor of the
+// jail's root is nothing the VMM needs): attached over the old root, the shared directories
+// bind-mounted in it, then made the root (pivot_root, or chroot where the old root is the
+// initramfs, which cannot be pivoted); then RLIMIT_NOFILE and RLIMIT_CORE lowered,
+// PR_SET_DUMPABLE 0 (no core dump of guest memory, no ptrace by the same user), supplementary
+// groups dropped, gid and uid changed (every capability goes with uid 0; checked), the
+// parent-death signal again, NO_NEW_PRIVS. Any thread may call it; glibc changes the ids of all.
+absl::Status EnterJail(const JailOptions& options, sys_util::ScopedFd root);
 
 }  // namespace vmm::sandbox
 

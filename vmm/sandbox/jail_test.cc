@@ -19,16 +19,12 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tests/support/skip.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace vmm::sandbox {
 namespace {
 
-// Ends a death-test child with the system call itself: a sanitizer runtime intercepts _exit and
-// would run its leak check there, under the child's filter (or in its jail).
-[[noreturn]] void ExitNow(int status) {
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
+using ::sys_util::ExitNow;
 
 TEST(JailTest, ParsesNumericUsersOnly) {
   JailOptions options;
@@ -43,15 +39,16 @@ TEST(JailTest, ParsesNumericUsersOnly) {
 TEST(JailTest, RefusesRootAndUnclearPathsBeforeMountingAnything) {
   JailOptions as_root;
   as_root.uid = 0;
-  EXPECT_EQ(EnterJail(as_root).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildJailRoot(as_root).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EnterJail(as_root, sys_util::ScopedFd()).code(), absl::StatusCode::kInvalidArgument);
   for (const char* path : {"media", "/srv/../etc", "/srv/./media", ""}) {
     JailOptions unclear;
     unclear.shared_directories = {path};
-    EXPECT_EQ(EnterJail(unclear).code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_EQ(BuildJailRoot(unclear).status().code(), absl::StatusCode::kInvalidArgument) << path;
   }
   JailOptions unclear_node;
   unclear_node.device_nodes = {"dev/null"};
-  EXPECT_EQ(EnterJail(unclear_node).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BuildJailRoot(unclear_node).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Reads the one line of a small file, or "" when it cannot be opened.
@@ -108,7 +105,15 @@ TEST(JailDeathTest, ConfinesTheProcessToAnEmptyRootAsAnUnprivilegedUser) {
     options.shared_directories = {media};
     options.device_nodes = {"/dev/null"};
     options.supervisor_alive = namespaces->supervisor_alive.get();
-    if (absl::Status entered = EnterJail(options); !entered.ok()) {
+    // As the launchers run it: the root built under their umask, which the jail's directories
+    // must not take (0600 would shut its user out of the media directory's path).
+    umask(0177);
+    auto root = BuildJailRoot(options);
+    if (!root.ok()) {
+      fprintf(stderr, "%s\n", std::string(root.status().message()).c_str());
+      ExitNow(2);
+    }
+    if (absl::Status entered = EnterJail(options, *std::move(root)); !entered.ok()) {
       fprintf(stderr, "%s\n", std::string(entered.message()).c_str());
       ExitNow(2);
     }

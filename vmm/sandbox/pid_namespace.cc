@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_format.h"
 #include "vmm/sandbox/seccomp_filter.h"
+#include "vmm/sys_util/descriptors.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -33,25 +35,6 @@ bool IsOneOf(int signal, const auto& list) {
   return std::find(std::begin(list), std::end(list), signal) != std::end(list);
 }
 
-// Closes every descriptor above stderr but `keep` (sorted, each above 2).
-void CloseAllBut(std::vector<int> keep) {
-  std::sort(keep.begin(), keep.end());
-  unsigned first = 3;
-  for (int fd : keep) {
-    if (fd < 3) continue;
-    if (static_cast<unsigned>(fd) > first) syscall(SYS_close_range, first, fd - 1u, 0u);
-    first = fd + 1u;
-  }
-  syscall(SYS_close_range, first, ~0u, 0u);
-}
-
-// The exit system call itself: a sanitizer runtime intercepts _exit to check for leaks, with
-// calls the supervisor's filter does not allow (and nothing of the supervisor needs checking).
-[[noreturn]] void ExitNow(int status) {
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
-
 [[noreturn]] void DieLike(int signal) {
   // The status a shell shows for the VMM: the same signal. Core dumps are off (RLIMIT_CORE 0):
   // the supervisor's memory is a copy of the launcher's before the VM existed, nothing to keep.
@@ -63,7 +46,7 @@ void CloseAllBut(std::vector<int> keep) {
   sigaddset(&only, signal);
   sigprocmask(SIG_UNBLOCK, &only, nullptr);
   kill(getpid(), signal);
-  ExitNow(128 + signal);  // a signal that does not end a process (not expected)
+  sys_util::ExitNow(128 + signal);  // a signal that does not end a process (not expected)
 }
 
 // Every signal the supervisor waits for rather than handles; job control (SIGTSTP, SIGCONT, ...)
@@ -83,7 +66,7 @@ sigset_t WaitedSignals() {
                             const PidNamespaceOptions& options) {
   const sigset_t waited = WaitedSignals();
   const int cgroup_fd = options.cgroup.has_value() ? options.cgroup->parent_fd() : -1;
-  CloseAllBut({alive.get(), cgroup_fd});
+  sys_util::CloseAllDescriptorsBut({alive.get(), cgroup_fd});
   const rlimit no_core{0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
   // The child's pid tells it its id on the outside; the pipe stays open while the supervisor lives.
@@ -125,7 +108,7 @@ sigset_t WaitedSignals() {
   }
   if (fatal_signal != 0) DieLike(fatal_signal);
   if (WIFSIGNALED(status)) DieLike(WTERMSIG(status));
-  ExitNow(WEXITSTATUS(status));
+  sys_util::ExitNow(WEXITSTATUS(status));
 }
 
 }  // namespace

@@ -35,8 +35,12 @@ absl::Status JailError(const absl::Status& status) {
 
 }  // namespace
 
-absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) {
-  ASSIGN_OR_RETURN(const SeccompSetting setting, ParseSeccompSetting(absl::GetFlag(FLAGS_seccomp)));
+absl::StatusOr<SeccompSetting> SeccompSettingFromFlags() {
+  return ParseSeccompSetting(absl::GetFlag(FLAGS_seccomp));
+}
+
+absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const SeccompSetting& seccomp,
+                                                        const JailNeeds& needs) {
   const std::string jail_setting = absl::GetFlag(FLAGS_jail);
   const std::string jail_user = absl::GetFlag(FLAGS_jail_user);
   // Root with real capabilities: not in a container's (or Bazel's sandbox's) user namespace.
@@ -77,11 +81,12 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     }
   }
   std::optional<JailOptions> jail;
+  sys_util::ScopedFd jail_root;
   SupervisedChild supervised{.host_pid = getpid()};
   if (jailed) {
     options.shared_directories = needs.shared_directories;
     options.device_nodes = needs.device_nodes;
-    NamespaceOptions namespaces{.new_network = !needs.host_network, .seccomp = setting};
+    NamespaceOptions namespaces{.new_network = !needs.host_network, .seccomp = seccomp};
     if (!jail_cgroup.empty()) {
       auto cgroup =
           Cgroup::Create(cgroup_limits, absl::StrFormat("%s-%d", needs.program, getpid()));
@@ -95,18 +100,22 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs) 
     if (!entered.ok()) return JailError(entered.status());
     supervised = *std::move(entered);
     options.supervisor_alive = supervised.supervisor_alive.get();
+    // Before the filter, which allows no mkdir, mknod, chown or chmod.
+    auto root = BuildJailRoot(options);
+    if (!root.ok()) return JailError(root.status());
+    jail_root = *std::move(root);
     jail = std::move(options);
   }
   SandboxOptions sandbox_options;
   sandbox_options.jail = jailed;
   sandbox_options.tcp_listener = needs.host_network;
-  auto sandbox = ProcessSandbox::Enable(setting, sandbox_options);
+  auto sandbox = ProcessSandbox::Enable(seccomp, sandbox_options);
   if (!sandbox.ok()) {
     return absl::Status(sandbox.status().code(),
                         absl::StrFormat("--seccomp: %s", sandbox.status().message()));
   }
-  return SandboxFromFlags{*std::move(sandbox), std::move(jail), std::move(notice),
-                          std::move(supervised)};
+  return SandboxFromFlags{*std::move(sandbox), std::move(jail), std::move(jail_root),
+                          std::move(notice), std::move(supervised)};
 }
 
 }  // namespace vmm::sandbox

@@ -20,6 +20,7 @@ namespace vmm::sandbox {
 struct SandboxFromFlags {
   ProcessSandbox sandbox;
   std::optional<JailOptions> jail;  // set when the process is to enter the jail
+  sys_util::ScopedFd jail_root;     // its new root (BuildJailRoot), when jailed
   std::string notice;               // for stderr when not empty (--jail=off as root)
   // Jailed: the VMM's host pid and its supervisor's pipe (pid_namespace.h). Otherwise host_pid is
   // getpid() and the pipe is not open.
@@ -34,10 +35,15 @@ struct JailNeeds {
   std::vector<std::string> device_nodes;        // passed-through host CD-ROM drives
 };
 
-// Validates the flags; for a jail, enters its namespaces (EnterNamespaces); then enables the
-// sandbox (ProcessSandbox::Enable). Call in main() after parsing the flags, before any thread
-// starts. Errors name the flag.
-absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const JailNeeds& needs);
+// --seccomp, parsed once at the launch: the socket janitor's filter and the process's follow it
+// (errors name the flag).
+absl::StatusOr<SeccompSetting> SeccompSettingFromFlags();
+
+// Validates the jail's flags; for a jail, enters its namespaces (EnterNamespaces); then enables
+// the sandbox (ProcessSandbox::Enable) with `seccomp` (SeccompSettingFromFlags). Call in main()
+// after parsing the flags, before any thread starts. Errors name the flag.
+absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const SeccompSetting& seccomp,
+                                                        const JailNeeds& needs);
 
 }  // namespace vmm::sandbox
 

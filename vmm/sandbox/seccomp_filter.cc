@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace vmm::sandbox {
 namespace {
@@ -138,7 +139,7 @@ void ReportViolation(int /*signal*/, siginfo_t* info, void* context) {
   WriteAll("); stopping (docs/security.md)\n");
   // The system call itself, not _exit(): a sanitizer runtime intercepts _exit and would run its
   // exit-time work (a leak check) inside this handler, under the very filter that just trapped.
-  syscall(SYS_exit_group, kSeccompViolationExitStatus);
+  sys_util::ExitNow(kSeccompViolationExitStatus);
 }
 
 }  // namespace

@@ -162,11 +162,10 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // clang-format off
   list.AllowAll({
       // Files: kernel, initrd, disks, media inserted through the API, the API socket's path.
+      // Opened, read and written; never re-moded, linked, renamed or removed (below).
       __NR_open, __NR_openat, __NR_openat2, __NR_stat, __NR_lstat, __NR_statx, __NR_access,
       __NR_faccessat, __NR_faccessat2, __NR_readlink, __NR_readlinkat, __NR_getdents64,
-      __NR_getcwd, __NR_mkdir, __NR_mkdirat, __NR_rmdir, __NR_unlink, __NR_unlinkat, __NR_rename,
-      __NR_renameat, __NR_renameat2, __NR_link, __NR_linkat, __NR_chmod, __NR_fchmod,
-      __NR_fchmodat, __NR_umask,
+      __NR_getcwd,
       __NR_statfs, __NR_fstatfs, __NR_flock, __NR_ftruncate, __NR_fallocate, __NR_fsync,
       __NR_fdatasync, __NR_fadvise64, __NR_dup, __NR_dup2, __NR_dup3, __NR_pipe2,
       __NR_memfd_create,
@@ -186,6 +185,16 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
       __NR_seccomp,
   });
   // clang-format on
+  // No file is removed, and no directory made: the launch binds its sockets where the umask
+  // (0177, set before any thread) makes them mode 0600, and the socket janitor, a process of its
+  // own, removes them (vmm/sandbox/socket_janitor.h). Refused rather than trapped, as library
+  // code tidies up after itself (gRPC unlinks a unix socket at its path when it binds or stops;
+  // EPERM leaves it in place). chmod, fchmod, fchmodat, link, linkat, rename, renameat, renameat2,
+  // symlink and umask are not listed at all: they trap (H18: an unjailed root VMM made a setuid
+  // copy of a program through these before).
+  for (int number : {__NR_unlink, __NR_unlinkat, __NR_rmdir, __NR_mkdir, __NR_mkdirat}) {
+    list.Refuse(number, EPERM);
+  }
   // prctl: what the sandbox itself does (NO_NEW_PRIVS, and dumpable 0 in the jail), never the
   // reverse: PR_SET_DUMPABLE 1 would let the same user ptrace the VMM and read guest memory again
   // (H18). The rest is refused quietly, as library code may probe.
@@ -231,13 +240,14 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
   // filter cannot read.
   list.Refuse(__NR_clone3, ENOSYS);
   if (options.jail) {
-    // EnterJail (vmm/sandbox/jail.cc) runs after threads exist: the new root (a tmpfs built with
-    // the mount API, bind mounts, device nodes, pivot_root or chroot) and the change of user. Once
-    // it is done the process holds no capability, and each of these fails with EPERM.
+    // EnterJail (vmm/sandbox/jail.cc) runs after threads exist: the new root (a tmpfs built
+    // before this filter, directories and device nodes in it) attached, the bind mounts,
+    // pivot_root or chroot, and the change of user. Once it is done the process holds no
+    // capability, and each of these fails with EPERM. Nothing makes a file here: no mkdir,
+    // mknod, chown or symlink.
     AddIdChanges(list);
-    list.AllowAll({__NR_chroot, __NR_chdir, __NR_fchdir, __NR_capget, __NR_capset, __NR_fsopen,
-                   __NR_fsconfig, __NR_fsmount, __NR_move_mount, __NR_open_tree, __NR_mount_setattr,
-                   __NR_pivot_root, __NR_umount2, __NR_mknodat, __NR_fchownat, __NR_symlinkat});
+    list.AllowAll({__NR_chroot, __NR_chdir, __NR_fchdir, __NR_capget, __NR_capset, __NR_move_mount,
+                   __NR_open_tree, __NR_mount_setattr, __NR_pivot_root, __NR_umount2});
   }
 #if defined(__SANITIZE_ADDRESS__)
   // Test builds only: LeakSanitizer stops the world at exit from a traced helper task, which lists

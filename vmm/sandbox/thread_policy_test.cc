@@ -21,16 +21,12 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace vmm::sandbox {
 namespace {
 
-// Ends a death-test child with the system call itself: a sanitizer runtime intercepts _exit and
-// would run its leak check there, under the child's filter (or in its jail).
-[[noreturn]] void ExitNow(int status) {
-  syscall(SYS_exit_group, status);
-  __builtin_unreachable();
-}
+using ::sys_util::ExitNow;
 
 // Each test confines a death-test child (filters cannot be removed) and ends it with _exit: 0
 // when the checks held, or through the violation report.

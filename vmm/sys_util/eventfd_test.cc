@@ -15,6 +15,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "vmm/sys_util/exit_now.h"
 
 namespace sys_util {
 namespace {
@@ -87,10 +88,10 @@ TEST(EventFdDeathTest, IsEventFdNeedsNoProc) {
     ScopedFd fd(::eventfd(0, EFD_CLOEXEC));
     // As root, chroot directly; otherwise as root of a user namespace of our own.
     if (::chroot(empty) != 0 && (::unshare(CLONE_NEWUSER) != 0 || ::chroot(empty) != 0)) {
-      syscall(SYS_exit_group, 4);
+      ExitNow(4);
     }
     const bool proc_gone = ::access("/proc/self/fd", F_OK) != 0;
-    syscall(SYS_exit_group, proc_gone && IsEventFd(fd.get()) ? 0 : 3);
+    ExitNow(proc_gone && IsEventFd(fd.get()) ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
   ::rmdir(empty);
