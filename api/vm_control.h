@@ -44,7 +44,7 @@ struct DiskAttachment {
   std::string path;
   std::string id;  // empty: the first free "diskN"
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
-  block::FuaMode fua_mode = block::FuaMode::kNative;
+  block::FuaMode fua_mode = block::FuaMode::kAuto;
   bool read_only = false;
   std::optional<uint16_t> lun;  // on target 0; unset: the lowest free LUN
   block::IoLimits limits;

@@ -76,7 +76,8 @@ const std::vector<CommandSpec>& Commands() {
        1,
        1,
        {"id", "cache", "fua", "read-only", "lun", "iops", "bps", "burst", "io-group"},
-       "disk add PATH [--id NAME] [--cache MODE] [--fua native|emulate] [--read-only] [--lun N]\n"
+       "disk add PATH [--id NAME] [--cache MODE] [--fua native|emulate|auto] [--read-only] [--lun "
+       "N]\n"
        "           [--iops N] [--bps N[K|M|G]] [--burst SECONDS] [--io-group NAME]"},
       {{"disk", "remove"}, 1, 1, {}, "disk remove DRIVE"},
       {{"disk", "resize"}, 1, 2, {}, "disk resize DRIVE [SIZE[K|M|G]]"},

@@ -33,10 +33,21 @@ std::string CacheModeName(CacheMode mode) {
 absl::StatusOr<FuaMode> ParseFuaMode(absl::string_view text) {
   if (text == "native") return FuaMode::kNative;
   if (text == "emulate") return FuaMode::kEmulate;
+  if (text == "auto") return FuaMode::kAuto;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown FUA mode \"", text, "\" (native, emulate)"));
+      absl::StrCat("unknown FUA mode \"", text, "\" (native, emulate, auto)"));
 }
 
-std::string FuaModeName(FuaMode mode) { return mode == FuaMode::kNative ? "native" : "emulate"; }
+std::string FuaModeName(FuaMode mode) {
+  switch (mode) {
+    case FuaMode::kNative:
+      return "native";
+    case FuaMode::kEmulate:
+      return "emulate";
+    case FuaMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
 
 }  // namespace block

@@ -17,11 +17,13 @@ namespace block {
 
 struct DriveOptions {
   CacheMode cache_mode = CacheMode::kWriteback;
-  FuaMode fua_mode = FuaMode::kNative;
+  FuaMode fua_mode = FuaMode::kAuto;
   // Refuse writes and discards even if the backend could do them.
   bool read_only = false;
   // For status reports and stats ("disk0", "cd0").
   std::string name;
+  // The clock of the drive's own I/O limits (its Throttle); a group's throttle has its own.
+  Clock* limits_clock = Clock::Real();
 };
 
 // What a device tells its guest about the drive.
@@ -105,9 +107,11 @@ class Drive {
   //   - a flush on a read-only drive: success, no I/O (nothing was written through it).
   // Cache modes: writethrough and directsync send every write with FUA; unsafe completes flushes at
   // once and drops FUA, without host I/O. FUA is native (one write with fua=true) when fua_mode is
-  // kNative and the backend has native_fua; otherwise write, then flush once the write succeeded,
-  // then complete (a failed write completes with its error, unflushed; a failed flush fails the
-  // write). A removable drive's request runs on the medium of the snapshot it saw at Enqueue(),
+  // kNative and the backend has native_fua, or kAuto, the backend has native_fua and no other
+  // durable write of this queue's medium is in flight; otherwise write, then flush once the write
+  // succeeded, then complete (a failed write completes with its error, unflushed; a failed flush
+  // fails every request it covered). Flushes are shared: one at a time per queue and medium, and
+  // the writes done and the guest flushes that arrive while one runs wait for the next. A removable drive's request runs on the medium of the snapshot it saw at Enqueue(),
   // even if the medium changes before it completes.
   //
   // The queue's completion_fd() is an epoll fd: it is readable when the drive has completions of

@@ -346,6 +346,50 @@ TEST_F(DriveTest, NativeFuaIsOneWriteWithFua) {
   EXPECT_EQ(s.flush_requests, 0u);
 }
 
+// fua=auto: a FUA write alone goes down natively; writes submitted together, or while another is
+// in flight, share a flush; once the queue has no durable write in flight the next goes natively
+// again.
+TEST_F(DriveTest, AutoFuaIsNativeAloneAndSharesFlushesAtDepth) {
+  auto backend = Memory({.native_fua = true});
+  Fixed({.fua_mode = FuaMode::kAuto}, backend);
+  Buffer a(512, 1), b(512, 2), c(512, 3), d(512, 4), e(512, 5), f(512, 6);
+  queue_->Enqueue(WriteOf(0, a, true), 1);  // three in one batch: one shared flush
+  queue_->Enqueue(WriteOf(512, b, true), 2);
+  queue_->Enqueue(WriteOf(1024, c, true), 3);
+  queue_->Submit();
+  Drain();
+  ASSERT_EQ(completions_.size(), 3u);
+  EXPECT_EQ(Run(WriteOf(1536, d, true)), 0);   // alone: native
+  queue_->Enqueue(WriteOf(2048, e, true), 5);  // alone when submitted: native
+  queue_->Submit();
+  queue_->Enqueue(WriteOf(2560, f, true), 6);  // e is in flight: shared flush
+  queue_->Submit();
+  Drain();
+  ASSERT_EQ(completions_.size(), 6u);
+  EXPECT_EQ(backend->operations(), (std::vector<Op>{{kWrite, 0, 512, false},
+                                                    {kWrite, 512, 512, false},
+                                                    {kWrite, 1024, 512, false},
+                                                    {kFlush, 0, 0, false},
+                                                    {kWrite, 1536, 512, true},
+                                                    {kWrite, 2048, 512, true},
+                                                    {kWrite, 2560, 512, false},
+                                                    {kFlush, 0, 0, false}}));
+  const StatsSnapshot s = drive_->stats().Snapshot();
+  EXPECT_EQ(s.fua_native, 2u);
+  EXPECT_EQ(s.fua_emulated, 4u);
+  EXPECT_EQ(s.flush_requests, 0u);  // the guest sent none
+}
+
+// fua=auto on a backend without native FUA: every FUA write is emulated.
+TEST_F(DriveTest, AutoFuaWithoutNativeFuaEmulates) {
+  auto backend = Memory({.native_fua = false});
+  Fixed({.fua_mode = FuaMode::kAuto}, backend);
+  Buffer buffer(512, 1);
+  EXPECT_EQ(Run(WriteOf(0, buffer, true)), 0);
+  EXPECT_EQ(backend->operations(),
+            (std::vector<Op>{{kWrite, 0, 512, false}, {kFlush, 0, 0, false}}));
+}
+
 // Emulation: the write goes without FUA, the flush only after the write completed, and the guest's
 // completion only after the flush.
 TEST_F(DriveTest, EmulatedFuaIsWriteThenFlushThenCompletion) {
@@ -411,8 +455,8 @@ TEST_F(DriveTest, EmulatedFuaFlushFailureFailsTheWrite) {
   EXPECT_EQ(drive_->stats().Snapshot().errors, 1u);
 }
 
-// Several emulated FUA writes in one batch: each flush follows its own write, and one write's
-// failure does not affect the others.
+// Several emulated FUA writes in one batch: the writes that are done share one flush, and one
+// write's failure does not affect the others.
 TEST_F(DriveTest, EmulatedFuaBatch) {
   auto backend = Memory();
   Fixed({.fua_mode = FuaMode::kEmulate}, backend);
@@ -432,8 +476,80 @@ TEST_F(DriveTest, EmulatedFuaBatch) {
   EXPECT_EQ(backend->operations(), (std::vector<Op>{{kWrite, 0, 512, false},
                                                     {kWrite, 512, 512, false},
                                                     {kWrite, 1024, 512, false},
+                                                    {kFlush, 0, 0, false}}));
+  EXPECT_EQ(drive_->stats().Snapshot().fua_emulated, 2u);
+}
+
+// A shared flush that fails fails every request it covered: none of their data may be durable.
+TEST_F(DriveTest, ASharedFlushThatFailsFailsEveryRequestItCovered) {
+  auto backend = Memory();
+  Fixed({.fua_mode = FuaMode::kEmulate}, backend);
+  backend->FailOperation(2, EIO);  // the flush after both writes
+  Buffer a(512, 1), b(512, 2);
+  queue_->Enqueue(WriteOf(0, a, true), 1);
+  queue_->Enqueue(WriteOf(512, b, true), 2);
+  queue_->Submit();
+  Drain();
+  ASSERT_EQ(completions_.size(), 2u);
+  EXPECT_EQ(completions_[0], std::make_pair(uint64_t{1}, EIO));
+  EXPECT_EQ(completions_[1], std::make_pair(uint64_t{2}, EIO));
+  EXPECT_EQ(backend->operations().size(), 3u);
+}
+
+// A write that completes after a flush started is not made durable by that flush: it waits for
+// the next one (a flush covers only what completed before it started).
+TEST_F(DriveTest, AWriteDoneAfterAFlushStartedWaitsForTheNext) {
+  auto backend = Memory();
+  Fixed({.fua_mode = FuaMode::kEmulate}, backend);
+  Buffer a(512, 1), b(512, 2);
+  queue_->Enqueue(WriteOf(0, a, true), 1);
+  queue_->Submit();
+  ProcessReady();  // a's write is done: its flush is submitted
+  EXPECT_TRUE(completions_.empty());
+  queue_->Enqueue(WriteOf(512, b, true), 2);
+  queue_->Submit();  // b's write runs after that flush
+  ProcessReady();
+  ASSERT_EQ(completions_.size(), 1u);
+  EXPECT_EQ(completions_[0], std::make_pair(uint64_t{1}, 0));
+  Drain();
+  ASSERT_EQ(completions_.size(), 2u);
+  EXPECT_EQ(completions_[1], std::make_pair(uint64_t{2}, 0));
+  EXPECT_EQ(backend->operations(), (std::vector<Op>{{kWrite, 0, 512, false},
+                                                    {kFlush, 0, 0, false},
+                                                    {kWrite, 512, 512, false},
+                                                    {kFlush, 0, 0, false}}));
+}
+
+// Guest flushes join the shared flush: two that arrive together cost one host flush, and one
+// that arrives while a flush runs waits for the next (that flush may have started before writes
+// the guest saw complete).
+TEST_F(DriveTest, GuestFlushesShareAFlush) {
+  auto backend = Memory();
+  Fixed({.fua_mode = FuaMode::kEmulate}, backend);
+  queue_->Enqueue(FlushRequest(), 1);
+  queue_->Enqueue(FlushRequest(), 2);
+  queue_->Submit();
+  Drain();
+  ASSERT_EQ(completions_.size(), 2u);
+  EXPECT_EQ(backend->operations(), (std::vector<Op>{{kFlush, 0, 0, false}}));
+
+  Buffer a(512, 1);
+  queue_->Enqueue(WriteOf(0, a, true), 3);
+  queue_->Submit();
+  ProcessReady();  // the write is done: a flush is submitted for it
+  queue_->Enqueue(FlushRequest(), 4);
+  queue_->Submit();
+  ProcessReady();
+  ASSERT_EQ(completions_.size(), 3u);
+  EXPECT_EQ(completions_[2], std::make_pair(uint64_t{3}, 0));
+  Drain();
+  ASSERT_EQ(completions_.size(), 4u);
+  EXPECT_EQ(completions_[3], std::make_pair(uint64_t{4}, 0));
+  EXPECT_EQ(backend->operations(), (std::vector<Op>{{kFlush, 0, 0, false},
+                                                    {kWrite, 0, 512, false},
                                                     {kFlush, 0, 0, false},
                                                     {kFlush, 0, 0, false}}));
+  EXPECT_EQ(drive_->stats().Snapshot().flush_requests, 3u);
 }
 
 TEST_F(DriveTest, WritethroughMakesEveryWriteDurable) {
@@ -881,6 +997,81 @@ TEST_F(DriveTest, DrivesInAGroupShareItsBudget) {
   }
   EXPECT_EQ(other_done, std::vector<uint64_t>{3});
   Drain();
+}
+
+// The real time, counting how often a throttle asks for it: each ask is one try to admit.
+class CountingClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    reads_.fetch_add(1);
+    return absl::Now();
+  }
+  int reads() const { return reads_.load(); }
+
+ private:
+  mutable std::atomic<int> reads_{0};
+};
+
+// The iothread calls ProcessCompletions for every queue it serves whenever any has work (its
+// poller does on every loop): a queue whose requests wait for their time must not try them again
+// each time (the throttles' locks, a timerfd_settime), only once its timer fires.
+TEST_F(DriveTest, AWaitingQueueTriesAgainOnlyWhenItsTimerFires) {
+  CountingClock clock;
+  auto backend = Memory({.size_bytes = 1 << 20});
+  Fixed({.name = "disk0", .limits_clock = &clock}, backend);
+  // One byte a second: the first read goes (then the bucket is 4,095 bytes in debt), the second
+  // waits over an hour.
+  ASSERT_TRUE(drive_->SetLimits({.bytes_per_second = 1, .bytes_burst = 1}).ok());
+  Buffer first(4096), second(4096);
+  queue_->Enqueue(ReadOf(0, first), 1);
+  queue_->Enqueue(ReadOf(4096, second), 2);
+  queue_->Submit();
+  ProcessReady();
+  ASSERT_EQ(completions_.size(), 1u);
+  ASSERT_EQ(queue_->in_flight(), 1u);
+  const int reads = clock.reads();
+  for (int i = 0; i < 100; ++i) queue_->ProcessCompletions();
+  EXPECT_EQ(clock.reads(), reads) << "the waiting request was tried while its timer had not fired";
+  EXPECT_EQ(backend->operations().size(), 1u);
+  // Lifting the limits wakes it through the same timer.
+  ASSERT_TRUE(drive_->SetLimits({}).ok());
+  Drain();
+  EXPECT_EQ(completions_.size(), 2u);
+  // The queue and the drive ask the clock until they are gone: before the clock.
+  queue_.reset();
+  drive_.reset();
+}
+
+// Requests let go at once because the limits were lifted never took their turn in the
+// throttle's line: the queue must leave it then, or it stays first in line for good, and when
+// limits come back another queue of the same drive waits behind it for ever. Nor may its
+// timer be left fired and unread (the completion fd would stay readable with nothing to do).
+TEST_F(DriveTest, AQueueReleasedByLiftedLimitsLeavesTheLine) {
+  auto backend = Memory({.size_bytes = 1 << 20});
+  Fixed({.name = "disk0"}, backend);
+  ASSERT_TRUE(drive_->SetLimits({.iops = 1, .iops_burst = 1}).ok());
+  Buffer a(4096), b(4096), c(4096);
+  queue_->Enqueue(ReadOf(0, a), 1);
+  queue_->Enqueue(ReadOf(4096, b), 2);  // waits in line, first
+  queue_->Submit();
+  ProcessReady();
+  ASSERT_EQ(queue_->in_flight(), 1u);
+  ASSERT_TRUE(drive_->SetLimits({}).ok());
+  Drain();
+  ASSERT_EQ(completions_.size(), 2u);
+  EXPECT_FALSE(Readable(queue_->completion_fd(), 100)) << "readable with nothing to deliver";
+  // Limits again: a second queue's first read goes on the full bucket, behind nobody.
+  ASSERT_TRUE(drive_->SetLimits({.iops = 1, .iops_burst = 1}).ok());
+  EXPECT_FALSE(Readable(queue_->completion_fd(), 100)) << "the first queue was woken again";
+  int other_done = 0;
+  auto other = drive_->CreateQueue([&](uint64_t, Completion) { ++other_done; });
+  ASSERT_TRUE(other.ok());
+  (*other)->Enqueue(ReadOf(8192, c), 3);
+  (*other)->Submit();
+  ASSERT_TRUE(Readable((*other)->completion_fd(), 2000))
+      << "the second queue waits behind the first";
+  (*other)->ProcessCompletions();
+  EXPECT_EQ(other_done, 1);
 }
 
 }  // namespace

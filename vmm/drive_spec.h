@@ -12,7 +12,7 @@
 namespace vmm {
 
 // One drive from the command line:
-//   --disk PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=native|emulate][,readonly]
+//   --disk PATH[,cache=none|writeback|writethrough|directsync|unsafe][,fua=auto|native|emulate][,readonly]
 //   --cdrom [PATH]          (no path: an empty drive; a host optical drive such as /dev/sr0, or
 //                            host:PATH to insist on one, is passed through: block/host_cdrom.h)
 //   --ide-disk PATH[,cache=...][,fua=...][,readonly][,channel=0|1][,unit=0|1]
@@ -42,7 +42,7 @@ struct DriveSpec {
   // for messages: the user recognises what they typed.
   std::string given_path;
   block::CacheMode cache_mode = block::CacheMode::kWriteback;
-  block::FuaMode fua_mode = block::FuaMode::kNative;
+  block::FuaMode fua_mode = block::FuaMode::kAuto;
   bool read_only = false;
   // ",id=NAME": the drive's name in the API, vmmctl and messages. Empty: its position among the
   // drives of its kind, "disk0", "cd1" (counting named ones too, so naming a drive renames no

@@ -17,7 +17,7 @@ TEST(DriveSpecTest, ParsesDisksWithOptions) {
   auto plain = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->cache_mode, block::CacheMode::kWriteback);
-  EXPECT_EQ(plain->fua_mode, block::FuaMode::kNative);
+  EXPECT_EQ(plain->fua_mode, block::FuaMode::kAuto);
   EXPECT_FALSE(plain->read_only);
 }
 
@@ -141,6 +141,9 @@ TEST(DriveSpecTest, RejectsBadInput) {
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "").ok());
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,cache=fast").ok());
   EXPECT_FALSE(ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,fua=maybe").ok());
+  auto automatic = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,fua=auto");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->fua_mode, block::FuaMode::kAuto);
   auto unknown = ParseDriveSpec(DriveSpec::Kind::kDisk, "d.img,turbo");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("turbo"), std::string::npos);

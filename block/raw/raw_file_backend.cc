@@ -324,7 +324,7 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
   if (fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("fstat ", path));
   BackendInfo info;
   info.read_only = options.read_only;
-  info.native_fua = options.fua_mode == FuaMode::kNative;
+  info.native_fua = options.fua_mode != FuaMode::kEmulate;
   // Punching holes works on regular files of the usual file systems and, as zeroing, on block
   // devices (fallocate(2)); where it does not, the discard still succeeds as a no-op.
   info.discard = true;

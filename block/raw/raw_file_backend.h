@@ -25,10 +25,10 @@ struct RawFileOptions {
   CacheMode cache_mode = CacheMode::kWriteback;
   // Open O_RDONLY; writes and discards then fail with EROFS.
   bool read_only = false;
-  // kNative: a write with Request::fua is one pwritev2(2)-style write with RWF_DSYNC. kEmulate:
-  // info().native_fua is false, the drive layer emulates FUA (write, then flush) and the backend
-  // ignores Request::fua.
-  FuaMode fua_mode = FuaMode::kNative;
+  // kNative and kAuto: a write with Request::fua is one pwritev2(2)-style write with RWF_DSYNC (the
+  // drive layer decides per write under kAuto). kEmulate: info().native_fua is false, the drive
+  // layer emulates FUA (write, then flush) and the backend ignores Request::fua.
+  FuaMode fua_mode = FuaMode::kAuto;
   // Submission queue entries per io_uring (one ring per queue, that is per iothread). Requests
   // beyond what the ring holds wait in a FIFO inside the queue.
   unsigned ring_entries = 128;
