@@ -1419,7 +1419,7 @@ GUEST_TEST_NAMED(scsi_lock, "scsi-lock",
 }
 
 /* ============================================================================================
- * scsi-bench: polled 4 KiB random writes
+ * scsi-bench: polled 4 KiB random writes, or reads (random or sequential) of the disk or the CD
  */
 
 #define BENCH_MAX_QD 64
@@ -1445,20 +1445,29 @@ static struct bench_worker bench_workers[2];
 static unsigned bench_nb;   /* blocks per write */
 static uint64_t bench_span; /* random LBAs in [bench_base, bench_base + bench_span * nb) */
 static uint64_t bench_base;
-static int bench_mode; /* 0 FUA, 1 write + SYNCHRONIZE CACHE, 2 plain write */
+static uint64_t bench_next; /* sequential reads: the next slot of the region (shared by workers) */
+static struct scsi_lun *bench_lun;
+/* 0 FUA, 1 write + SYNCHRONIZE CACHE, 2 plain write, 3 random read, 4 sequential read */
+static int bench_mode;
+#define BENCH_READS(mode) ((mode) >= 3)
 
 static void bench_submit(struct bench_worker *w, unsigned s, bool flush) {
   uint8_t cdb[16];
   struct vscsi_req *req = &w->reqs[s];
   if (flush) {
-    vscsi_req_set(req, disk.target, disk.lun, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0),
+    vscsi_req_set(req, bench_lun->target, bench_lun->lun, cdb, scsi_cdb_sync_cache(cdb, 10, 0, 0),
                   VSCSI_DIR_NONE, NULL, 0);
     w->phase[s] = 2;
   } else {
-    uint64_t lba = bench_base + (xorshift64(&w->rng) % bench_span) * bench_nb;
-    unsigned n = scsi_cdb_rw(cdb, true, 10, lba, bench_nb, bench_mode == 0);
-    vscsi_req_set(req, disk.target, disk.lun, cdb, n, VSCSI_DIR_TO_DEVICE, w->bufs[s],
-                  bench_nb * disk.block_size);
+    uint64_t slot = bench_mode == 4
+                        ? __atomic_fetch_add(&bench_next, 1, __ATOMIC_RELAXED) % bench_span
+                        : xorshift64(&w->rng) % bench_span;
+    uint64_t lba = bench_base + slot * bench_nb;
+    bool read = BENCH_READS(bench_mode);
+    unsigned n = scsi_cdb_rw(cdb, !read, 10, lba, bench_nb, bench_mode == 0);
+    vscsi_req_set(req, bench_lun->target, bench_lun->lun, cdb, n,
+                  read ? VSCSI_DIR_FROM_DEVICE : VSCSI_DIR_TO_DEVICE, w->bufs[s],
+                  bench_nb * bench_lun->block_size);
     w->phase[s] = 1;
     w->op_start[s] = rdtsc();
   }
@@ -1485,7 +1494,10 @@ static void bench_run(struct bench_worker *w) {
       reaped = true;
       unsigned s = req->user_index;
       if (!scsi_good(req)) {
-        test_fail("bench: %s: %s", w->phase[s] == 2 ? "SYNCHRONIZE CACHE" : "WRITE",
+        test_fail("bench: %s: %s",
+                  w->phase[s] == 2          ? "SYNCHRONIZE CACHE"
+                  : BENCH_READS(bench_mode) ? "READ"
+                                            : "WRITE",
                   scsi_result_str(req, result, sizeof(result)));
       }
       if (w->phase[s] == 1 && bench_mode == 1) {
@@ -1534,11 +1546,17 @@ static uint64_t percentile(const uint32_t *hist, uint64_t total, unsigned pct) {
 }
 
 GUEST_TEST_NAMED(scsi_bench, "scsi-bench",
-                 "virtio-scsi: polled 4 KiB random FUA writes at qd=N for count=N or seconds=S") {
+                 "virtio-scsi: polled 4 KiB random FUA writes (mode=fua|flush|none) or reads "
+                 "(mode=read|seqread, device=disk|cd) at qd=N for count=N or seconds=S") {
   setup(arg_u64("verbose", 0) != 0);
-  need_disk();
-  scsi_wait_ready(&disk, 5000000, false);
-  scsi_read_capacity(&disk, true);
+  const char *device = arg_get("device");
+  if (device && strcmp(device, "disk") && strcmp(device, "cd"))
+    test_fail("device must be disk or cd");
+  bench_lun = device && !strcmp(device, "cd") ? &cd : &disk;
+  if (bench_lun == &cd) need_cd();
+  else need_disk();
+  scsi_wait_ready(bench_lun, 5000000, false);
+  scsi_read_capacity(bench_lun, bench_lun == &disk); /* MMC-6 has READ CAPACITY(10) only */
   unsigned qd = (unsigned)arg_u64("qd", 1);
   unsigned queues = (unsigned)arg_u64("queues", 1);
   uint64_t seconds = arg_u64("seconds", 0), count = arg_u64("count", 2000);
@@ -1547,18 +1565,25 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench",
   bench_mode = !mode || !strcmp(mode, "fua") ? 0
                : !strcmp(mode, "flush")      ? 1
                : !strcmp(mode, "none")       ? 2
+               : !strcmp(mode, "read")       ? 3
+               : !strcmp(mode, "seqread")    ? 4
                                              : -1;
   if (arg_get("fua") && !mode) bench_mode = arg_u64("fua", 1) ? 0 : 2;
-  if (bench_mode < 0) test_fail("mode must be fua, flush or none");
+  if (bench_mode < 0) test_fail("mode must be fua, flush, none, read or seqread");
+  /* A CD takes no writes (MMC-6: a read-only medium answers DATA PROTECT). */
+  if (bench_lun == &cd && !BENCH_READS(bench_mode))
+    test_fail("device=cd needs mode=read or seqread");
   if (qd == 0 || qd > BENCH_MAX_QD) test_fail("qd must be 1..%u", BENCH_MAX_QD);
   if (queues < 1 || queues > 2 || queues > host.request_queues)
     test_fail("queues must be 1..%u", host.request_queues < 2 ? host.request_queues : 2);
-  if (bs % disk.block_size || bs == 0 || bs > 65536)
-    test_fail("bs must be a multiple of %u up to 64 KiB", disk.block_size);
-  bench_nb = bs / disk.block_size;
+  /* 128 KiB: what Linux's sr sends for a sequential read of a CD (bench-linux's runs). */
+  if (bs % bench_lun->block_size || bs == 0 || bs > 131072)
+    test_fail("bs must be a multiple of %u up to 128 KiB", bench_lun->block_size);
+  bench_nb = bs / bench_lun->block_size;
   bench_base = arg_u64("start", 0);
-  uint64_t region = arg_u64("span", disk.blocks - bench_base);
-  if (bench_base + region > disk.blocks) region = disk.blocks - bench_base;
+  bench_next = 0;
+  uint64_t region = arg_u64("span", bench_lun->blocks - bench_base);
+  if (bench_base + region > bench_lun->blocks) region = bench_lun->blocks - bench_base;
   bench_span = region / bench_nb;
   if (bench_span == 0) test_fail("empty region");
   bool smp = queues == 2 && cpu_count() >= 2 && arg_u64("smp", 1);
@@ -1577,12 +1602,17 @@ GUEST_TEST_NAMED(scsi_bench, "scsi-bench",
     }
     w->target_ops = count / queues;
   }
-  const char *mode_name = bench_mode == 0 ? "fua" : bench_mode == 1 ? "flush" : "none";
+  static const char *const kModeNames[] = {"fua", "flush", "none", "read", "seqread"};
+  const char *mode_name = kModeNames[bench_mode];
   printf(
-      "scsi-bench: %u-byte random writes (%s), qd %u per queue, %u queue(s)%s, %s, LBA %lu + %lu x "
+      "scsi-bench: %u-byte %s (%s) of the %s, qd %u per queue, %u queue(s)%s, %s, LBA %lu + %lu x "
       "%u blocks\n",
-      bs, mode_name, qd, queues, smp ? " on 2 CPUs" : "", seconds ? "timed" : "counted", bench_base,
-      bench_span, bench_nb);
+      bs,
+      bench_mode == 4   ? "sequential reads"
+      : bench_mode == 3 ? "random reads"
+                        : "random writes",
+      mode_name, bench_lun == &cd ? "CD" : "disk", qd, queues, smp ? " on 2 CPUs" : "",
+      seconds ? "timed" : "counted", bench_base, bench_span, bench_nb);
   uint64_t now_deadline = seconds ? deadline_after_us(seconds * 1000000 + (smp ? 200000 : 0)) : 0;
   for (unsigned i = 0; i < queues; i++) bench_workers[i].deadline = now_deadline;
   uint64_t t0 = rdtsc();
