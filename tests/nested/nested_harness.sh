@@ -122,8 +122,8 @@ EOF
 
 nested_split() {  # l1-log: per-run logs in NESTED_RUNS
   local l1_log=$1 log name start
-  # A run done again after the nested emulation's fault (l1_lib.sh, L2-RERUN) begins twice: its
-  # files hold the last run, from its last L2-BEGIN on.
+  # A run done again (l1_lib.sh l2_run, L2-RERUN: the emulation's fault, a hung reference) begins
+  # more than once: its files hold the last run, from its last L2-BEGIN on.
   for name in $(sed -n 's/^L2-BEGIN \([^ ]*\)$/\1/p' "$l1_log" | awk '!seen[$0]++'); do
     rm -f "$NESTED_RUNS/$name".*
     start=$(grep -n "^L2-BEGIN $name\$" "$l1_log" | tail -n 1 | cut -d: -f1)
@@ -134,7 +134,7 @@ nested_split() {  # l1-log: per-run logs in NESTED_RUNS
       grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
       grep "^L2-HUNG $name " "$log"
     } > "$NESTED_RUNS/$name.qemu.log"
-    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|MARK|HOSTCD|FAULT|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
+    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|MARK|HOSTCD|FAULT|FAULT-AGAIN|FAULT-RIP|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
     grep -F "L2-FTRACE $name| " "$log" | sed "s/^L2-FTRACE $name| //" > "$NESTED_RUNS/$name.ftrace"
     [ -s "$NESTED_RUNS/$name.ftrace" ] || rm -f "$NESTED_RUNS/$name.ftrace"
     sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"

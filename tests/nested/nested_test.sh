@@ -8,12 +8,14 @@
 #
 # A fourth boots a real Debian system (tools/make-debian-image) in our VMM on virtio-scsi and IDE,
 # and in QEMU as the reference; a fifth boots SeaBIOS, which boots GRUB and Linux from a CD
-# (tools/make-boot-iso) and the Debian system from its GRUB disk, on IDE and virtio-scsi, and Debian's
-# installer to its second screen (tools/make-installer-iso), in our VMM and in QEMU.
+# (tools/make-boot-iso) on IDE and virtio-scsi, and Debian's installer to its second screen
+# (tools/make-installer-iso); a sixth boots the Debian system from its GRUB disk through SeaBIOS;
+# both in our VMM and in QEMU.
 #
 # Usage: nested_test.sh MAKE_LINUX_INITRAMFS INIT_SH MAKE_NESTED_INITRAMFS L1_INIT L1_LIB MICROVM VMMCTL MAKE_DEBIAN_IMAGE MAKE_BOOT_ISO MAKE_INSTALLER_ISO
 #   (Bazel passes these; outside Bazel tools/nested runs one scenario, see docs/nested.md)
-#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian, firmware)
+#   NESTED_ONLY="boot ..."  run only these L1 boots (scsi, cd-ide, lifecycle, debian, firmware,
+#                           fw-debian)
 #   NESTED_DEBIAN=DIR       the Debian image (tools/make-debian-image's output; tools/test makes it);
 #                           unset: made here, into the default cache of tools/make-debian-image
 #   NESTED_INSTALLER_ISO=FILE  the installer CD (tools/make-installer-iso's output; tools/test
@@ -48,8 +50,8 @@ NESTED_MAKE_DEBIAN_IMAGE=${args[7]}
 NESTED_MAKE_BOOT_ISO=${args[8]}
 # shellcheck disable=SC2034  # read by scenarios.sh (nested_installer_run)
 NESTED_MAKE_INSTALLER_ISO=${args[9]}
-case " ${NESTED_ONLY:-debian firmware} " in
-  *" debian "*|*" firmware "*)
+case " ${NESTED_ONLY:-debian fw-debian} " in
+  *" debian "*|*" fw-debian "*)
     nested_debian_image || { echo "FAIL: tools/make-debian-image"; exit 1; }
     echo "Debian image: $(cat "$NESTED_DEBIAN/build.txt")" ;;
 esac
@@ -69,8 +71,8 @@ run_boot() {  # boot: writes its job and boots L1; 1 when L1's own kernel failed
 # in the VMM under test, which is a user process there): such a boot is run again, up to
 # NESTED_L1_ATTEMPTS times in all, and counted in the summary; the checks judge the last attempt.
 l1_faults=0
-for boot in scsi cd-ide lifecycle debian firmware; do
-  case " ${NESTED_ONLY:-scsi cd-ide lifecycle debian firmware} " in *" $boot "*) ;; *) continue ;; esac
+for boot in scsi cd-ide lifecycle debian firmware fw-debian; do
+  case " ${NESTED_ONLY:-scsi cd-ide lifecycle debian firmware fw-debian} " in *" $boot "*) ;; *) continue ;; esac
   attempt=1
   until run_boot "$boot"; do
     l1_faults=$((l1_faults + 1))
@@ -87,16 +89,24 @@ for boot in scsi cd-ide lifecycle debian firmware; do
     echo "--- $sc"
     before=$LINUX_FAILURES
     "$(nested_fn "$sc" check)" "$sc"
-    [ "$LINUX_FAILURES" = "$before" ] && echo "PASS: $sc" || echo "FAILED: $sc ($((LINUX_FAILURES - before)) check(s))"
+    if [ "$LINUX_FAILURES" = "$before" ]; then
+      echo "PASS: $sc"
+    else
+      echo "FAILED: $sc ($((LINUX_FAILURES - before)) check(s))"
+      # Why, when it is the emulation's fault in every run (l1_lib.sh l2_run).
+      sed -n "s/^L2-FAULT-AGAIN $sc /  $sc: /p" "$NESTED_RUNS/$sc.events" 2>/dev/null | tr -d '\r'
+    fi
   done
 done
 
 echo "nested tier: $NESTED_BOOTS L1 boots in $((SECONDS - started)) s, $LINUX_FAILURES failure(s), $l1_faults L1 kernel failure(s) under the emulation"
-# Runs done again after the nested emulation's fault (l1_lib.sh l2_run): named, never silent
-# (tools/test lists them in its summary); the checks above judged the second run.
+# Runs done again after the nested emulation's fault or a hang of QEMU's reference (l1_lib.sh
+# l2_run): named, never silent (tools/test lists them in its summary); the checks above judged the
+# last run.
 for boot_log in "$NESTED_WORK"/*/l1.log; do
   [ -f "$boot_log" ] || continue
   sed -n 's/^L2-RERUN \([^ ]*\) \(.*\)/nested_test: RERUN: \1 \2/p' "$boot_log" | tr -d '\r'
+  sed -n 's/^L2-FAULT-AGAIN \([^ ]*\) \(.*\)/nested_test: FAULTED AGAIN: \1: \2/p' "$boot_log" | tr -d '\r'
 done
 # The failures again, last: a log cut to its tail still says which checks failed.
 for failed_check in "${LINUX_FAILED_CHECKS[@]}"; do echo "  failed: ${failed_check:0:300}"; done

@@ -23,6 +23,9 @@ nested_boot_of() {  # scenario: the L1 boot of nested_test.sh it runs in
   case "$1" in
     *-cd-media|host-cd-*|ide-*) echo cd-ide ;;
     debian-*) echo debian ;;
+    # Their own L1 boot, apart from the CD boots: an L1 that fails under the emulation is booted
+    # again with its scenarios, and two ten-minute boots retry in half the time of one.
+    fw-debian-*) echo fw-debian ;;
     fw-*) echo firmware ;;
     scsi-*|smp) echo scsi ;;
     *) echo lifecycle ;;
@@ -66,18 +69,22 @@ nested_add() {  # text: append to the job
 }
 
 # fio at one queue depth on a cache=none disk: verified data; the block layer saw every 4 KiB
-# O_SYNC write as a native FUA write and no flush (Linux sends REQ_FUA because WCE is on and the
-# disk says "supports DPO and FUA"; libaio completes without a following fsync).
-nested_fio_stats_check() {  # run expected-fua-writes
+# O_SYNC write as a FUA write and the guest sent no flush (Linux sends REQ_FUA because WCE is on
+# and the disk says "supports DPO and FUA"; libaio completes without a following fsync). Under
+# fua=auto (the default, docs/block.md) a FUA write alone goes down natively, so at depth 1 every
+# one is native; at depth the writes that overlap share flushes (counted as emulated).
+nested_fio_stats_check() {  # run expected-fua-writes depth
   local fua flushes emulated writes
   writes=$(nested_stat "$1" final disk0 writeRequests)
   fua=$(nested_stat "$1" final disk0 fuaNative)
   emulated=$(nested_stat "$1" final disk0 fuaEmulated)
   flushes=$(nested_stat "$1" final disk0 flushRequests)
-  echo "    block layer: writes ${writes:-?}, native FUA ${fua:-?}, emulated FUA ${emulated:-?}, flushes ${flushes:-?}"
-  [ -n "$fua" ] && [ "$fua" -ge "$2" ] ||
-    linux_fail "$1" "the block layer counted ${fua:-no} native FUA writes, expected at least $2"
-  [ "${emulated:-x}" = 0 ] || linux_fail "$1" "FUA was emulated ${emulated:-?} times (the file backend has it natively)"
+  echo "    block layer: writes ${writes:-?}, native FUA ${fua:-?}, FUA with a shared flush ${emulated:-?}, flushes ${flushes:-?}"
+  [ -n "$fua" ] && [ -n "$emulated" ] && [ "$((fua + emulated))" -ge "$2" ] ||
+    linux_fail "$1" "the block layer counted ${fua:-no} native and ${emulated:-no} emulated FUA writes, expected at least $2 in all"
+  if [ "$3" = 1 ]; then
+    [ "${emulated:-x}" = 0 ] || linux_fail "$1" "FUA was emulated ${emulated:-?} times at depth 1 (fua=auto sends a write alone natively)"
+  fi
   [ "${flushes:-x}" = 0 ] || linux_fail "$1" "the guest sent ${flushes:-?} flushes (O_SYNC writes with FUA need none)"
 }
 
@@ -126,12 +133,12 @@ nsc_scsi_fio_qd1_check() {
   nested_check_pass "$1" fio || return
   linux_expect "$1" fio_verify ok
   linux_report fio_iops fio_verify_kb
-  nested_fio_stats_check "$1" 1024
+  nested_fio_stats_check "$1" 1024 "${2:-1}"
 }
 nsc_scsi_fio_qd16_job() {
   nested_add "l2_run $1 'scenario=fio qd=16 size=4M runtime=900' --disk=$(nested_image "$1.img" 32M),cache=none"
 }
-nsc_scsi_fio_qd16_check() { nsc_scsi_fio_qd1_check "$1"; }
+nsc_scsi_fio_qd16_check() { nsc_scsi_fio_qd1_check "$1" 16; }
 
 # I/O limits (docs/api.md): a disk limited to 500 IOPS on the command line serves fio (random 4 KiB
 # reads at depth 16, 10 s) at 475 to 525 IOPS; raised to 1000 through the API while the guest
@@ -170,9 +177,10 @@ nsc_scsi_limits_check() {
 # Phase 1, nothing limited (the group lifted through the API): each disk's own rate. Phase 2,
 # disk0 limited to 200 IOPS: it keeps within it, and disk1, unlimited on the same iothread, is not
 # held back by it (requests wait in disk0's queue, not in the iothread): none of disk1's requests
-# waited, and it ran at well over twice disk0's limit, which an iothread blocked on disk0's budget
-# would drag it down to. How much of its phase-1 rate it kept is reported, not judged: that is
-# the emulation's speed (issue 24 asked for 90 %: CI runs saw over 90 %, and once 85 %).
+# waited, and it kept at least 90 % of its phase-1 rate (issue 24). That was reported, not judged,
+# while CI saw 85-90 %: the limited queue was tried again on every loop of the iothread, which
+# the emulation's slow system calls made costly; since it waits for its timer (block/drive.cc),
+# CI saw 141 % (disk1 gains what disk0 no longer takes).
 # Phase 3, disk0's own limit lifted and the group set to 600 IOPS: the two together keep within
 # 105 % of it.
 nsc_scsi_limits_shared_job() {
@@ -208,6 +216,8 @@ nsc_scsi_limits_shared_check() {
     linux_fail "$1" "disk1 (unlimited) had requests wait while disk0 was limited (${waited_before:-?} then ${waited_after:-?})"
   [ "${b2:-0}" -gt 400 ] ||
     linux_fail "$1" "disk1 (unlimited) got $b2 IOPS beside disk0 limited to 200: held back by it"
+  [ $(( ${b2:-0} * 100 )) -ge $(( ${b1:-0} * 90 )) ] ||
+    linux_fail "$1" "disk1 (unlimited) kept $b2 of its $b1 IOPS beside the limited disk0: under 90 %"
   [ $(( (${a3:-0} + ${b3:-0}) * 100 )) -le $(( 600 * 105 )) ] ||
     linux_fail "$1" "the group (600 IOPS) let through $((a3 + b3))"
   [ "${a3:-0}" -gt 0 ] && [ "${b3:-0}" -gt 0 ] || linux_fail "$1" "a disk of the group got nothing"
@@ -363,7 +373,7 @@ nsc_smp_check() {
     n=$(echo "$threads" | tr ' ' '\n' | sed -n "s/^$vec=//p" | head -n 1)
     [ -n "$n" ] && [ "$n" -gt 0 ] || linux_fail "$1" "iothread $vec used no CPU time (${n:-no such thread})"
   done
-  nested_fio_stats_check "$1" 2048
+  nested_fio_stats_check "$1" 2048 16
 }
 
 # --- CD/DVD-ROMs --------------------------------------------------------------------------------
@@ -502,7 +512,9 @@ nested_hostcd_job() {  # run cd-flag: the drive on virtio-scsi (--cdrom) or IDE 
   disc_md5=$(md5sum < "$NESTED_DISK/a-disc.img" | cut -d' ' -f1)
   nested_hostcd_functions
   nested_add "hostcd_setup /l1disk/a-disc.img $NESTED_HOSTCD_MB"
-  nested_add "L2_MARKERS=hostcd_markers l2_run $1 'scenario=hostcd iso_file=file-a.bin iso_md5=$a_file iso2_file=file-b.bin iso2_md5=$b_file disc_md5=$disc_md5 media_wait=60' $2=/dev/\$HOSTCD"
+  # A first run cut short by the emulation's fault may have changed or removed the drive: a rerun
+  # starts from disc A on a new drive (srN again: the only CD-ROM drive in L1).
+  nested_add "L2_RERUN_SETUP='hostcd_teardown; hostcd_setup /l1disk/a-disc.img $NESTED_HOSTCD_MB' L2_MARKERS=hostcd_markers l2_run $1 'scenario=hostcd iso_file=file-a.bin iso_md5=$a_file iso2_file=file-b.bin iso2_md5=$b_file disc_md5=$disc_md5 media_wait=60' $2=/dev/\$HOSTCD"
   nested_add "hostcd_teardown"
 }
 nested_hostcd_check() {  # run bus
@@ -595,11 +607,24 @@ pause_markers() {
       l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
       sleep 1
       l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
+      : > "$L2_DIR/pause-cycles-done"
     ) & ;;
   esac
 }
+# The guest ends when its @@FINAL is answered: not before both cycles are done, however fast
+# fio was (CI of 2026-12-07: on a faster host fio's 4 MiB took 1.4 s and the guest had rebooted
+# before the second pause).
+pause_final() {
+  local waited=0
+  while [ ! -e "$L2_DIR/pause-cycles-done" ] && [ "$waited" -lt 120 ]; do
+    sleep 0.5
+    waited=$((waited + 1))
+  done
+  echo ok >&3
+}
 EOF
-  nested_add "L2_MARKERS=pause_markers l2_run $1 'scenario=fio qd=1 size=4M runtime=900 marker=PAUSE' --disk=$(nested_image "$1.img" 32M),cache=none"
+  # 16 MiB: fio is still writing at the first pause (2 s after the marker) on a fast host too.
+  nested_add "L2_MARKERS=pause_markers L2_ON_FINAL=pause_final l2_run $1 'scenario=fio qd=1 size=16M runtime=900 marker=PAUSE' --disk=$(nested_image "$1.img" 32M),cache=none"
 }
 nsc_pause_resume_check() {
   nested_check_pass "$1" fio || return
@@ -616,7 +641,7 @@ nsc_pause_resume_check() {
   b=$(nested_stat "$1" paused-b disk0 writeRequests)
   echo "    writes while paused: ${a:-?} -> ${b:-?}"
   [ -n "$a" ] && [ "$a" = "$b" ] || linux_fail "$1" "writes went on while paused (${a:-?} -> ${b:-?})"
-  nested_fio_stats_check "$1" 1024
+  nested_fio_stats_check "$1" 1024 1
 }
 
 # SIGTERM to the VMM while fio writes: it stops the VM and exits with 128+15, removing its socket.
@@ -664,8 +689,8 @@ shutdown_markers() {
   esac
 }
 EOF
-  # Outside the jail (the only run here that is): a jailed VMM cannot reach its API socket's path
-  # to remove it (docs/security.md), an unjailed one must, and nested_killed_check checks it.
+  # Outside the jail (the only run here that is): the VMM's stop as an unjailed one makes it; its
+  # socket janitor removes the API socket either way, and nested_killed_check checks that.
   nested_add "L2_MARKERS=shutdown_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SHUTDOWN' --disk=$(nested_image "$1.img" 32M),cache=none --jail=off"
 }
 nsc_api_shutdown_check() {
@@ -950,11 +975,14 @@ nested_fw_files() {  # once per boot: the firmware, QEMU, and discs A and B (NES
   done
 }
 
+# L2_TIMEOUT 300 s: these CD boots take 20-60 s (IDE's GRUB reads in PIO), and a hung run is
+# killed after it; at the default 600 s, the hung QEMU reference of CI 2026-12-07 (fw-qemu-scsi-cd,
+# run again and passed) took a third of the firmware L1 boot's 1800 s.
 nested_fw_run() {  # run vmm flags...: one firmware boot of our VMM or QEMU
   local run=$1 vmm=$2
   shift 2
   nested_fw_files
-  nested_add "L2_FIRMWARE=/l1disk/bios-256k.bin L2_VMM=$vmm l2_run $run '' $*"
+  nested_add "L2_TIMEOUT=300 L2_FIRMWARE=/l1disk/bios-256k.bin L2_VMM=$vmm l2_run $run '' $*"
 }
 
 nested_fw_check() {  # run disc [bus]: the guest booted from disc DISC through GRUB and passed
@@ -985,9 +1013,13 @@ nsc_fw_ide_cd_check() { nested_fw_check "$1" A cd; }
 
 # The virtio-scsi CD, behind a blank virtio-scsi disk.
 nsc_fw_scsi_cd_job() {
-  nested_fw_run "$1" microvm "--disk=$(nested_image fw-blank.img 16M) --cdrom=/l1disk/fw-A.iso --boot=cd0"
+  nested_fw_run "$1" microvm "--vcpus=2 --disk=$(nested_image fw-blank.img 16M) --cdrom=/l1disk/fw-A.iso --boot=cd0"
 }
-nsc_fw_scsi_cd_check() { nested_fw_check "$1" A cd; }
+nsc_fw_scsi_cd_check() {
+  nested_fw_check "$1" A cd
+  # Two vCPUs: SeaBIOS counts them (fw_cfg, CMOS) and Linux starts the second from the MADT.
+  linux_expect "$1" cpus_online 0-1
+}
 
 # Insert a disc, reset, boot from it: disc A boots; when its guest is done (@@FINAL) disc B goes
 # into the drive through the API and the API resets the VM; SeaBIOS then boots disc B in the same
@@ -1030,9 +1062,9 @@ nsc_fw_qemu_ide_cd_job() {
 }
 nsc_fw_qemu_ide_cd_check() { nested_fw_check "$1" A cd; }
 nsc_fw_qemu_scsi_cd_job() {
-  nested_fw_run "$1" qemu "$NESTED_FW_QEMU -device virtio-scsi-pci,id=scsi0 -drive file=$(nested_image fw-blank.img 16M),if=none,id=hd0,format=raw -device scsi-hd,drive=hd0,bus=scsi0.0,bootindex=2 -drive file=/l1disk/fw-A.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0,bootindex=1"
+  nested_fw_run "$1" qemu "$NESTED_FW_QEMU -smp 2 -device virtio-scsi-pci,id=scsi0 -drive file=$(nested_image fw-blank.img 16M),if=none,id=hd0,format=raw -device scsi-hd,drive=hd0,bus=scsi0.0,bootindex=2 -drive file=/l1disk/fw-A.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0,bootindex=1"
 }
-nsc_fw_qemu_scsi_cd_check() { nested_fw_check "$1" A cd; }
+nsc_fw_qemu_scsi_cd_check() { nsc_fw_scsi_cd_check "$1"; }
 
 # A Debian disk with GRUB in its MBR (tools/make-debian-image's disk.img; its L1 snapshot disk):
 # SeaBIOS boots the disk, GRUB (the image's own grub-pc-bin) finds the root file system by its
@@ -1056,19 +1088,26 @@ nested_fw_debian_check() {  # run
     linux_fail "$1" "the kernel did not get the disk's GRUB command line"
   nested_fw_report "$1"
 }
+# One vCPU in every firmware Debian boot: L1's kernel fails under the emulation in long two-vCPU
+# Debian boots, under either VMM, and has not in one-vCPU ones (docs/nested.md, "Soak"). CI of
+# 2026-12-06 (007c834) lost its first two firmware L1 boots that way: a stack guard page hit in
+# our vcpu1 thread during fw-debian-ide (200 s: GRUB reads 28 MB in 512-byte PIO sectors), then
+# fw-debian-scsi faulting twice and L1 stalling after it. The firmware's SMP path (SeaBIOS and
+# Linux bringing up the second CPU from our tables) runs in the short CD boots instead
+# (fw-scsi-cd, fw-qemu-scsi-cd: two vCPUs, both online).
 nsc_fw_debian_scsi_job() {
   nested_l1_drive "$NESTED_DEBIAN/disk.img"
-  nested_fw_debian_run "$1" microvm --vcpus=2 "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso"
+  nested_fw_debian_run "$1" microvm "--disk=$NESTED_L1_DEV,cache=none" "--cdrom=/l1disk/seed-$1.iso"
 }
 nsc_fw_debian_scsi_check() { nested_fw_debian_check "$1"; }
 nsc_fw_debian_ide_job() {
   nested_l1_drive "$NESTED_DEBIAN/disk.img"
-  nested_fw_debian_run "$1" microvm --vcpus=2 "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso"
+  nested_fw_debian_run "$1" microvm "--ide-disk=$NESTED_L1_DEV,cache=none" "--ide-cdrom=/l1disk/seed-$1.iso"
 }
 nsc_fw_debian_ide_check() { nested_fw_debian_check "$1"; }
 nsc_fw_debian_qemu_job() {
   nested_l1_drive "$NESTED_DEBIAN/disk.img"
-  nested_fw_debian_run "$1" qemu "$NESTED_FW_QEMU" -smp 2 -device virtio-scsi-pci,id=scsi0 \
+  nested_fw_debian_run "$1" qemu "$NESTED_FW_QEMU" -device virtio-scsi-pci,id=scsi0 \
     "-drive file=$NESTED_L1_DEV,if=none,id=hd0,format=raw,cache=none,aio=io_uring -device scsi-hd,drive=hd0,bus=scsi0.0" \
     "-drive file=/l1disk/seed-$1.iso,if=none,id=cd0,format=raw,media=cdrom,readonly=on -device scsi-cd,drive=cd0,bus=scsi0.0"
 }
@@ -1094,15 +1133,21 @@ nested_installer_run() {  # run vmm flags...
     echo "    installer.iso: $(stat -c %s "$NESTED_DISK/installer.iso") bytes"
     cat >> "$NESTED_JOB" <<'EOF'
 fw_installer_screens() {
-  l2_wait_screen "Select a language" 900 || { l2_stop; return; }
+  # 400 s: four times the IDE CD's usual time under a loaded L1. A boot that stops short is
+  # reported as a hang, with what the threads and (with the fault trace) the vCPUs did last, and
+  # leaves the L1 boot time enough for the runs after it (CI of 2026-12-06 waited 900 s, and its
+  # L1 boot ran out of time during QEMU's reference run).
+  l2_wait_screen "Select a language" 400 ||
+    { l2_hung "no 'Select a language' screen after 400 s"; return; }
   sleep 2
   l2_keys '\r'
-  l2_wait_screen "Select your location" 300
+  l2_wait_screen "Select your location" 300 ||
+    { l2_hung "no 'Select your location' screen after 300 s"; return; }
   l2_stop
 }
 EOF
   fi
-  nested_add "L2_MEM=1G L2_TIMEOUT=1300 L2_FIRMWARE=/l1disk/bios-256k.bin L2_ON_SCREEN=fw_installer_screens L2_VMM=$vmm l2_run $run '' $*"
+  nested_add "L2_MEM=1G L2_TIMEOUT=800 L2_FIRMWARE=/l1disk/bios-256k.bin L2_ON_SCREEN=fw_installer_screens L2_VMM=$vmm l2_run $run '' $*"
 }
 nested_installer_check() {  # run
   local log=$NESTED_RUNS/$1.log events=$NESTED_RUNS/$1.events
