@@ -20,6 +20,8 @@
 #         L2-ACTION NAME TEXT       what a marker handler did (vmmctl's answer)
 #         L2-HUNG NAME TEXT         the VMM was killed by a watchdog (after L2-THREADS hung-a/hung-b,
 #                                   each thread's state and wchan, vm info and the statistics)
+#         L2-HELD NAME TEXT         with L2_TRACE_FAULTS, before that: a vCPU running inside the
+#                                   emulated VMRUN with no exit for a minute (l2_vcpu_held_in_guest)
 #         L2ERR[NAME]| LINE         microvm's stderr (after the run)
 #         L2-END NAME status=N seconds=S
 #       @@FINAL (the guest is about to end): stats and threads tagged "final", then the guest is
@@ -129,11 +131,47 @@ l2_hung() {  # why: what a watchdog saw before it kills the VMM
   l2_action "vm info: $(l2_ctl --timeout 5 vm info 2>&1 | tr '\n' ' ')"
   l2_stats hung
   # With L2_TRACE_FAULTS: what the vCPUs did last, as L1's KVM saw it (a guest spinning between
-  # exits, or an interrupt never injected), in the run's .ftrace like a shutdown's.
+  # exits, or an interrupt never injected), in the run's .ftrace like a shutdown's; and whether a
+  # vCPU is held inside the emulated VMRUN (l2_vcpu_held_in_guest).
   if [ "$L2_TRACE_FAULTS" = 1 ]; then
+    l2_vcpu_held_in_guest "$pid" > "$L2_DIR/held" || rm -f "$L2_DIR/held"
+    [ ! -s "$L2_DIR/held" ] || echo "L2-HELD $L2_NAME $(cat "$L2_DIR/held")"
     tail -n 300 $L2_TRACING/trace | sed "s/^/L2-FTRACE $L2_NAME| /"
   fi
   kill -KILL "$pid"
+}
+
+# A hung VMM whose vCPU thread is running (state R, in KVM_RUN) while L1's KVM has seen no exit of
+# it for L2_HELD_SECONDS (default 60): L1 entered the guest and the emulated VMRUN never came back.
+# No guest can do that on a working SVM: L1 intercepts its own physical interrupts, and its timer
+# ticks while a task runs, so a guest spinning, even with interrupts off, exits every few
+# milliseconds (kvm_exit reason "interrupt"); a guest waiting (HLT) exits and its thread sleeps.
+# So it is the emulation's, as the triple faults of l2_emulation_fault are, and gets the same
+# rerun (l2_rerun_reason). A hang of any other shape stands. Prints what it saw; 1 when no vCPU is
+# held. (CI of 2026-12-07: `poweroff`, one vCPU, printed nothing for 600 s in the middle of a
+# sg_modes listing; its trace was not kept.)
+l2_vcpu_held_in_guest() {  # pid
+  local now tid state line found=1
+  echo "l2-held-check" > $L2_TRACING/trace_marker 2>/dev/null || return 1
+  now=$(grep 'tracing_mark_write: l2-held-check' $L2_TRACING/trace | tail -n 1 |
+    sed -n 's/.* \([0-9][0-9]*\.[0-9]*\): tracing_mark_write.*/\1/p')
+  [ -n "$now" ] || return 1
+  for t in /proc/"$1"/task/*; do
+    tid=${t##*/}
+    case "$(cat "$t/comm" 2>/dev/null)" in vcpu*) ;; *) continue ;; esac
+    state=$(sed 's/.*) //' "$t/stat" 2>/dev/null | cut -d' ' -f1)
+    [ "$state" = R ] || continue
+    # The thread's last KVM entry or exit in the ring ("COMM-TID [CPU] FLAGS TIME: EVENT: ...").
+    line=$(grep -E "^ *[^ ]+-$tid +\[[0-9]+\] [^ ]+ +[0-9.]+: kvm_(entry|exit):" $L2_TRACING/trace | tail -n 1)
+    case "$line" in *" kvm_entry: "*) ;; *) continue ;; esac
+    line=$(echo "$line" | awk -v now="$now" -v min="${L2_HELD_SECONDS:-60}" '{
+      for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+:$/) { t = substr($i, 1, length($i) - 1); break }
+      if (t != "" && now - t >= min) printf "%.0f", now - t }')
+    [ -n "$line" ] || continue
+    echo "$(cat "$t/comm") (thread $tid, running) entered the guest ${line} s ago and has not exited since"
+    found=0
+  done
+  return $found
 }
 
 l2_kvm_counters() {  # L1's KVM exit and injection counters (debugfs sums over every VM)
@@ -365,6 +403,8 @@ l2_rerun_reason() {  # vmm reruns-so-far
   local fault
   if fault=$(l2_emulation_fault); then
     echo "after the nested emulation's fault: $fault"
+  elif [ -s "$L2_DIR/held" ]; then
+    echo "after the nested emulation held a vCPU in the guest: $(head -n 1 "$L2_DIR/held")"
   elif [ "$1" = qemu ] && [ "$2" -lt 1 ] && [ -s "$L2_DIR/hung" ]; then
     echo "after the reference VMM (QEMU) hung: $(cat "$L2_DIR/hung")"
   else

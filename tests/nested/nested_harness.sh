@@ -134,7 +134,7 @@ nested_split() {  # l1-log: per-run logs in NESTED_RUNS
       grep -F "L2ERR[$name]| " "$log" | sed "s/^L2ERR\[$name\]| //"
       grep "^L2-HUNG $name " "$log"
     } > "$NESTED_RUNS/$name.qemu.log"
-    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|MARK|HOSTCD|FAULT|FAULT-AGAIN|FAULT-RIP|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
+    grep -E "^L2-(STATS|THREADS|ACTION|CMD|HUNG|END|BENCH|BOOTWORK|FRESH|TRACE|LAUNCH|MARK|HOSTCD|FAULT|FAULT-AGAIN|FAULT-RIP|HELD|KVM) $name " "$log" > "$NESTED_RUNS/$name.events"
     grep -F "L2-FTRACE $name| " "$log" | sed "s/^L2-FTRACE $name| //" > "$NESTED_RUNS/$name.ftrace"
     [ -s "$NESTED_RUNS/$name.ftrace" ] || rm -f "$NESTED_RUNS/$name.ftrace"
     sed -n "s/^L2-END $name status=\([^ ]*\) .*/\1/p" "$log" | tail -n 1 > "$NESTED_RUNS/$name.status"
