@@ -22,9 +22,9 @@ std::vector<api::DriveEntry> BackendApiControl::Drives() const { return DriveEnt
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> BackendApiControl::OpenMedium(
     const std::string& path) {
-  const unsigned threads = storage_.medium_queue_threads();
-  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, threads);
-  return Storage::OpenMedium(path, threads);
+  const block::raw::RawFileOptions options = storage_.MediumFileOptions();
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, options);
+  return Storage::OpenMedium(path, options);
 }
 
 api::VmStatus BackendApiControl::Status() const {

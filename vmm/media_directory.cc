@@ -84,8 +84,8 @@ absl::StatusOr<std::shared_ptr<block::raw::RawFileBackend>> MediaDirectory::Open
 }
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> MediaDirectory::OpenMedium(
-    const std::string& path, unsigned queue_threads) const {
-  return AsCdMedium(OpenFile(path, CdMediumFileOptions(queue_threads)), path);
+    const std::string& path, const block::raw::RawFileOptions& options) const {
+  return AsCdMedium(OpenFile(path, options), path);
 }
 
 }  // namespace vmm

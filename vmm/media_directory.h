@@ -32,10 +32,10 @@ class MediaDirectory {
   // descriptor's number stays, so a concurrent OpenMedium uses the old or the new one.
   absl::Status ReopenInTheJail();
 
-  // A read-only medium from the file `path` names in the directory, for a drive that up to
-  // `queue_threads` iothreads serve (Storage::medium_queue_threads()).
-  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
-                                                                  unsigned queue_threads) const;
+  // A read-only medium from the file `path` names in the directory, opened with `options`
+  // (Storage::MediumFileOptions()).
+  absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(
+      const std::string& path, const block::raw::RawFileOptions& options) const;
 
   // A disk image from the directory, opened as `options` say (a disk attached through the API:
   // Storage::DiskFileOptions), with the same confinement.

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "vmm/cd_medium.h"
 
 namespace vmm {
 namespace {
@@ -32,7 +33,7 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
   EXPECT_EQ((*dir)->path(), root_ + "/media");
   // Relative, and absolute under the directory.
   for (const std::string& path : {std::string("disc.iso"), root_ + "/media/disc.iso"}) {
-    auto medium = (*dir)->OpenMedium(path, 1);
+    auto medium = (*dir)->OpenMedium(path, CdMediumFileOptions(1));
     ASSERT_TRUE(medium.ok()) << path << ": " << medium.status();
     EXPECT_EQ((*medium)->info().size_bytes, 2048u);
     EXPECT_TRUE((*medium)->info().read_only);
@@ -42,12 +43,13 @@ TEST_F(MediaDirectoryTest, OnlyFilesBeneathIt) {
        {root_ + "/secret", std::string("../secret"), std::string("../missing"), std::string("link"),
         std::string("/etc/shadow"), root_ + "/media", root_ + "/mediax/disc.iso",
         std::string("/proc/self/root/etc/passwd")}) {
-    auto medium = (*dir)->OpenMedium(path, 1);
+    auto medium = (*dir)->OpenMedium(path, CdMediumFileOptions(1));
     ASSERT_FALSE(medium.ok()) << path;
     EXPECT_EQ(medium.status().code(), absl::StatusCode::kPermissionDenied)
         << path << ": " << medium.status();
   }
-  EXPECT_EQ((*dir)->OpenMedium("missing.iso", 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*dir)->OpenMedium("missing.iso", CdMediumFileOptions(1)).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(MediaDirectoryTest, ReopensInPlaceAndKnowsItsResolvedPath) {
@@ -62,13 +64,13 @@ TEST_F(MediaDirectoryTest, ReopensInPlaceAndKnowsItsResolvedPath) {
   EXPECT_EQ((*dir)->resolved_path(), real);
   std::free(real);
   ASSERT_TRUE((*dir)->ReopenInTheJail().ok());
-  EXPECT_TRUE((*dir)->OpenMedium(alias + "/disc.iso", 1).ok());
+  EXPECT_TRUE((*dir)->OpenMedium(alias + "/disc.iso", CdMediumFileOptions(1)).ok());
 }
 
 TEST_F(MediaDirectoryTest, NothingIsReachableInTheJailWithoutOne) {
   auto none = MediaDirectory::NoneInTheJail();
   for (const std::string& path : {root_ + "/media/disc.iso", std::string("disc.iso")}) {
-    auto medium = none->OpenMedium(path, 1);
+    auto medium = none->OpenMedium(path, CdMediumFileOptions(1));
     ASSERT_FALSE(medium.ok());
     EXPECT_EQ(medium.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_NE(medium.status().message().find("--media-dir"), std::string::npos);

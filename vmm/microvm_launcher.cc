@@ -372,6 +372,12 @@ class MicrovmProgram : public vmm::LauncherProgram {
     return ConfigureVm(config_);
   }
 
+  // Every io_uring the drives, media and disks attached later will use, while the process may
+  // still make one: no thread may once the sandbox is in force (block/raw/uring_ops.h RingPool).
+  absl::Status BeforeSandbox(const vmm::LaunchContext&) override {
+    return vmm::MakeRingPool(config_.storage);
+  }
+
   absl::StatusOr<Next> Build(const vmm::LaunchContext& context) override {
     config_.launch_time = context.launch_time;
     config_.host_pid = context.sandbox->supervised.host_pid;

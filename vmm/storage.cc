@@ -23,10 +23,30 @@
 
 namespace vmm {
 
-absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(const std::string& path,
-                                                                         unsigned queue_threads) {
-  return AsCdMedium(block::raw::RawFileBackend::Open(path, CdMediumFileOptions(queue_threads)),
-                    path);
+absl::StatusOr<std::shared_ptr<block::BlockBackend>> Storage::OpenMedium(
+    const std::string& path, const block::raw::RawFileOptions& options) {
+  return AsCdMedium(block::raw::RawFileBackend::Open(path, options), path);
+}
+
+absl::Status MakeRingPool(StorageConfig& config) {
+  uint32_t count = config.io_rings;
+  if (count == 0) {
+    const uint32_t threads = std::max<uint32_t>(config.iothreads, 1);
+    uint32_t for_drives = 0;
+    for (const DriveSpec& drive : config.drives) {
+      for_drives += drive.bus == DriveSpec::Bus::kIde ? 1 : threads;
+    }
+    count = std::min<uint32_t>(2 * for_drives + 8 * threads, 1024);
+  }
+  ASSIGN_OR_RETURN(config.ring_pool,
+                   block::raw::RingPool::Create(count, block::raw::RawFileOptions{}.ring_entries));
+  return absl::OkStatus();
+}
+
+block::raw::RawFileOptions Storage::MediumFileOptions() const {
+  block::raw::RawFileOptions options = CdMediumFileOptions(medium_queue_threads());
+  options.ring_pool = config_.ring_pool;
+  return options;
 }
 
 unsigned Storage::medium_queue_threads() const { return std::max<uint32_t>(config_.iothreads, 1); }
@@ -63,6 +83,7 @@ block::raw::RawFileOptions Storage::DiskFileOptions(const DriveSpec& spec) const
   raw.read_only = spec.read_only;
   raw.fua_mode = spec.fua_mode;
   raw.prepared_rings = spec.bus == DriveSpec::Bus::kIde ? 1 : medium_queue_threads();
+  raw.ring_pool = config_.ring_pool;
   return raw;
 }
 
@@ -169,8 +190,8 @@ absl::Status Storage::AttachHostDrive(AttachedDrive& attached,
   // The disc itself: read through io_uring like an image. The drive is opened O_NONBLOCK (the raw
   // backend's open), which the uniform CD-ROM driver treats as "open for ioctl": no door lock and
   // no media check at open (drivers/cdrom/cdrom.c, cdrom_open).
-  options.backend_factory = [threads = medium_queue_threads()](const std::string& path) {
-    return OpenMedium(path, threads);
+  options.backend_factory = [medium = MediumFileOptions()](const std::string& path) {
+    return OpenMedium(path, medium);
   };
   options.on_error = [name = attached.name](const absl::Status& status) {
     ReportHostDriveError(name, status);
@@ -248,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Create(const StorageConfig& co
         RETURN_IF_ERROR(storage->AttachHostDrive(attached, *std::move(host_device),
                                                  /*watch_uevents=*/!spec.probe_delay_us));
       } else {
-        auto medium = OpenMedium(spec.path, storage->medium_queue_threads());
+        auto medium = OpenMedium(spec.path, storage->MediumFileOptions());
         if (!medium.ok()) return DriveError(spec, medium.status());
         attached.media = std::make_shared<block::RemovableMedia>(*std::move(medium), spec.path);
       }

@@ -44,7 +44,17 @@ struct StorageConfig {
   std::function<absl::Status()> iothread_start;
   // For probe-delay-us; null in the product.
   SimulatedDriveFactory simulated_drive;
+  // Where every image's and medium's io_urings come from (block/raw/uring_ops.h): made by the
+  // launch sequence before the sandbox, after which no thread may make one. Null: each ring made
+  // when needed (tests, where nothing forbids it).
+  std::shared_ptr<block::raw::RingPool> ring_pool;
+  // --io-rings: how many rings MakeRingPool makes; 0: enough for the drives given, twice over
+  // (media swaps hold the old disc's rings a moment), and for 8 disks attached later.
+  uint32_t io_rings = 0;
 };
+
+// Makes config.ring_pool, while the process may still call io_uring_setup: before the sandbox.
+absl::Status MakeRingPool(StorageConfig& config);
 
 // One drive as the VMM wired it: the block layer's Drive, its media (CD-ROMs), and where the guest
 // finds it (virtio-scsi target 0, `lun`; or IDE `ide_channel`/`ide_unit`).
@@ -117,10 +127,12 @@ class Storage {
   // way to tell the guest; a CD-ROM; shrinking over data), InvalidArgument (not whole blocks).
   absl::StatusOr<uint64_t> ResizeDisk(const std::string& name, std::optional<uint64_t> size_bytes);
 
-  // Opens `path` as a CD/DVD medium (read-only raw file), for an insert into a drive that up to
-  // `queue_threads` iothreads serve.
-  static absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(const std::string& path,
-                                                                         unsigned queue_threads);
+  // Opens `path` as a CD/DVD medium (read-only raw file) with `options` (MediumFileOptions()).
+  static absl::StatusOr<std::shared_ptr<block::BlockBackend>> OpenMedium(
+      const std::string& path, const block::raw::RawFileOptions& options);
+  // How a CD/DVD medium is opened for an insert into one of this VM's drives: read-only, a ring
+  // ready for each of the medium_queue_threads(), from the VM's ring pool.
+  block::raw::RawFileOptions MediumFileOptions() const;
   // How many iothreads may serve one drive, so many rings a medium opened for it gets ready (an
   // iothread cannot make one: vmm/sandbox/thread_policy.cc): every virtio-scsi iothread opens a
   // queue on every drive; the IDE controller has one.

@@ -80,25 +80,25 @@ TEST_F(StorageTest, CdMediumSizeRule) {
 
 TEST_F(StorageTest, OpenMediumRefusesLessThanOneBlock) {
   for (const char* name : {"empty.iso", "small.iso"}) {
-    auto medium = Storage::OpenMedium(Path(name), 1);
+    auto medium = Storage::OpenMedium(Path(name), CdMediumFileOptions(1));
     ASSERT_FALSE(medium.ok()) << name;
     EXPECT_EQ(medium.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(medium.status().message()),
                 HasSubstr("the minimum is one 2048-byte block"));
   }
-  auto one = Storage::OpenMedium(Path("one-block.iso"), 1);
+  auto one = Storage::OpenMedium(Path("one-block.iso"), CdMediumFileOptions(1));
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ((*one)->info().size_bytes, 2048u);
 
   auto directory = MediaDirectory::Open(dir_);
   ASSERT_TRUE(directory.ok()) << directory.status();
-  auto relative = (*directory)->OpenMedium("small.iso", 1);
+  auto relative = (*directory)->OpenMedium("small.iso", CdMediumFileOptions(1));
   ASSERT_FALSE(relative.ok());
   EXPECT_EQ(relative.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(relative.status().message(),
             "small.iso: 2047 bytes is too small for a CD/DVD medium (the minimum is one 2048-byte "
             "block)");
-  EXPECT_TRUE((*directory)->OpenMedium("one-block.iso", 1).ok());
+  EXPECT_TRUE((*directory)->OpenMedium("one-block.iso", CdMediumFileOptions(1)).ok());
 }
 
 TEST_F(StorageTest, DriveErrorsNameTheirFlag) {

@@ -173,6 +173,8 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
   // left to the janitor to remove. Listening from here on, before the drives are open, is
   // harmless: nothing is accepted until Run, and a front end that connects early waits.
   absl::Status BeforeSandbox(const vmm::LaunchContext& context) override {
+    // Every io_uring the drives and media will use: no thread may make one in the sandbox.
+    RETURN_IF_ERROR(vmm::MakeRingPool(config_));
     absl::Status ready = api::PrepareUnixSocketPath(socket_path_, "--socket");
     if (!ready.ok()) return vmm::NameTheFlag("--socket", socket_path_, socket_path_, ready);
     struct stat identity {};

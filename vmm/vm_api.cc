@@ -44,9 +44,9 @@ std::vector<api::DriveEntry> VmApiControl::Drives() const { return DriveEntries(
 
 absl::StatusOr<std::shared_ptr<block::BlockBackend>> VmApiControl::OpenMedium(
     const std::string& path) {
-  const unsigned threads = vm_.storage().medium_queue_threads();
-  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, threads);
-  return Storage::OpenMedium(path, threads);
+  const block::raw::RawFileOptions options = vm_.storage().MediumFileOptions();
+  if (media_dir_ != nullptr) return media_dir_->OpenMedium(path, options);
+  return Storage::OpenMedium(path, options);
 }
 
 namespace {

@@ -169,14 +169,23 @@ absl::Status LockImage(int fd, const std::string& path, bool read_only) {
 }  // namespace
 
 RawFileBackend::RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info,
-                               bool direct_io, uint32_t memory_alignment, unsigned ring_entries)
+                               bool direct_io, uint32_t memory_alignment, unsigned ring_entries,
+                               std::shared_ptr<RingPool> ring_pool)
     : path_(std::move(path)),
       fd_(std::move(fd)),
       info_(info),
       size_bytes_(info.size_bytes),
       direct_io_(direct_io),
       memory_alignment_(memory_alignment),
-      ring_entries_(ring_entries) {}
+      ring_entries_(ring_entries),
+      ring_pool_(std::move(ring_pool)) {}
+
+RawFileBackend::~RawFileBackend() {
+  if (ring_pool_ == nullptr) return;
+  absl::MutexLock lock(&rings_mutex_);
+  for (std::unique_ptr<UringOps>& ring : idle_rings_) ring_pool_->Recycle(std::move(ring));
+  idle_rings_.clear();
+}
 
 absl::StatusOr<uint64_t> RawFileBackend::Resize(std::optional<uint64_t> new_size) {
   absl::MutexLock lock(&resize_mutex_);
@@ -229,13 +238,27 @@ absl::StatusOr<uint64_t> RawFileBackend::Resize(std::optional<uint64_t> new_size
   return size;
 }
 
+absl::StatusOr<std::unique_ptr<UringOps>> RawFileBackend::NewRing() const {
+  if (ring_pool_ != nullptr) return ring_pool_->Take(fd_.get());
+  return CreateLockedDownRing(ring_entries_, fd_.get());
+}
+
 absl::Status RawFileBackend::PrepareRings(unsigned count) {
   for (unsigned i = 0; i < count; ++i) {
-    ASSIGN_OR_RETURN(std::unique_ptr<UringOps> ring,
-                     CreateLockedDownRing(ring_entries_, fd_.get()));
-    ReturnRing(std::move(ring));
+    absl::StatusOr<std::unique_ptr<UringOps>> ring = NewRing();
+    if (!ring.ok()) {
+      return absl::Status(ring.status().code(), absl::StrCat(path_, ": ", ring.status().message()));
+    }
+    ReturnRing(*std::move(ring));
   }
   return absl::OkStatus();
+}
+
+void RawFileBackend::NoteFailedWriteback(int error) const {
+  if (direct_io_ || error == 0) return;
+  int none = 0;
+  // The first error is the one reported from then on.
+  lost_writeback_error_.compare_exchange_strong(none, error, std::memory_order_acq_rel);
 }
 
 void RawFileBackend::ReturnRing(std::unique_ptr<UringOps> ring) const {
@@ -362,8 +385,9 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
     memory_alignment = alignment.memory;
     info.logical_block_size = std::max(info.logical_block_size, alignment.offset);
   }
-  auto backend = std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
-                                                  memory_alignment, options.ring_entries);
+  auto backend =
+      std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
+                                       memory_alignment, options.ring_entries, options.ring_pool);
   RETURN_IF_ERROR(backend->PrepareRings(options.prepared_rings));
   return backend;
 }
@@ -378,14 +402,14 @@ absl::StatusOr<std::unique_ptr<BlockQueue>> RawFileBackend::CreateQueue(Completi
     }
   }
   if (ring == nullptr) {
-    // None prepared: a thread whose filter refuses io_uring_setup (an iothread) gets EPERM here.
-    absl::StatusOr<std::unique_ptr<UringOps>> created =
-        CreateLockedDownRing(ring_entries_, fd_.get());
+    // None prepared: one from the pool, or made here (which a thread whose filter refuses
+    // io_uring_setup cannot do: EPERM).
+    absl::StatusOr<std::unique_ptr<UringOps>> created = NewRing();
     if (!created.ok()) {
       return absl::Status(created.status().code(),
                           absl::StrCat(path_,
-                                       ": no prepared ring left for a new queue, and none "
-                                       "can be made on this thread: ",
+                                       ": no prepared ring left for a new queue, and no new "
+                                       "one: ",
                                        created.status().message()));
     }
     ring = *std::move(created);

@@ -38,6 +38,10 @@ struct RawFileOptions {
   // before; a queue's ring goes back to the backend when the queue is destroyed (a device reset
   // and the next activation use the same rings).
   unsigned prepared_rings = 1;
+  // Where the rings come from: taken from this pool and given back to it when the backend goes
+  // (the product's way: no thread may call io_uring_setup once the sandbox is in force). Unset:
+  // made here with CreateLockedDownRing, on a thread that may still make rings (tests, tools).
+  std::shared_ptr<RingPool> ring_pool;
 };
 
 // A raw image (regular file or block device) served through io_uring. Thread-safe as BlockBackend
@@ -49,6 +53,9 @@ class RawFileBackend final : public BlockBackend,
   // UsesDirectIo(options.cache_mode). Errors: NotFound (no such file), FailedPrecondition (a
   // read-only file or file system opened read-write, a directory, not a regular file or block
   // device, a file system without O_DIRECT), InvalidArgument (bad options), others from errno.
+  // Gives its idle rings back to the pool they came from (RawFileOptions::ring_pool).
+  ~RawFileBackend() override;
+
   static absl::StatusOr<std::shared_ptr<RawFileBackend>> Open(const std::string& path,
                                                               const RawFileOptions& options);
   // The same for `relative_path` resolved strictly beneath the directory `dir_fd` (openat2(2)
@@ -67,8 +74,9 @@ class RawFileBackend final : public BlockBackend,
   // written is cut off; a block device takes no size (the host decides it: resize the volume,
   // then call with none). Queues check ranges against the new size from their next request.
   absl::StatusOr<uint64_t> Resize(std::optional<uint64_t> new_size) override;
-  // Uses one of the prepared rings (RawFileOptions::prepared_rings) or, if none is left, makes one
-  // (which fails on a thread whose filter refuses io_uring_setup).
+  // Uses one of the prepared rings (RawFileOptions::prepared_rings) or, if none is left, takes one
+  // from the pool (ResourceExhausted when it is empty) or, without a pool, makes one (which fails
+  // on a thread whose filter refuses io_uring_setup).
   absl::StatusOr<std::unique_ptr<BlockQueue>> CreateQueue(CompletionHandler handler) override;
 
   // Test seam: a queue driving `ring` (for example a RecordingRing round CreateLockedDownRing()).
@@ -86,6 +94,16 @@ class RawFileBackend final : public BlockBackend,
   size_t idle_rings() const;
   // Where a destroyed queue's ring goes (an empty ring, nothing in flight or prepared).
   void ReturnRing(std::unique_ptr<UringOps> ring) const;
+  // A flush, or a FUA write, that failed on a file opened without O_DIRECT: the errno, else 0.
+  // Once set it stays, for every queue of the file (they share its descriptor), and every later
+  // flush and FUA write fails with it without reaching the kernel. Linux reports a failed
+  // writeback once per open file and leaves the page clean (fsync(2), "ERRORS"; the
+  // fsync-gate discussion of 2018), so a later fdatasync would succeed over data already lost and
+  // the guest would be told its writes are durable when they are not. QEMU's file-posix does the
+  // same (`page_cache_inconsistent`). With O_DIRECT nothing waits in the page cache: a failed
+  // flush is that flush's error alone.
+  int lost_writeback_error() const { return lost_writeback_error_.load(std::memory_order_acquire); }
+  void NoteFailedWriteback(int error) const;
 
   // Use Open(). (Public for std::make_shared; Token keeps it out of reach.)
   struct Token {
@@ -94,7 +112,8 @@ class RawFileBackend final : public BlockBackend,
     friend class RawFileBackend;
   };
   RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info, bool direct_io,
-                 uint32_t memory_alignment, unsigned ring_entries);
+                 uint32_t memory_alignment, unsigned ring_entries,
+                 std::shared_ptr<RingPool> ring_pool);
 
  private:
   // Open's and OpenBeneath's common part: `fd` as open returned it (invalid: `open_error`).
@@ -102,6 +121,8 @@ class RawFileBackend final : public BlockBackend,
       sys_util::ScopedFd fd, int open_error, const std::string& path,
       const RawFileOptions& options);
   absl::Status PrepareRings(unsigned count);
+  // One ring for this file: from the pool, or made here without one.
+  absl::StatusOr<std::unique_ptr<UringOps>> NewRing() const;
 
   std::string path_;
   sys_util::ScopedFd fd_;
@@ -111,9 +132,11 @@ class RawFileBackend final : public BlockBackend,
   bool direct_io_;
   uint32_t memory_alignment_;
   unsigned ring_entries_;
+  std::shared_ptr<RingPool> ring_pool_;
   // Locked-down rings for queues to come; the queues run on other threads.
   mutable absl::Mutex rings_mutex_;
   mutable std::vector<std::unique_ptr<UringOps>> idle_rings_ ABSL_GUARDED_BY(rings_mutex_);
+  mutable std::atomic<int> lost_writeback_error_{0};
 };
 
 }  // namespace block::raw

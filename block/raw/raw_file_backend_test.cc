@@ -354,6 +354,115 @@ TEST(RawFileBackendTest, ShortWriteAndReadAreResubmitted) {
   EXPECT_EQ(got, expected);
 }
 
+// Without O_DIRECT a failed flush may have lost data the page cache held, and Linux reports that
+// once: a later fdatasync would succeed over it. So every later flush and FUA write fails with the
+// first error, on every queue of the file, without reaching the kernel; plain reads and writes go
+// on (RawFileBackend::lost_writeback_error).
+TEST(RawFileBackendTest, AFailedFlushOnThePageCacheFailsEveryLaterFlushAndFuaWrite) {
+  const std::string path = MakeFile("lost_writeback.img", kFileSize);
+  RawFileOptions options;
+  options.cache_mode = CacheMode::kWriteback;
+  Harness h(path, options);
+  AlignedBuffer data = Buffer(4096, 0x5a);
+  const iovec iov[] = {{data.data(), 4096}};
+  EXPECT_EQ(h.Write(0, iov, 1), 0);
+  RingFault fault;
+  fault.opcode = UringOpcode::kFsync;
+  fault.error = EIO;
+  h.ring().AddFault(fault);
+  Request flush;
+  flush.type = RequestType::kFlush;
+  EXPECT_EQ(h.Run(flush, 2), EIO);
+  EXPECT_EQ(h.backend().lost_writeback_error(), EIO);
+  h.ring().ClearRecords();
+  EXPECT_EQ(h.Run(flush, 3), EIO);
+  EXPECT_EQ(h.Write(4096, iov, 4, /*fua=*/true), EIO);
+  EXPECT_EQ(h.CountOps(UringOpcode::kFsync), 0);
+  EXPECT_EQ(h.CountOps(UringOpcode::kWritev), 0);
+  // Plain writes and reads still work.
+  EXPECT_EQ(h.Write(8192, iov, 5), 0);
+  AlignedBuffer back = Buffer(4096, 0);
+  const iovec read_iov[] = {{back.data(), 4096}};
+  EXPECT_EQ(h.Read(8192, read_iov, 6), 0);
+  EXPECT_EQ(std::memcmp(back.data(), data.data(), 4096), 0);
+  // Another queue of the same file shares the verdict.
+  std::map<uint64_t, int> other_results;
+  auto other = h.backend().CreateQueue([&other_results](uint64_t cookie, Completion completion) {
+    other_results[cookie] = completion.error;
+  });
+  ASSERT_TRUE(other.ok()) << other.status();
+  (*other)->Enqueue(flush, 7);
+  (*other)->Submit();
+  while ((*other)->in_flight() > 0) {
+    pollfd pfd = {(*other)->completion_fd(), POLLIN, 0};
+    ASSERT_EQ(poll(&pfd, 1, 10000), 1);
+    (*other)->ProcessCompletions();
+  }
+  EXPECT_EQ(other_results[7], EIO);
+  EXPECT_EQ(h.queue().in_flight(), 0u);
+}
+
+// A native FUA write (RWF_DSYNC) that fails with EIO failed in its writeback, as a flush would;
+// one that fails with ENOSPC dirtied nothing and leaves later flushes alone.
+TEST(RawFileBackendTest, AFuaWriteThatFailsInWritebackCountsAsAFailedFlush) {
+  const std::string path = MakeFile("lost_fua.img", kFileSize);
+  RawFileOptions options;
+  options.cache_mode = CacheMode::kWriteback;
+  Harness h(path, options);
+  AlignedBuffer data = Buffer(4096, 0x3c);
+  const iovec iov[] = {{data.data(), 4096}};
+  RingFault fault;
+  fault.opcode = UringOpcode::kWritev;
+  fault.error = ENOSPC;
+  h.ring().AddFault(fault);
+  EXPECT_EQ(h.Write(0, iov, 1, /*fua=*/true), ENOSPC);
+  EXPECT_EQ(h.backend().lost_writeback_error(), 0);
+  Request flush;
+  flush.type = RequestType::kFlush;
+  EXPECT_EQ(h.Run(flush, 2), 0);
+  fault.error = EIO;
+  h.ring().AddFault(fault);
+  EXPECT_EQ(h.Write(0, iov, 3, /*fua=*/true), EIO);
+  EXPECT_EQ(h.backend().lost_writeback_error(), EIO);
+  EXPECT_EQ(h.Run(flush, 4), EIO);
+}
+
+// With a pool (the product's way, RawFileOptions::ring_pool) the backend takes its rings from it,
+// serves I/O through them, and gives them back when it goes; an empty pool fails the open with
+// ResourceExhausted rather than making a ring.
+TEST(RawFileBackendTest, RingsComeFromThePoolAndGoBackToIt) {
+  auto pool = RingPool::Create(3, 16);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const std::string path = MakeFile("pooled.img", kFileSize);
+  RawFileOptions options;
+  options.ring_pool = *pool;
+  options.prepared_rings = 2;
+  {
+    Harness h(path, options, /*real_ring=*/true);
+    EXPECT_EQ((*pool)->available(), 1u);  // two prepared, one of them the queue's now
+    AlignedBuffer data = Buffer(4096, 0x42);
+    const iovec iov[] = {{data.data(), 4096}};
+    EXPECT_EQ(h.Write(0, iov, 1, /*fua=*/true), 0);
+    EXPECT_EQ(ReadFile(path, 0, 4096), std::vector<uint8_t>(4096, 0x42));
+    const std::string other = MakeFile("pooled-other.img", kFileSize);
+    auto exhausted = RawFileBackend::Open(other, options);
+    ASSERT_FALSE(exhausted.ok());
+    EXPECT_EQ(exhausted.status().code(), absl::StatusCode::kResourceExhausted)
+        << exhausted.status();
+    EXPECT_EQ((*pool)->available(), 1u);  // the one it took went back
+  }
+  EXPECT_EQ((*pool)->available(), 3u);
+  // Back in the pool, the rings serve the next file.
+  const std::string next = MakeFile("pooled-next.img", kFileSize);
+  RawFileOptions next_options = options;
+  next_options.prepared_rings = 1;
+  Harness h(next, next_options, /*real_ring=*/true);
+  AlignedBuffer data = Buffer(4096, 0x24);
+  const iovec iov[] = {{data.data(), 4096}};
+  EXPECT_EQ(h.Write(8192, iov, 1), 0);
+  EXPECT_EQ(ReadFile(next, 8192, 4096), std::vector<uint8_t>(4096, 0x24));
+}
+
 TEST(RawFileBackendTest, EagainAndEintrAreRetried) {
   const std::string path = MakeFile("eagain.img", kFileSize);
   Harness h(path);
@@ -372,9 +481,13 @@ TEST(RawFileBackendTest, EagainAndEintrAreRetried) {
   for (int i = 0; i < 4096; ++i) ASSERT_EQ(static_cast<uint8_t>(data.data()[i]), Pattern(i, 1));
 }
 
+// With O_DIRECT (cache=none) a failed flush is that flush's error alone: nothing of the guest's
+// waited in the page cache, and the next flush may succeed.
 TEST(RawFileBackendTest, ErrorsSurfaceAndTheQueueKeepsWorking) {
   const std::string path = MakeFile("errors.img", kFileSize);
-  Harness h(path);
+  RawFileOptions options;
+  options.cache_mode = CacheMode::kNone;
+  Harness h(path, options);
   AlignedBuffer data = Buffer(4096, 0x77);
   const iovec iov[] = {{data.data(), 4096}};
   RingFault fault;

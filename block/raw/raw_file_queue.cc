@@ -259,6 +259,14 @@ void RawFileQueue::Enqueue(const Request& request, uint64_t cookie) {
     ready_.push_back({cookie, error});
     return;
   }
+  // Data already lost from the page cache (RawFileBackend::lost_writeback_error): nothing may be
+  // reported durable any more. Plain reads and writes go on.
+  if (const int lost = backend_->lost_writeback_error();
+      lost != 0 && (request.type == RequestType::kFlush ||
+                    (request.type == RequestType::kWrite && request.fua))) {
+    ready_.push_back({cookie, lost});
+    return;
+  }
   const uint32_t index = AcquireOp();
   Op& op = *ops_[index];
   op.cookie = cookie;
@@ -427,6 +435,12 @@ void RawFileQueue::HandleCqe(const CqeResult& cqe) {
     if (op.type == RequestType::kDiscard && error == EOPNOTSUPP) {
       Finish(index, 0);
       return;
+    }
+    // A failed fdatasync, or a failed RWF_DSYNC write (EIO: its writeback; ENOSPC or EDQUOT
+    // before it would have dirtied nothing), may have lost other writes' data too.
+    if (op.type == RequestType::kFlush ||
+        (op.type == RequestType::kWrite && op.fua && info_.native_fua && error == EIO)) {
+      backend_->NoteFailedWriteback(error);
     }
     Finish(index, error);
     return;

@@ -5,6 +5,8 @@
 #include <array>
 #include <cerrno>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "vmm/sys_util/eventfd.h"
@@ -36,27 +38,34 @@ io_uring_restriction SqeFlags(uint16_t kind, uint8_t flags) {
   return restriction;
 }
 
-// The registrations and restrictions, on a ring created disabled; then it is enabled.
+// The registrations and restrictions, on a ring created disabled; then it is enabled. `file_fd` < 0:
+// a ring of the pool, whose file is registered later (RingPool::Take).
 absl::Status LockDown(io_uring& ring, int file_fd, int event_fd) {
-  int result = io_uring_register_files(&ring, &file_fd, 1);
-  if (result < 0) return UringError(result, "io_uring_register_files");
+  int result;
+  if (file_fd >= 0) {
+    result = io_uring_register_files(&ring, &file_fd, 1);
+    if (result < 0) return UringError(result, "io_uring_register_files");
+  }
   result = io_uring_register_eventfd(&ring, event_fd);
   if (result < 0) return UringError(result, "io_uring_register_eventfd");
-  // One register operation stays allowed once enabled: IORING_UNREGISTER_FILES, which only takes
-  // away (the owner drops the file before the ring goes, so that the image's lock goes with its
-  // last descriptor at once rather than whenever the kernel's deferred ring teardown runs).
-  io_uring_restriction unregister_files{};
-  unregister_files.opcode = IORING_RESTRICTION_REGISTER_OP;
-  unregister_files.register_op = IORING_UNREGISTER_FILES;
-  const std::array<io_uring_restriction, 7> restrictions = {
-      unregister_files,
-      SqeOp(IORING_OP_READV),
-      SqeOp(IORING_OP_WRITEV),
-      SqeOp(IORING_OP_FSYNC),
-      SqeOp(IORING_OP_FALLOCATE),
-      SqeFlags(IORING_RESTRICTION_SQE_FLAGS_REQUIRED, IOSQE_FIXED_FILE),
-      SqeFlags(IORING_RESTRICTION_SQE_FLAGS_ALLOWED, IOSQE_FIXED_FILE),
+  // Register operations allowed once enabled: IORING_UNREGISTER_FILES, which only takes away (the
+  // owner drops the file before the ring goes, so that the image's lock goes with its last
+  // descriptor at once rather than whenever the kernel's deferred ring teardown runs); for a ring
+  // of the pool also IORING_REGISTER_FILES, to be bound to the next image.
+  std::vector<io_uring_restriction> restrictions;
+  auto allow_register = [&restrictions](uint8_t op) {
+    io_uring_restriction restriction{};
+    restriction.opcode = IORING_RESTRICTION_REGISTER_OP;
+    restriction.register_op = op;
+    restrictions.push_back(restriction);
   };
+  allow_register(IORING_UNREGISTER_FILES);
+  if (file_fd < 0) allow_register(IORING_REGISTER_FILES);
+  for (uint8_t op : {IORING_OP_READV, IORING_OP_WRITEV, IORING_OP_FSYNC, IORING_OP_FALLOCATE}) {
+    restrictions.push_back(SqeOp(op));
+  }
+  restrictions.push_back(SqeFlags(IORING_RESTRICTION_SQE_FLAGS_REQUIRED, IOSQE_FIXED_FILE));
+  restrictions.push_back(SqeFlags(IORING_RESTRICTION_SQE_FLAGS_ALLOWED, IOSQE_FIXED_FILE));
   // Through io_uring_register itself: Debian 12's liburing 2.3 declares
   // io_uring_register_restrictions() and io_uring_enable_rings() but does not export them.
   result = io_uring_register(ring.ring_fd, IORING_REGISTER_RESTRICTIONS, restrictions.data(),
@@ -67,24 +76,59 @@ absl::Status LockDown(io_uring& ring, int file_fd, int event_fd) {
   return absl::OkStatus();
 }
 
+// A ring created disabled and locked down (LockDown); on error nothing is left to tear down.
+absl::Status SetUp(unsigned entries, int file_fd, int event_fd, io_uring& ring) {
+  io_uring_params params{};
+  params.flags = IORING_SETUP_R_DISABLED;
+  const int result = io_uring_queue_init_params(entries, &ring, &params);
+  if (result < 0) return UringError(result, "io_uring_queue_init_params");
+  absl::Status status = LockDown(ring, file_fd, event_fd);
+  if (!status.ok()) {
+    io_uring_queue_exit(&ring);
+    return absl::Status(status.code(), absl::StrCat("locking the ring down: ", status.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 class LockedDownRing final : public UringOps {
  public:
   LockedDownRing() = default;
   ~LockedDownRing() override {
     if (!initialized_) return;
-    io_uring_unregister_files(&ring_);
+    if (bound_) io_uring_unregister_files(&ring_);
     io_uring_queue_exit(&ring_);
   }
   LockedDownRing(const LockedDownRing&) = delete;
   LockedDownRing& operator=(const LockedDownRing&) = delete;
 
-  absl::Status Init(unsigned entries, int file_fd) {
+  // `file_fd` < 0: a ring of `pool`, bound later (Bind).
+  absl::Status Init(unsigned entries, int file_fd, const RingPool* pool = nullptr) {
     ASSIGN_OR_RETURN(event_fd_, sys_util::MakeEventFd());
-    RETURN_IF_ERROR(SetUpLockedDownRing(entries, file_fd, event_fd_.get(), ring_));
+    RETURN_IF_ERROR(SetUp(entries, file_fd, event_fd_.get(), ring_));
     initialized_ = true;
+    bound_ = file_fd >= 0;
+    pool_ = pool;
     entries_ = ring_.sq.ring_entries;
     return absl::OkStatus();
   }
+
+  absl::Status Bind(int file_fd) {
+    const int result = io_uring_register_files(&ring_, &file_fd, 1);
+    if (result < 0) return UringError(result, "io_uring_register_files");
+    bound_ = true;
+    return absl::OkStatus();
+  }
+  // Back to no file, for the pool: false (and the ring unusable for it) unless it was drained.
+  bool Unbind() {
+    if (io_uring_sq_ready(&ring_) != 0 || io_uring_cq_ready(&ring_) != 0) return false;
+    if (bound_ && io_uring_unregister_files(&ring_) < 0) return false;
+    bound_ = false;
+    sys_util::DrainEventFd(event_fd_.get());
+    return true;
+  }
+  const RingPool* pool() const { return pool_; }
 
   unsigned entries() const override { return entries_; }
 
@@ -135,22 +179,67 @@ class LockedDownRing final : public UringOps {
   sys_util::ScopedFd event_fd_;
   io_uring ring_{};
   bool initialized_ = false;
+  bool bound_ = false;
+  const RingPool* pool_ = nullptr;  // the pool it came from, compared only
   unsigned entries_ = 0;
 };
 
-}  // namespace
-
 absl::Status SetUpLockedDownRing(unsigned entries, int file_fd, int event_fd, io_uring& ring) {
-  io_uring_params params{};
-  params.flags = IORING_SETUP_R_DISABLED;
-  const int result = io_uring_queue_init_params(entries, &ring, &params);
-  if (result < 0) return UringError(result, "io_uring_queue_init_params");
-  absl::Status status = LockDown(ring, file_fd, event_fd);
-  if (!status.ok()) {
-    io_uring_queue_exit(&ring);
-    return absl::Status(status.code(), absl::StrCat("locking the ring down: ", status.message()));
+  return SetUp(entries, file_fd, event_fd, ring);
+}
+
+absl::Status SetUpPooledRing(unsigned entries, int event_fd, io_uring& ring) {
+  return SetUp(entries, -1, event_fd, ring);
+}
+
+absl::StatusOr<std::shared_ptr<RingPool>> RingPool::Create(unsigned count, unsigned entries) {
+  auto pool = std::make_shared<RingPool>(count, entries);
+  absl::MutexLock lock(&pool->mutex_);
+  for (unsigned i = 0; i < count; ++i) {
+    auto ring = std::make_unique<LockedDownRing>();
+    if (absl::Status made = ring->Init(entries, -1, pool.get()); !made.ok()) {
+      return absl::Status(made.code(), absl::StrCat("making io_uring ", i + 1, " of ", count,
+                                                    " for the ring pool: ", made.message()));
+    }
+    pool->idle_.push_back(std::move(ring));
   }
-  return absl::OkStatus();
+  return pool;
+}
+
+RingPool::RingPool(unsigned size, unsigned entries) : size_(size), entries_(entries) {}
+RingPool::~RingPool() = default;
+
+absl::StatusOr<std::unique_ptr<UringOps>> RingPool::Take(int file_fd) {
+  std::unique_ptr<LockedDownRing> ring;
+  {
+    absl::MutexLock lock(&mutex_);
+    if (idle_.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("all ", size_,
+                       " io_urings of the VMM are in use (one per drive and iothread; they are "
+                       "made before the sandbox: raise --io-rings)"));
+    }
+    ring = std::move(idle_.back());
+    idle_.pop_back();
+  }
+  if (absl::Status bound = ring->Bind(file_fd); !bound.ok()) {
+    Recycle(std::move(ring));
+    return bound;
+  }
+  return std::unique_ptr<UringOps>(std::move(ring));
+}
+
+void RingPool::Recycle(std::unique_ptr<UringOps> ring) {
+  auto* ours = dynamic_cast<LockedDownRing*>(ring.get());
+  if (ours == nullptr || ours->pool() != this || !ours->Unbind()) return;  // destroyed
+  ring.release();
+  absl::MutexLock lock(&mutex_);
+  idle_.push_back(std::unique_ptr<LockedDownRing>(ours));
+}
+
+size_t RingPool::available() const {
+  absl::MutexLock lock(&mutex_);
+  return idle_.size();
 }
 
 absl::StatusOr<std::unique_ptr<UringOps>> CreateLockedDownRing(unsigned entries, int file_fd) {

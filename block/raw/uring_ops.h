@@ -7,9 +7,12 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 struct io_uring;  // liburing.h
 
@@ -84,11 +87,57 @@ class UringOps {
 // open file description); torn down with io_uring_queue_exit(3).
 absl::StatusOr<std::unique_ptr<UringOps>> CreateLockedDownRing(unsigned entries, int file_fd);
 
+class LockedDownRing;  // uring_ops.cc
+
+// Rings made while the process may still call io_uring_setup (before its sandbox), handed out
+// later to bind to an image. A fresh ring carries no restriction, so a thread that can call
+// io_uring_setup can queue any operation the kernel has (IORING_OP_UNLINKAT, RENAMEAT, CONNECT,
+// ...) whatever its seccomp filter refuses: no thread of the VMM may call it once the sandbox is
+// in force (vmm/sandbox/thread_policy.cc), and every ring comes from here.
+//
+// A ring of the pool is made as CreateLockedDownRing's, but without a file: disabled, its eventfd
+// registered, restricted to the same four operations on fixed files only, with two register
+// operations left allowed, IORING_REGISTER_FILES and IORING_UNREGISTER_FILES, then enabled. Take()
+// registers the image as fixed file 0; Recycle() unregisters it and keeps the ring for the next
+// Take(). Whoever can call io_uring_register (the control threads; never an iothread) can thus
+// point a ring at a descriptor it holds, and do to it no more than read, write, sync and
+// fallocate, which its own system calls already do. Thread-safe.
+class RingPool {
+ public:
+  // `count` rings of `entries` SQEs each, made now.
+  static absl::StatusOr<std::shared_ptr<RingPool>> Create(unsigned count, unsigned entries);
+  ~RingPool();
+
+  // A ring bound to `file_fd` (fixed file 0), for one queue. ResourceExhausted when every ring is
+  // taken (the message says how many the pool has).
+  absl::StatusOr<std::unique_ptr<UringOps>> Take(int file_fd);
+  // Gives back a ring Take() returned, drained (nothing prepared, in flight or left to reap): its
+  // file is unregistered (so the image's lock goes with its last descriptor), its eventfd read
+  // empty, and it waits for the next Take(). A ring that is not the pool's, or not drained, is
+  // destroyed instead.
+  void Recycle(std::unique_ptr<UringOps> ring);
+
+  size_t available() const;
+  unsigned size() const { return size_; }
+  unsigned entries() const { return entries_; }
+
+  RingPool(unsigned size, unsigned entries);  // Create() fills it
+
+ private:
+  const unsigned size_;
+  const unsigned entries_;
+  mutable absl::Mutex mutex_;
+  std::vector<std::unique_ptr<LockedDownRing>> idle_ ABSL_GUARDED_BY(mutex_);
+};
+
 // CreateLockedDownRing's set-up on a ring the caller owns: `ring` zero-initialized, `event_fd` the
 // eventfd to register. On success the ring is enabled and the caller tears it down with
 // io_uring_queue_exit(3); on error nothing is left to tear down. (The tests attack a ring set up
 // by exactly this code through liburing directly.)
 absl::Status SetUpLockedDownRing(unsigned entries, int file_fd, int event_fd, io_uring& ring);
+// The pool's set-up (RingPool above) on a ring the caller owns: no file yet; register one with
+// io_uring_register_files(3) and take it away with io_uring_unregister_files(3).
+absl::Status SetUpPooledRing(unsigned entries, int event_fd, io_uring& ring);
 
 }  // namespace block::raw
 

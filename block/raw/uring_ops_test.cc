@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -155,6 +156,101 @@ TEST(LockedDownRingTest, WritesReadsAndSyncsItsFile) {
   char in[16] = {};
   ASSERT_EQ(pread(file.get(), in, sizeof(in), 0), 16);
   EXPECT_EQ(std::string(in, sizeof(in)), "---hello--------");
+}
+
+// A ring of the pool (SetUpPooledRing), attacked the same way: until a file is registered it
+// reaches nothing, and registering one is all it allows beyond the four operations.
+TEST(PooledRingAttack, TakesOneFileAndNothingElse) {
+  auto event_fd = sys_util::MakeEventFd();
+  ASSERT_TRUE(event_fd.ok());
+  io_uring ring{};
+  ASSERT_TRUE(SetUpPooledRing(8, event_fd->get(), ring).ok());
+  auto submit_one = [&ring] {
+    EXPECT_EQ(io_uring_submit(&ring), 1);
+    io_uring_cqe* cqe = nullptr;
+    EXPECT_EQ(io_uring_wait_cqe(&ring, &cqe), 0);
+    const int result = cqe != nullptr ? cqe->res : 0;
+    if (cqe != nullptr) io_uring_cqe_seen(&ring, cqe);
+    return result;
+  };
+  io_uring_prep_openat(io_uring_get_sqe(&ring), AT_FDCWD, "/etc/passwd", O_RDONLY | O_CLOEXEC, 0);
+  EXPECT_EQ(submit_one(), -EACCES);
+  io_uring_prep_unlinkat(io_uring_get_sqe(&ring), AT_FDCWD, "/nonexistent-file", 0);
+  EXPECT_EQ(submit_one(), -EACCES);
+  sys_util::ScopedFd file = MakeFile("pooled-file", "pooled ring");
+  int fd = file.get();
+  ASSERT_EQ(io_uring_register_files(&ring, &fd, 1), 0);
+  char buffer[11] = {};
+  iovec vec{buffer, sizeof(buffer)};
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring);
+  io_uring_prep_readv(sqe, 0, &vec, 1, 0);
+  sqe->flags |= IOSQE_FIXED_FILE;
+  EXPECT_EQ(submit_one(), 11);
+  EXPECT_EQ(std::string(buffer, sizeof(buffer)), "pooled ring");
+  std::array<char, 4096> memory{};
+  iovec buffers{memory.data(), memory.size()};
+  EXPECT_EQ(io_uring_register_buffers(&ring, &buffers, 1), -EACCES);
+  EXPECT_EQ(io_uring_unregister_eventfd(&ring), -EACCES);
+  EXPECT_EQ(io_uring_register_personality(&ring), -EACCES);
+  EXPECT_EQ(io_uring_unregister_files(&ring), 0);
+  io_uring_queue_exit(&ring);
+}
+
+// Take binds a ring to a file; Recycle unbinds it and the next Take binds it to another.
+TEST(RingPoolTest, RingsGoToOneFileThenBackThenToTheNext) {
+  auto pool = RingPool::Create(1, 4);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->available(), 1u);
+  sys_util::ScopedFd first = MakeFile("pool-first", "first file");
+  sys_util::ScopedFd second = MakeFile("pool-second", "SECOND FILE");
+  auto read_with = [](UringOps& ring, size_t length) {
+    std::string text(length, '\0');
+    iovec vec{text.data(), text.size()};
+    EXPECT_TRUE(ring.Prep({.opcode = UringOpcode::kReadv,
+                           .iovecs = &vec,
+                           .iovec_count = 1,
+                           .length = length,
+                           .user_data = 7}));
+    EXPECT_EQ(ring.Submit(), 1);
+    std::array<CqeResult, 1> done{};
+    while (ring.Reap(done) == 0) {
+    }
+    EXPECT_EQ(done[0].res, static_cast<int>(length));
+    sys_util::DrainEventFd(ring.completion_fd());
+    return text;
+  };
+  auto ring = (*pool)->Take(first.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  EXPECT_EQ((*pool)->available(), 0u);
+  EXPECT_EQ(read_with(**ring, 10), "first file");
+  // Every ring is taken.
+  auto none = (*pool)->Take(second.get());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted) << none.status();
+  (*pool)->Recycle(*std::move(ring));
+  EXPECT_EQ((*pool)->available(), 1u);
+  auto again = (*pool)->Take(second.get());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(read_with(**again, 11), "SECOND FILE");
+}
+
+// A ring given back with work left in it (here a completion nobody reaped) is destroyed, not
+// handed to the next file; so is a ring that is not the pool's.
+TEST(RingPoolTest, ARingThatIsNotDrainedOrNotItsOwnIsNotKept) {
+  auto pool = RingPool::Create(1, 4);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  sys_util::ScopedFd file = MakeFile("pool-undrained", "x");
+  auto ring = (*pool)->Take(file.get());
+  ASSERT_TRUE(ring.ok());
+  ASSERT_TRUE((*ring)->Prep({.opcode = UringOpcode::kFsync, .user_data = 1}));
+  ASSERT_EQ((*ring)->Submit(), 1);
+  pollfd ready{(*ring)->completion_fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&ready, 1, 10000), 1);
+  (*pool)->Recycle(*std::move(ring));
+  EXPECT_EQ((*pool)->available(), 0u);
+  auto other = CreateLockedDownRing(4, file.get());
+  ASSERT_TRUE(other.ok());
+  (*pool)->Recycle(*std::move(other));
+  EXPECT_EQ((*pool)->available(), 0u);
 }
 
 }  // namespace

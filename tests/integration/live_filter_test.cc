@@ -4,7 +4,8 @@
 // and probe processes run under exactly those programs, as root outside the jail (the filter the
 // only barrier) or inside the VMM's jail as its user, with the VMM's own descriptors
 // (pidfd_getfd). What a probe tries is what got through before:
-//   N1  opening a file and a socket through the VMM's own io_uring ring;
+//   N1  opening a file and a socket through the VMM's own io_uring ring; H19 a new ring made by a
+//       control thread, which would carry no restriction;
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
 //   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;
 //   N5  MSG_FASTOPEN, UDP, connect, any internet socket without --api-tcp;
@@ -297,6 +298,13 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
                     }),
             Errno(ENOTTY));
   close(file);
+  // H19: no new io_uring, whose entries (IORING_OP_UNLINKAT, CONNECT, ...) no filter sees.
+  EXPECT_EQ(Attempt(kNothing, control,
+                    [] {
+                      io_uring_params params{};
+                      return Result(syscall(SYS_io_uring_setup, 8, &params));
+                    }),
+            Errno(EPERM));
   // N5: a TCP connection opened by sendto(MSG_FASTOPEN), a UDP datagram, connect().
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};

@@ -247,6 +247,24 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
+// H19: a fresh ring carries no restriction, and its entries reach what the filter refuses
+// (IORING_OP_UNLINKAT, CONNECT, ...): control threads make none either (every ring comes from the
+// pool made before the sandbox), but may bind a pooled ring to an image (io_uring_register).
+TEST(ThreadPolicyDeathTest, ControlThreadsCannotMakeRings) {
+  auto child = [&] {
+    ConfineOrDie(ThreadRole::kControl);
+    io_uring_params params{};
+    const long setup = syscall(__NR_io_uring_setup, 4, &params);
+    const int setup_errno = errno;
+    // Reaches the kernel (which refuses a call without a ring or files), not the filter's EPERM.
+    const long registered = syscall(__NR_io_uring_register, -1, IORING_REGISTER_FILES, nullptr, 0);
+    const int register_errno = errno;
+    ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno != EPERM ? 0
+                                                                                               : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
 // N11: the vCPU filter allowed every KVM request, KVM_CREATE_VM included. The request is checked
 // before the descriptor (-1 here): KVM_RUN passes the filter and fails with EBADF.
 TEST(ThreadPolicyDeathTest, VcpuThreadsMakeOnlyTheirOwnKvmRequests) {
