@@ -194,7 +194,8 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
       server->Stop();
       return bound;
     }
-    server->socket_identity_ = SocketIdentity{.device = st.st_dev, .inode = st.st_ino};
+    server->socket_identity_ =
+        SocketIdentity{.device = st.st_dev, .inode = st.st_ino, .changed = st.st_ctim};
   }
   return server;
 }

@@ -2,6 +2,7 @@
 #define API_CONTROL_SERVER_H_
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <cstddef>
 #include <memory>
@@ -58,6 +59,7 @@ struct ApiServerOptions {
 struct SocketIdentity {
   dev_t device = 0;
   ino_t inode = 0;
+  timespec changed{};  // st_ctim: with the two above, this socket even after inode reuse
 };
 
 // A running control-API server as the VMM sees it, without gRPC or protobuf: the VMM loads the

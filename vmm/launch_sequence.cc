@@ -1,9 +1,13 @@
 #include "vmm/launch_sequence.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -32,8 +36,11 @@ absl::StatusOr<int> ServeAndRun(LauncherProgram& program, const LaunchContext& c
     if (!started.ok()) return started.status();
     api_server = *std::move(started);
     if (const auto identity = api_server->unix_socket_identity(); identity.has_value()) {
-      RETURN_IF_ERROR(context.socket_janitor->Register(api_server->unix_socket_path(),
-                                                       identity->device, identity->inode));
+      struct stat bound {};
+      bound.st_dev = identity->device;
+      bound.st_ino = identity->inode;
+      bound.st_ctim = identity->changed;
+      RETURN_IF_ERROR(context.socket_janitor->Register(api_server->unix_socket_path(), bound));
     }
   }
   // What the janitor removes is settled as soon as the last socket is bound: before the guest, a
@@ -69,8 +76,13 @@ int RunLauncher(LauncherProgram& program, int argc, char** argv) {
   // Forked while the process has one thread, before the sandbox; destroyed after the API's server
   // and the program have stopped (declared before them), which lets it remove the sockets then.
   std::optional<sandbox::SocketJanitor> socket_janitor;
-  if (program.MakesUnixSocket() || !api_flags->options.unix_socket_path.empty()) {
-    auto started = sandbox::SocketJanitor::Start(*seccomp);
+  std::vector<std::string> socket_paths;
+  for (const std::string& path : {program.UnixSocketPath(), api_flags->options.unix_socket_path}) {
+    if (!path.empty()) socket_paths.push_back(path);
+  }
+  if (!socket_paths.empty()) {
+    // The paths it may remove are fixed now, from the command line (SocketJanitor::Start).
+    auto started = sandbox::SocketJanitor::Start(socket_paths, *seccomp);
     if (!started.ok()) return Fail(program, started.status());
     socket_janitor.emplace(*std::move(started));
     context.socket_janitor = &*socket_janitor;

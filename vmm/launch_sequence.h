@@ -25,7 +25,7 @@ struct LaunchContext {
   MediaDirectory* media_dir = nullptr;
   // Removes the unix sockets the launch made once the process has ended (the VMM's filter allows
   // no unlink): Register each right after its bind, before the sequence seals it (step 7). Set
-  // when the program MakesUnixSocket() or the API listens on one; nullptr otherwise.
+  // when the program has a UnixSocketPath() or the API listens on one; nullptr otherwise.
   sandbox::SocketJanitor* socket_janitor = nullptr;
 };
 
@@ -45,9 +45,9 @@ class LauncherProgram {
   // `parsed` is read-only: the sequence hands the same drives to the sandbox afterwards (a
   // passed-through host drive keeps its device node and the host's uevents in the jail).
   virtual absl::Status Configure(const ParsedCommandLine& parsed) = 0;
-  // Whether the program binds a unix socket of its own (then the sequence starts the socket
-  // janitor, context.socket_janitor).
-  virtual bool MakesUnixSocket() const { return false; }
+  // The path of the unix socket the program binds itself, if any (after Configure): the sequence
+  // starts the socket janitor for it (context.socket_janitor), which may remove no other path.
+  virtual std::string UnixSocketPath() const { return ""; }
   // What must happen before the filter forbids it (a socket path told stale from live with a
   // connect()), with one thread: only socket_janitor is set in `context`.
   virtual absl::Status BeforeSandbox(const LaunchContext& context) { return absl::OkStatus(); }

@@ -166,7 +166,7 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
     return ConfigureStorage(parsed.drives, config_);
   }
 
-  bool MakesUnixSocket() const override { return true; }
+  std::string UnixSocketPath() const override { return socket_path_; }
 
   // A stale socket replaced, a live one refused: connect() tells them apart, which the filter
   // refuses. Then the socket itself, owner-only from its first instant (the launcher's umask),
@@ -184,7 +184,7 @@ class VhostUserScsiProgram : public vmm::LauncherProgram {
       return vmm::NameTheFlag("--socket", socket_path_, socket_path_, listener.status());
     }
     listener_ = *std::move(listener);
-    return context.socket_janitor->Register(socket_path_, identity.st_dev, identity.st_ino);
+    return context.socket_janitor->Register(socket_path_, identity);
   }
 
   absl::StatusOr<Next> Build(const vmm::LaunchContext& context) override {

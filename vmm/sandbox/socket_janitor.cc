@@ -12,9 +12,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -31,6 +33,13 @@ struct Message {
   uint32_t path_length = 0;
   uint64_t device = 0;
   uint64_t inode = 0;
+  int64_t changed_seconds = 0;  // st_ctim
+  int64_t changed_nanoseconds = 0;
+  char path[sizeof(sockaddr_un::sun_path)] = {};
+};
+
+// A path the janitor may remove, fixed before the fork.
+struct AllowedPath {
   char path[sizeof(sockaddr_un::sun_path)] = {};
 };
 
@@ -57,29 +66,41 @@ int AboveStdio(int fd) {
   return moved;
 }
 
-// The janitor's whole life after the fork: no allocation, no library state.
-[[noreturn]] void RunJanitor(int requests) {
+// The janitor's whole life after the fork: no allocation, no library state. `allowed` (the
+// paths Start was given) is the only thing a registration may name, each once: a registration
+// forged on the channel by a compromised thread before the seal can name no other file.
+[[noreturn]] void RunJanitor(int requests, const AllowedPath* allowed, int allowed_count) {
   Message sockets[SocketJanitor::kMaxSockets];
-  int count = 0;
+  bool registered[SocketJanitor::kMaxSockets] = {};
   bool sealed = false;
   Message message;
   for (int got; (got = ReadMessage(requests, message)) >= 0;) {
     if (got == 0 || sealed) continue;  // after the seal: read, never acted on
     if (message.kind == kSeal) {
       sealed = true;
-    } else if (message.kind == kRegister && count < SocketJanitor::kMaxSockets &&
-               message.path_length > 0 && message.path_length < sizeof(message.path)) {
+    } else if (message.kind == kRegister && message.path_length > 0 &&
+               message.path_length < sizeof(message.path)) {
       message.path[message.path_length] = '\0';
-      sockets[count++] = message;
+      for (int i = 0; i < allowed_count; ++i) {
+        if (!registered[i] && std::strcmp(allowed[i].path, message.path) == 0) {
+          registered[i] = true;
+          sockets[i] = message;
+          break;
+        }
+      }
     }
   }
-  for (int i = 0; i < count; ++i) {
+  for (int i = 0; i < allowed_count; ++i) {
+    if (!registered[i]) continue;
     struct stat st {};
     // Only the socket registered: a file that took its place since (another process's socket, a
-    // file an attacker put there) stays.
+    // file an attacker put there) stays. The change time tells a new socket that got the old
+    // one's inode number (the old one unlinked by the next VMM started on the path) from it.
     if (lstat(sockets[i].path, &st) == 0 && S_ISSOCK(st.st_mode) &&
         static_cast<uint64_t>(st.st_dev) == sockets[i].device &&
-        static_cast<uint64_t>(st.st_ino) == sockets[i].inode) {
+        static_cast<uint64_t>(st.st_ino) == sockets[i].inode &&
+        static_cast<int64_t>(st.st_ctim.tv_sec) == sockets[i].changed_seconds &&
+        static_cast<int64_t>(st.st_ctim.tv_nsec) == sockets[i].changed_nanoseconds) {
       unlink(sockets[i].path);
     }
   }
@@ -99,7 +120,22 @@ SyscallAllowlist JanitorAllowlist() {
   return list;
 }
 
-absl::StatusOr<SocketJanitor> SocketJanitor::Start(const SeccompSetting& seccomp) {
+absl::StatusOr<SocketJanitor> SocketJanitor::Start(std::vector<std::string> paths,
+                                                   const SeccompSetting& seccomp) {
+  if (paths.size() > static_cast<size_t>(kMaxSockets)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the socket janitor removes at most %d sockets", kMaxSockets));
+  }
+  AllowedPath allowed[kMaxSockets];
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (paths[i].empty() || paths[i].size() >= sizeof(sockaddr_un::sun_path)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: not a unix socket's path (1 to %d bytes)", paths[i],
+                          sizeof(sockaddr_un::sun_path) - 1));
+    }
+    std::memcpy(allowed[i].path, paths[i].data(), paths[i].size());
+  }
+  const int allowed_count = static_cast<int>(paths.size());
   int channel[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) != 0) {
     return absl::ErrnoToStatus(errno, "the socket janitor's channel");
@@ -145,7 +181,7 @@ absl::StatusOr<SocketJanitor> SocketJanitor::Start(const SeccompSetting& seccomp
     for (int fd = 0; fd < 3; ++fd) close(fd);
     // Without its filter it does not run: the launcher's next Register says the janitor is gone.
     if (seccomp.enabled && !InstallFilter(program).ok()) sys_util::ExitNow(2);
-    RunJanitor(requests);
+    RunJanitor(requests, allowed, allowed_count);
   }
   janitors.Reset();
   exited_write.Reset();
@@ -156,19 +192,23 @@ absl::StatusOr<SocketJanitor> SocketJanitor::Start(const SeccompSetting& seccomp
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError("the socket janitor did not start (its second fork failed)");
   }
-  return SocketJanitor(std::move(ours), std::move(exited_read));
+  return SocketJanitor(std::move(ours), std::move(exited_read), std::move(paths));
 }
 
 SocketJanitor::~SocketJanitor() { Finish(); }
 
-absl::Status SocketJanitor::Send(uint32_t kind, const std::string& path, dev_t device,
-                                 ino_t inode) {
+absl::Status SocketJanitor::Send(uint32_t kind, const std::string& path,
+                                 const struct stat* identity) {
   if (!requests_.valid()) return absl::FailedPreconditionError("the socket janitor has finished");
   Message message;
   message.kind = kind;
   message.path_length = static_cast<uint32_t>(path.size());
-  message.device = static_cast<uint64_t>(device);
-  message.inode = static_cast<uint64_t>(inode);
+  if (identity != nullptr) {
+    message.device = static_cast<uint64_t>(identity->st_dev);
+    message.inode = static_cast<uint64_t>(identity->st_ino);
+    message.changed_seconds = static_cast<int64_t>(identity->st_ctim.tv_sec);
+    message.changed_nanoseconds = static_cast<int64_t>(identity->st_ctim.tv_nsec);
+  }
   std::memcpy(message.path, path.data(), path.size());
   ssize_t n;
   do {
@@ -182,28 +222,27 @@ absl::Status SocketJanitor::Send(uint32_t kind, const std::string& path, dev_t d
   return absl::OkStatus();
 }
 
-absl::Status SocketJanitor::Register(const std::string& path, dev_t device, ino_t inode) {
+absl::Status SocketJanitor::Register(const std::string& path, const struct stat& identity) {
   if (sealed_) {
     return absl::FailedPreconditionError(
         absl::StrFormat("%s: the socket janitor takes no socket after the launch", path));
   }
-  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: not a unix socket's path (1 to %d bytes)", path, sizeof(sockaddr_un::sun_path) - 1));
+  if (std::find(paths_.begin(), paths_.end(), path) == paths_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: not a path the socket janitor was started for", path));
   }
-  if (registered_ >= kMaxSockets) {
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s: the socket janitor removes at most %d sockets", path, kMaxSockets));
+  if (std::find(registered_.begin(), registered_.end(), path) != registered_.end()) {
+    return absl::AlreadyExistsError(absl::StrFormat("%s: registered already", path));
   }
-  if (absl::Status sent = Send(kRegister, path, device, inode); !sent.ok()) return sent;
-  ++registered_;
+  if (absl::Status sent = Send(kRegister, path, &identity); !sent.ok()) return sent;
+  registered_.push_back(path);
   return absl::OkStatus();
 }
 
 absl::Status SocketJanitor::Seal() {
   if (sealed_) return absl::OkStatus();
   sealed_ = true;
-  return Send(kSeal, "", 0, 0);
+  return Send(kSeal, "", nullptr);
 }
 
 void SocketJanitor::Finish(absl::Duration timeout) {

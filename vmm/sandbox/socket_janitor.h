@@ -1,9 +1,11 @@
 #ifndef VMM_SANDBOX_SOCKET_JANITOR_H_
 #define VMM_SANDBOX_SOCKET_JANITOR_H_
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,8 +21,12 @@ namespace vmm::sandbox {
 // unlink at all (docs/security.md: no file is removed, renamed, linked or re-moded through a
 // compromised thread), and a jailed VMM no longer sees the paths.
 //
-// The launcher tells it what to remove while it starts up (Register: the path and the device and
-// inode its lstat gave right after the bind), until Seal(), as soon as the last socket is bound
+// The paths it may ever remove are fixed when it starts (the sockets' paths come from the command
+// line), so that nothing said on its channel later can name another file for a process that may
+// run as root. The launcher tells it which of them it bound while it starts up (Register: the path
+// and what its lstat gave right after the bind: device, inode and change time, which together
+// name that one socket even after its inode number is reused), until Seal(), as soon as the last
+// socket is bound
 // (the control API's, a moment after its server started: before the guest, a front end or the
 // jail). Whatever arrives after that is read and ignored: a thread compromised later cannot name
 // a file for it. When the launcher ends (Finish, or its death: the channel reads
@@ -34,17 +40,20 @@ namespace vmm::sandbox {
 // (not even stdio), and runs under its own filter (JanitorAllowlist): read, lstat, unlink, exit.
 class SocketJanitor {
  public:
+  // `paths`: the only paths it may remove (at most kMaxSockets, each fitting sockaddr_un).
   // `seccomp` (--seccomp) decides the janitor's own filter: off, none; log, logged only.
-  static absl::StatusOr<SocketJanitor> Start(const SeccompSetting& seccomp = {.enabled = true});
+  static absl::StatusOr<SocketJanitor> Start(std::vector<std::string> paths,
+                                             const SeccompSetting& seccomp = {.enabled = true});
 
   SocketJanitor(SocketJanitor&&) = default;
   SocketJanitor& operator=(SocketJanitor&&) = default;
   // Finish().
   ~SocketJanitor();
 
-  // Adds a socket to remove at the end. At most kMaxSockets; `path` must fit in sockaddr_un.
-  // FailedPrecondition after Seal().
-  absl::Status Register(const std::string& path, dev_t device, ino_t inode);
+  // Adds a socket to remove at the end: one of Start's `paths` (InvalidArgument otherwise), once
+  // (AlreadyExists), as `identity` (its lstat right after the bind) names it. FailedPrecondition
+  // after Seal().
+  absl::Status Register(const std::string& path, const struct stat& identity);
   // No more registrations: the janitor ignores what it reads from now on.
   absl::Status Seal();
   // Lets the janitor remove the sockets now and waits until it has exited (at most `timeout`), so
@@ -54,13 +63,15 @@ class SocketJanitor {
   static constexpr int kMaxSockets = 8;
 
  private:
-  SocketJanitor(sys_util::ScopedFd requests, sys_util::ScopedFd exited)
-      : requests_(std::move(requests)), exited_(std::move(exited)) {}
-  absl::Status Send(uint32_t kind, const std::string& path, dev_t device, ino_t inode);
+  SocketJanitor(sys_util::ScopedFd requests, sys_util::ScopedFd exited,
+                std::vector<std::string> paths)
+      : requests_(std::move(requests)), exited_(std::move(exited)), paths_(std::move(paths)) {}
+  absl::Status Send(uint32_t kind, const std::string& path, const struct stat* identity);
 
   sys_util::ScopedFd requests_;  // our end of the channel; closing it tells the janitor to go ahead
   sys_util::ScopedFd exited_;    // reads end-of-file once the janitor has exited
-  int registered_ = 0;
+  std::vector<std::string> paths_;       // what Start allowed
+  std::vector<std::string> registered_;  // what was registered of it
   bool sealed_ = false;
 };
 
