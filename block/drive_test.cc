@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "block/fault_injection.h"
 #include "block/memory_backend.h"
 #include "gtest/gtest.h"
 
@@ -518,6 +519,50 @@ TEST_F(DriveTest, AWriteDoneAfterAFlushStartedWaitsForTheNext) {
                                                     {kFlush, 0, 0, false},
                                                     {kWrite, 512, 512, false},
                                                     {kFlush, 0, 0, false}}));
+}
+
+// The same with completions out of step, as a slow fdatasync makes them: every flush's completion
+// held back, so a FUA write, and a plain write the guest saw complete followed by a guest flush,
+// all finish their data while the first shared flush still runs. That flush covers only `a`;
+// the others complete after a second one, which starts after their data was done.
+TEST_F(DriveTest, WhatCompletesWhileAFlushRunsWaitsForTheNextEvenWhenItIsSlow) {
+  auto memory = Memory();
+  auto faulty = std::make_shared<FaultInjectingBackend>(memory);
+  faulty->AddRule(FaultRule::DelayEvery(1, absl::Seconds(1)).OnlyFor(RequestType::kFlush));
+  Fixed({.fua_mode = FuaMode::kEmulate}, faulty);
+  Buffer a(512, 1), b(512, 2), c(512, 3);
+  queue_->Enqueue(WriteOf(0, a, true), 1);
+  queue_->Submit();
+  // a's write is done: the shared flush goes down, its completion held.
+  for (int i = 0; i < 50 && memory->operations().size() < 2; ++i) ProcessReady();
+  ASSERT_EQ(memory->operations().size(), 2u);
+  EXPECT_TRUE(completions_.empty());
+  queue_->Enqueue(WriteOf(512, b, true), 2);
+  queue_->Enqueue(WriteOf(1024, c, false), 3);
+  queue_->Submit();
+  while (completions_.empty() || completions_.back().first != 3) {
+    ASSERT_TRUE(Readable(queue_->completion_fd(), 5000));
+    queue_->ProcessCompletions();
+  }
+  // c (no FUA) is the guest's to see complete; a and b wait for flushes.
+  ASSERT_EQ(completions_.size(), 1u);
+  queue_->Enqueue(FlushRequest(), 4);  // the guest's flush, after it saw c complete
+  queue_->Submit();
+  // The first flush ends: only a was written before it started.
+  while (completions_.size() < 2) {
+    ASSERT_TRUE(Readable(queue_->completion_fd(), 5000));
+    queue_->ProcessCompletions();
+  }
+  EXPECT_EQ(completions_[1], std::make_pair(uint64_t{1}, 0));
+  EXPECT_EQ(completions_.size(), 2u) << "b or the guest's flush was covered by a flush that "
+                                        "started before their data was done";
+  Drain();
+  ASSERT_EQ(completions_.size(), 4u);
+  EXPECT_EQ(completions_[2].second, 0);
+  EXPECT_EQ(completions_[3].second, 0);
+  const std::vector<Op>& ops = memory->operations();
+  ASSERT_EQ(ops.size(), 5u);
+  EXPECT_EQ(ops[4].type, kFlush) << "no second flush after b's and c's data";
 }
 
 // Guest flushes join the shared flush: two that arrive together cost one host flush, and one
