@@ -139,6 +139,11 @@ absl::Status CheckBoundSocket(const std::string& path, const std::string& label,
     return absl::InternalError(absl::StrFormat("%s %s: the socket is mode %04o, not 0600", label,
                                                path, st.st_mode & 07777));
   }
+  // Mode 0600 keeps everyone else out only if the socket's owner is this process's user.
+  if (st.st_uid != geteuid()) {
+    return absl::InternalError(absl::StrFormat("%s %s: the socket belongs to uid %d, not to %d",
+                                               label, path, st.st_uid, geteuid()));
+  }
   if (identity != nullptr) *identity = st;
   return absl::OkStatus();
 }
