@@ -120,9 +120,11 @@ class LockedDownRing final : public UringOps {
     bound_ = true;
     return absl::OkStatus();
   }
-  // Back to no file, for the pool: false (and the ring unusable for it) unless it was drained.
+  // Nothing prepared and nothing left to reap (what a queue checks before it gives a ring back).
+  bool Drained() { return io_uring_sq_ready(&ring_) == 0 && io_uring_cq_ready(&ring_) == 0; }
+  // Back to no file, for the pool. Fails on a thread whose filter refuses io_uring_register (an
+  // iothread, which may drop an image's last reference).
   bool Unbind() {
-    if (io_uring_sq_ready(&ring_) != 0 || io_uring_cq_ready(&ring_) != 0) return false;
     if (bound_ && io_uring_unregister_files(&ring_) < 0) return false;
     bound_ = false;
     sys_util::DrainEventFd(event_fd_.get());
@@ -209,7 +211,21 @@ absl::StatusOr<std::shared_ptr<RingPool>> RingPool::Create(unsigned count, unsig
 RingPool::RingPool(unsigned size, unsigned entries) : size_(size), entries_(entries) {}
 RingPool::~RingPool() = default;
 
+void RingPool::UnbindDeferred() {
+  std::vector<std::unique_ptr<LockedDownRing>> waiting;
+  {
+    absl::MutexLock lock(&mutex_);
+    waiting.swap(unbind_later_);
+  }
+  for (std::unique_ptr<LockedDownRing>& ring : waiting) {
+    const bool unbound = ring->Unbind();
+    absl::MutexLock lock(&mutex_);
+    (unbound ? idle_ : unbind_later_).push_back(std::move(ring));
+  }
+}
+
 absl::StatusOr<std::unique_ptr<UringOps>> RingPool::Take(int file_fd) {
+  UnbindDeferred();
   std::unique_ptr<LockedDownRing> ring;
   {
     absl::MutexLock lock(&mutex_);
@@ -231,15 +247,20 @@ absl::StatusOr<std::unique_ptr<UringOps>> RingPool::Take(int file_fd) {
 
 void RingPool::Recycle(std::unique_ptr<UringOps> ring) {
   auto* ours = dynamic_cast<LockedDownRing*>(ring.get());
-  if (ours == nullptr || ours->pool() != this || !ours->Unbind()) return;  // destroyed
+  if (ours == nullptr || ours->pool() != this || !ours->Drained()) return;  // destroyed
   ring.release();
-  absl::MutexLock lock(&mutex_);
-  idle_.push_back(std::unique_ptr<LockedDownRing>(ours));
+  std::unique_ptr<LockedDownRing> owned(ours);
+  const bool unbound = owned->Unbind();
+  {
+    absl::MutexLock lock(&mutex_);
+    (unbound ? idle_ : unbind_later_).push_back(std::move(owned));
+  }
+  if (unbound) UnbindDeferred();  // this thread may: those given back where it could not
 }
 
 size_t RingPool::available() const {
   absl::MutexLock lock(&mutex_);
-  return idle_.size();
+  return idle_.size() + unbind_later_.size();
 }
 
 absl::StatusOr<std::unique_ptr<UringOps>> CreateLockedDownRing(unsigned entries, int file_fd) {

@@ -113,8 +113,9 @@ class RingPool {
   absl::StatusOr<std::unique_ptr<UringOps>> Take(int file_fd);
   // Gives back a ring Take() returned, drained (nothing prepared, in flight or left to reap): its
   // file is unregistered (so the image's lock goes with its last descriptor), its eventfd read
-  // empty, and it waits for the next Take(). A ring that is not the pool's, or not drained, is
-  // destroyed instead.
+  // empty, and it waits for the next Take(). On a thread that may not unregister (an iothread,
+  // which can drop a medium's last reference), the ring keeps its file until the next Take() or
+  // Recycle() on a thread that may. A ring that is not the pool's, or not drained, is destroyed.
   void Recycle(std::unique_ptr<UringOps> ring);
 
   size_t available() const;
@@ -127,7 +128,11 @@ class RingPool {
   const unsigned size_;
   const unsigned entries_;
   mutable absl::Mutex mutex_;
+  // Rings given back on a thread that could not unregister their file (Recycle).
+  void UnbindDeferred();
+
   std::vector<std::unique_ptr<LockedDownRing>> idle_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::unique_ptr<LockedDownRing>> unbind_later_ ABSL_GUARDED_BY(mutex_);
 };
 
 // CreateLockedDownRing's set-up on a ring the caller owns: `ring` zero-initialized, `event_fd` the

@@ -2,16 +2,23 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
+#include <thread>
 
 #include "gtest/gtest.h"
 #include "vmm/sys_util/eventfd.h"
@@ -231,6 +238,47 @@ TEST(RingPoolTest, RingsGoToOneFileThenBackThenToTheNext) {
   auto again = (*pool)->Take(second.get());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(read_with(**again, 11), "SECOND FILE");
+}
+
+// A ring given back on a thread whose filter refuses io_uring_register (an iothread dropping a
+// medium's last reference) cannot unregister its file there: it waits, and the next Take() on a
+// thread that may unregisters it and hands it out again.
+TEST(RingPoolTest, ARingGivenBackWhereItCannotBeUnboundIsUnboundAtTheNextTake) {
+  auto pool = RingPool::Create(1, 4);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  sys_util::ScopedFd first = MakeFile("deferred-first", "first");
+  sys_util::ScopedFd second = MakeFile("deferred-second", "second");
+  auto ring = (*pool)->Take(first.get());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::thread([&] {
+    // io_uring_register fails with EPERM on this thread, as on an iothread.
+    sock_filter program[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    sock_fprog fprog{static_cast<unsigned short>(std::size(program)), program};
+    ASSERT_EQ(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+    ASSERT_EQ(syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog), 0);
+    (*pool)->Recycle(*std::move(ring));
+  }).join();
+  EXPECT_EQ((*pool)->available(), 1u);
+  auto again = (*pool)->Take(second.get());
+  ASSERT_TRUE(again.ok()) << again.status();
+  char buffer[6] = {};
+  iovec vec{buffer, sizeof(buffer)};
+  ASSERT_TRUE((*again)->Prep({.opcode = UringOpcode::kReadv,
+                              .iovecs = &vec,
+                              .iovec_count = 1,
+                              .length = 6,
+                              .user_data = 1}));
+  ASSERT_EQ((*again)->Submit(), 1);
+  std::array<CqeResult, 1> done{};
+  while ((*again)->Reap(done) == 0) {
+  }
+  EXPECT_EQ(done[0].res, 6);
+  EXPECT_EQ(std::string(buffer, sizeof(buffer)), "second");
 }
 
 // A ring given back with work left in it (here a completion nobody reaped) is destroyed, not
