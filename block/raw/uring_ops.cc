@@ -195,7 +195,7 @@ absl::Status SetUpPooledRing(unsigned entries, int event_fd, io_uring& ring) {
 }
 
 absl::StatusOr<std::shared_ptr<RingPool>> RingPool::Create(unsigned count, unsigned entries) {
-  auto pool = std::make_shared<RingPool>(count, entries);
+  auto pool = std::make_shared<RingPool>(count);
   absl::MutexLock lock(&pool->mutex_);
   for (unsigned i = 0; i < count; ++i) {
     auto ring = std::make_unique<LockedDownRing>();
@@ -208,7 +208,7 @@ absl::StatusOr<std::shared_ptr<RingPool>> RingPool::Create(unsigned count, unsig
   return pool;
 }
 
-RingPool::RingPool(unsigned size, unsigned entries) : size_(size), entries_(entries) {}
+RingPool::RingPool(unsigned size) : size_(size) {}
 RingPool::~RingPool() = default;
 
 void RingPool::UnbindDeferred() {

@@ -119,14 +119,11 @@ class RingPool {
   void Recycle(std::unique_ptr<UringOps> ring);
 
   size_t available() const;
-  unsigned size() const { return size_; }
-  unsigned entries() const { return entries_; }
 
-  RingPool(unsigned size, unsigned entries);  // Create() fills it
+  explicit RingPool(unsigned size);  // Create() fills it
 
  private:
-  const unsigned size_;
-  const unsigned entries_;
+  const unsigned size_;  // named in the message when it is empty
   mutable absl::Mutex mutex_;
   // Rings given back on a thread that could not unregister their file (Recycle).
   void UnbindDeferred();
