@@ -151,7 +151,7 @@ l2_hung() {  # why: what a watchdog saw before it kills the VMM
 # held. (CI of 2026-12-07: `poweroff`, one vCPU, printed nothing for 600 s in the middle of a
 # sg_modes listing; its trace was not kept.)
 l2_vcpu_held_in_guest() {  # pid
-  local now tid state line found=1
+  local now t tid state line found=1
   echo "l2-held-check" > $L2_TRACING/trace_marker 2>/dev/null || return 1
   now=$(grep 'tracing_mark_write: l2-held-check' $L2_TRACING/trace | tail -n 1 |
     sed -n 's/.* \([0-9][0-9]*\.[0-9]*\): tracing_mark_write.*/\1/p')
