@@ -22,6 +22,7 @@
 #                                  kernel messages on the second, WORK/BOOT/l1-kernel.log, so they
 #                                  never split a line of the job's), splits the per-run logs into
 #                                  NESTED_RUNS; fails the whole test when L1 has no /dev/kvm. Wall seconds in NESTED_SECONDS
+#   nested_keep_attempt BOOT N     keeps attempt N's L1 logs (WORK/BOOT-attempt-N, Bazel's outputs)
 #   nested_select NAME             LINUX_LOG/LINUX_STATUS/LINUX_WORK of L2 run NAME (for linux_* checks)
 #   nested_check NAME [STATUS]     the run happened, the VMM exited with STATUS (default 0), no
 #                                  triple fault / KVM internal error / fatal VMM error / watchdog kill,
@@ -36,6 +37,8 @@
 # Settings: NESTED_L1_MEM=2G NESTED_L1_SMP=2 NESTED_TIMEOUT=1800 (seconds per L1 boot)
 #   NESTED_STALL=240        seconds without any L1 console output (L1 prints a heartbeat every
 #                           15 s) after which L1 counts as failed, like a kernel fault
+#   NESTED_FAULT_AFTER=RUN  the harness's own test: L1 counts as failed under the emulation once
+#                           run RUN ended (nested_test.sh clears it after the first attempt)
 #   NESTED_LIVE=1           copy L1's console to stdout while it runs
 #   NESTED_DMESG_ALLOW=RE   kernel lines (RESULT dmesg_bad) matching RE are reported, not failed
 #   NESTED_L1_APPEND=""     extra L1 kernel command-line words (l1_verbose=1)
@@ -185,12 +188,18 @@ nested_boot() {  # boot
   local size=0 last_size=-1 quiet_since=$SECONDS
   while kill -0 "$qemu_pid" 2>/dev/null; do
     fault=$(grep -m1 -aE "$NESTED_L1_FAULT_LINE" "$klog" 2>/dev/null)
+    # The job's own word that L1's KVM is stuck in the emulated VMRUN (l1_lib.sh l2_wedged).
+    [ -n "$fault" ] || fault=$(grep -m1 -a '^L1-WEDGED ' "$log" 2>/dev/null)
     size=$(stat -c %s "$log" 2>/dev/null || echo 0)
     if [ "$size" != "$last_size" ]; then
       last_size=$size
       quiet_since=$SECONDS
     elif [ $((SECONDS - quiet_since)) -ge "${NESTED_STALL:-240}" ]; then
       fault="L1 stalled: no console output (not even its 15 s heartbeat) for ${NESTED_STALL:-240} s"
+    fi
+    # The harness's own test of its retry (docs/nested.md): L1 counts as failed once this run ended.
+    if [ -z "$fault" ] && [ -n "${NESTED_FAULT_AFTER:-}" ] && grep -q "^L2-END $NESTED_FAULT_AFTER " "$log"; then
+      fault="NESTED_FAULT_AFTER=$NESTED_FAULT_AFTER: L1 stopped as if it had failed once that run ended"
     fi
     if [ -n "$fault" ]; then
       NESTED_L1_FAULT=$(echo "$fault" | tr -d '\r')
@@ -239,6 +248,18 @@ nested_boot() {  # boot
     sed 's/^/    qemu| /' "$dir/qemu.log"
     LINUX_FAILURES=$((LINUX_FAILURES + 1))
   fi
+}
+
+nested_keep_attempt() {  # boot attempt: the attempt's L1 logs (the next attempt replaces the
+  # boot's directory) into WORK/BOOT-attempt-N, and under Bazel among the test's outputs
+  # (bazel-testlogs/.../test.outputs): what an L1 failure in CI left to read
+  local from=$NESTED_WORK/$1 to=$NESTED_WORK/$1-attempt-$2 f
+  mkdir -p "$to"
+  for f in l1.log l1-kernel.log qemu.log l1.cmd; do
+    [ -f "$from/$f" ] || continue
+    cp "$from/$f" "$to/"
+    [ -z "${TEST_UNDECLARED_OUTPUTS_DIR:-}" ] || cp "$from/$f" "$TEST_UNDECLARED_OUTPUTS_DIR/$1-attempt-$2-$f"
+  done
 }
 
 nested_select() {  # name
