@@ -4,12 +4,15 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/support/server_interceptor.h>
 #include <limits.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,6 +44,7 @@
 #include "api/listen_address.h"
 #include "block/stats.h"
 #include "proto/vmm/v1/vmm.grpc.pb.h"
+#include "vmm/sys_util/eventfd.h"
 #include "vmm/sys_util/host_path.h"
 #include "vmm/sys_util/status_macros.h"
 #include "vmm/sys_util/thread.h"
@@ -48,6 +52,8 @@
 namespace api {
 namespace {
 
+// How long the accept loop waits before trying again when accept() ran out of descriptors.
+constexpr int kAcceptBackoffMs = 100;
 // How long Stop() leaves the last replies to reach their clients before closing connections.
 constexpr absl::Duration kReplySettle = absl::Milliseconds(20);
 // How long past its deadline a server shutdown may take before the server is abandoned.
@@ -94,36 +100,44 @@ class ForeignServiceGuardFactory final
   const std::string& token_;
 };
 
+// Linux nice values are per thread and inherited by the threads a thread creates. gRPC starts its
+// threads (timers, executors, the sync server's pollers and workers) from the thread that first
+// initializes it and from its own threads: everything is built on a thread that lowered its own
+// priority, so all of them run at that priority, and so does the accept loop. (Nothing else in
+// the VMM uses gRPC.)
+absl::Status LowerThisThreadsPriority(int nice) {
+  if (nice > 0) {
+    const int tid = static_cast<int>(syscall(SYS_gettid));
+    errno = 0;
+    const int current = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(current + nice, 19));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptions& options,
                                                             VmControl& control) {
-  if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
-    return absl::InvalidArgumentError("the API server needs a unix socket path or a TCP address");
+  ASSIGN_OR_RETURN(auto server, Listen(options, control));
+  RETURN_IF_ERROR(server->Serve());
+  return server;
+}
+
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Listen(const ApiServerOptions& options,
+                                                             VmControl& control) {
+  ASSIGN_OR_RETURN(ApiListeners listeners, BindApiListeners(options));
+  return Listen(options, std::move(listeners), control);
+}
+
+absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Listen(const ApiServerOptions& options,
+                                                             ApiListeners&& listeners,
+                                                             VmControl& control) {
+  if (!listeners.unix_socket.valid() && listeners.tcp.empty()) {
+    return absl::InvalidArgumentError("the API server needs a listening socket");
   }
   if (!options.auth_token.empty()) {
     RETURN_IF_ERROR(CheckApiToken(options.auth_token, "the API token"));
-  }
-  std::string tcp_address;
-  if (!options.tcp_address.empty()) {
-    if (options.auth_token.empty() && !options.tcp_insecure) {
-      // H1 of docs/security.md: any local user could insert media and shut the VM down.
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "--api-tcp %s without authentication: every local user could control the VM. Give "
-          "--api-token-file=FILE (a secret only the VMM's user can read; clients send it, e.g. "
-          "vmmctl --api-token-file=FILE), or accept the risk with --api-tcp-insecure",
-          options.tcp_address));
-    }
-    ASSIGN_OR_RETURN(tcp_address,
-                     ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any));
-  }
-  // gRPC binds the unix socket at its path, where the process's umask makes it mode 0600 from
-  // its first instant (CheckOwnerOnlyUmask: the launchers set 0177; the VMM's filter allows no
-  // chmod). Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it
-  // that).
-  if (!options.unix_socket_path.empty()) {
-    RETURN_IF_ERROR(PrepareUnixSocketPath(options.unix_socket_path, "--api-socket"));
-    RETURN_IF_ERROR(CheckOwnerOnlyUmask(options.unix_socket_path, "--api-socket"));
   }
   static std::once_flag reflection_once;
   std::call_once(reflection_once,
@@ -131,73 +145,88 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
 
   std::unique_ptr<ApiServer> server(new ApiServer());
   server->core_ = std::make_unique<ApiCore>(control, options);
-  std::vector<std::string> where;
-  // Linux nice values are per thread and inherited by the threads a thread creates. gRPC starts
-  // its threads (timers, executors, the sync server's pollers and workers) from the thread that
-  // first initializes it and from its own threads: build everything on a thread that lowered
-  // its own priority, and all of them run at that priority. (Nothing else in the VMM uses gRPC.)
-  auto lower_priority = [&]() -> absl::Status {
-    if (options.thread_nice > 0) {
-      const int tid = static_cast<int>(syscall(SYS_gettid));
-      errno = 0;
-      const int current = getpriority(PRIO_PROCESS, tid);
-      if (errno == 0) {
-        setpriority(PRIO_PROCESS, tid, std::min(current + options.thread_nice, 19));
-      }
-    }
-    return absl::OkStatus();
-  };
-  auto starter = sys_util::StartThread({.name = "api", .on_start = lower_priority}, [&] {
-    grpc::ServerBuilder builder;
-    if (!options.unix_socket_path.empty()) {
-      builder.AddListeningPort("unix:" + options.unix_socket_path,
-                               grpc::InsecureServerCredentials());
-      where.push_back("unix:" + options.unix_socket_path);
-    }
-    if (!tcp_address.empty()) {
-      builder.AddListeningPort(tcp_address, grpc::InsecureServerCredentials(), &server->tcp_port_);
-      where.push_back(tcp_address);
-    }
-    // gRPC sets SO_REUSEPORT on TCP listeners by default: a second VMM could then bind the same
-    // port and take half of the connections. One port, one VMM.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    // See ApiServerOptions::max_threads.
-    grpc::ResourceQuota quota("microvm-api");
-    quota.SetMaxThreads(options.max_threads);
-    quota.Resize(options.max_memory_bytes);
-    builder.SetResourceQuota(quota);
-    builder.RegisterService(server->core_->media_service());
-    builder.RegisterService(server->core_->vm_service());
-    if (!server->core_->options().auth_token.empty()) {
-      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> guards;
-      guards.push_back(
-          std::make_unique<ForeignServiceGuardFactory>(server->core_->options().auth_token));
-      builder.experimental().SetInterceptorCreators(std::move(guards));
-    }
-    server->server_ = builder.BuildAndStart();
-  });
-  if (!starter.ok()) return starter.status();
-  starter->join();
-  if (server->server_ == nullptr || (!tcp_address.empty() && server->tcp_port_ == 0)) {
-    if (server->server_ != nullptr) server->server_->Shutdown();
-    server->stopped_ = true;
-    return absl::UnavailableError(
-        absl::StrFormat("cannot start the API server on %s (address in use, or no permission?)",
-                        absl::StrJoin(where, " and ")));
-  }
-  if (!options.unix_socket_path.empty()) {
+  server->thread_nice_ = options.thread_nice;
+  if (listeners.unix_socket.valid()) {
     server->unix_socket_path_ = options.unix_socket_path;
     server->remove_socket_on_stop_ = options.remove_socket_on_stop;
-    struct stat st {};
-    if (absl::Status bound = CheckBoundSocket(options.unix_socket_path, "--api-socket", &st);
-        !bound.ok()) {
-      server->Stop();
-      return bound;
-    }
-    server->socket_identity_ =
-        SocketIdentity{.device = st.st_dev, .inode = st.st_ino, .changed = st.st_ctim};
+    server->socket_identity_ = listeners.unix_identity;
+    server->listeners_.push_back(std::move(listeners.unix_socket));
+  }
+  server->tcp_port_ = listeners.tcp_port;
+  for (auto& socket : listeners.tcp) server->listeners_.push_back(std::move(socket));
+  ASSIGN_OR_RETURN(server->stop_accepting_, sys_util::MakeEventFd());
+  auto starter = sys_util::StartThread(
+      {.name = "api",
+       .on_start = [nice = options.thread_nice] { return LowerThisThreadsPriority(nice); }},
+      [&] {
+        grpc::ServerBuilder builder;
+        // No listening port of gRPC's own: every connection comes from the accept loop.
+        server->acceptor_ = builder.experimental().AddExternalConnectionAcceptor(
+            grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+            grpc::InsecureServerCredentials());
+        // See ApiServerOptions::max_threads.
+        grpc::ResourceQuota quota("microvm-api");
+        quota.SetMaxThreads(options.max_threads);
+        quota.Resize(options.max_memory_bytes);
+        builder.SetResourceQuota(quota);
+        builder.RegisterService(server->core_->media_service());
+        builder.RegisterService(server->core_->vm_service());
+        if (!server->core_->options().auth_token.empty()) {
+          std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+              guards;
+          guards.push_back(
+              std::make_unique<ForeignServiceGuardFactory>(server->core_->options().auth_token));
+          builder.experimental().SetInterceptorCreators(std::move(guards));
+        }
+        server->server_ = builder.BuildAndStart();
+      });
+  if (!starter.ok()) return starter.status();
+  starter->join();
+  if (server->server_ == nullptr || server->acceptor_ == nullptr) {
+    return absl::UnavailableError("cannot start the API's gRPC server");
   }
   return server;
+}
+
+absl::Status ApiServer::Serve() {
+  if (stopped_) return absl::FailedPreconditionError("the API server has stopped");
+  if (accept_thread_.joinable()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      accept_thread_,
+      sys_util::StartThread(
+          {.name = "api-accept",
+           .on_start = [nice = thread_nice_] { return LowerThisThreadsPriority(nice); }},
+          [this] { AcceptLoop(); }));
+  return absl::OkStatus();
+}
+
+void ApiServer::AcceptLoop() {
+  std::vector<pollfd> polled;
+  for (const auto& listener : listeners_) polled.push_back({listener.get(), POLLIN, 0});
+  polled.push_back({stop_accepting_.get(), POLLIN, 0});
+  int backoff_ms = -1;
+  while (true) {
+    if (poll(polled.data(), polled.size(), backoff_ms) < 0 && errno != EINTR) return;
+    if (polled.back().revents != 0) return;
+    backoff_ms = -1;
+    for (size_t i = 0; i + 1 < polled.size(); ++i) {
+      if (polled[i].revents == 0) continue;
+      const int fd = accept4(polled[i].fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        // Out of descriptors or memory (callers holding many connections): the connection waits
+        // in the backlog, and the loop waits a little instead of spinning on it. EAGAIN and
+        // ECONNABORTED (the caller gave up) need nothing.
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          backoff_ms = kAcceptBackoffMs;
+        }
+        continue;
+      }
+      grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+      connection.listener_fd = polled[i].fd;
+      connection.fd = fd;  // gRPC's from here on
+      acceptor_->HandleNewConnection(&connection);
+    }
+  }
 }
 
 size_t ApiServer::watcher_count() const { return core_ != nullptr ? core_->watcher_count() : 0; }
@@ -207,6 +236,17 @@ ApiServer::~ApiServer() { Stop(); }
 void ApiServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
+  // No new connection from here on: the loop ends and the listeners close (a caller connecting
+  // now is refused; connections already handed to gRPC carry on below).
+  if (accept_thread_.joinable()) {
+    sys_util::SignalEventFd(stop_accepting_.get());
+    accept_thread_.join();
+  }
+  listeners_.clear();
+  if (server_ == nullptr) {  // Listen() failed part of the way
+    RemoveUnixSocket();
+    return;
+  }
   const absl::Time deadline = absl::Now() + core_->options().stop_grace;
   core_->BeginStop();
   // Let the calls in progress finish and their replies (a Watch's final status, a Shutdown's
@@ -247,6 +287,10 @@ void ApiServer::Stop() {
     __lsan_ignore_object(leaked_core);
 #endif
   }
+  RemoveUnixSocket();
+}
+
+void ApiServer::RemoveUnixSocket() {
   if (socket_identity_.has_value() && remove_socket_on_stop_) {
     struct stat st {};
     if (lstat(unix_socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&

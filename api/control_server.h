@@ -8,10 +8,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "api/vm_control.h"
+#include "vmm/sys_util/scoped_fd.h"
 
 namespace api {
 
@@ -62,6 +64,17 @@ struct SocketIdentity {
   timespec changed{};  // st_ctim: with the two above, this socket even after inode reuse
 };
 
+// The sockets a server listens on, bound before it is built (api/listen_address.h,
+// BindApiListeners). The launchers bind them before the sandbox: the jail then has a network
+// namespace of its own and the filters allow no internet socket, --api-tcp or not
+// (docs/security.md).
+struct ApiListeners {
+  sys_util::ScopedFd unix_socket;  // invalid: none
+  std::optional<SocketIdentity> unix_identity;
+  std::vector<sys_util::ScopedFd> tcp;  // empty: none ("localhost" may be two: IPv4 and IPv6)
+  int tcp_port = 0;
+};
+
 // A running control-API server as the VMM sees it, without gRPC or protobuf: the VMM loads the
 // server (api/api_plugin.cc, built as libmicrovm_api.so) only when it is asked to serve the API,
 // so a VMM without --api-socket maps none of those libraries (docs/bench-linux.md, RSS).
@@ -75,17 +88,23 @@ class ControlServer {
   virtual int tcp_port() const = 0;  // 0 without TCP
   // The unix socket it bound (nullopt without one).
   virtual std::optional<SocketIdentity> unix_socket_identity() const = 0;
+  // Starts accepting connections. Until then the server listens (its sockets exist, and a
+  // client's connection waits in the listen backlog) but reads no byte from anyone: the
+  // launchers bind before the jail and serve only inside it, so no caller's input reaches gRPC
+  // while the process is still root with the jail's mount calls allowed (docs/security.md).
+  // Idempotent; FailedPrecondition after Stop().
+  virtual absl::Status Serve() = 0;
 };
 
 // The plugin's one entry point, looked up by this name (C linkage: no mangling to agree on).
 // Both sides are built together from this tree with the same compiler and the same shared
 // libstdc++ and abseil; `version` guards against a stale plugin beside a newer VMM (2: the token
 // and tcp_insecure in ApiServerOptions; 3: the resource quota; 4: remove_socket_on_stop and
-// ControlServer::unix_socket_identity).
+// ControlServer::unix_socket_identity; 5: the listeners bound by the VMM, and Serve()).
 inline constexpr char kStartControlServerSymbol[] = "microvm_start_control_server";
-inline constexpr int kControlServerPluginVersion = 4;
+inline constexpr int kControlServerPluginVersion = 5;
 using StartControlServerFn = absl::Status (*)(int version, const ApiServerOptions& options,
-                                              VmControl& control,
+                                              ApiListeners&& listeners, VmControl& control,
                                               std::unique_ptr<ControlServer>* server);
 
 }  // namespace api

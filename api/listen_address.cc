@@ -12,10 +12,12 @@
 #include <cerrno>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/api_token.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace api {
@@ -176,6 +178,142 @@ absl::StatusOr<sys_util::ScopedFd> ListenOnUnixSocket(const std::string& path,
   }
   RETURN_IF_ERROR(CheckBoundSocket(path, label, identity));
   return listener;
+}
+
+namespace {
+
+// One listening TCP socket on `address` (sockaddr_in or sockaddr_in6), its port in `port`.
+absl::StatusOr<sys_util::ScopedFd> ListenOnOneTcpAddress(const sockaddr_storage& address,
+                                                         socklen_t length, int backlog,
+                                                         const std::string& label, int* port) {
+  sys_util::ScopedFd listener(socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!listener.valid()) return absl::ErrnoToStatus(errno, absl::StrCat(label, ": socket"));
+  const int on = 1;
+  if (setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(label, ": SO_REUSEADDR"));
+  }
+  if (bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0) {
+    return absl::UnavailableError(absl::StrFormat("%s: bind: %s", label, Errno(errno)));
+  }
+  if (listen(listener.get(), backlog) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(label, ": listen"));
+  }
+  sockaddr_storage bound{};
+  socklen_t bound_length = sizeof(bound);
+  if (getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &bound_length) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat(label, ": getsockname"));
+  }
+  *port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                      : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return listener;
+}
+
+}  // namespace
+
+absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog) {
+  const size_t colon = address.rfind(':');
+  int requested_port = 0;
+  if (colon == std::string::npos ||
+      !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &requested_port) ||
+      requested_port < 0 || requested_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("not a TCP listen address: ", address));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  const bool localhost = host == "localhost";
+  if (localhost) host = "127.0.0.1";
+  auto socket_address = [](const std::string& ip, int port, sockaddr_storage* out) -> socklen_t {
+    *out = {};
+    auto* v4 = reinterpret_cast<sockaddr_in*>(out);
+    if (inet_pton(AF_INET, ip.c_str(), &v4->sin_addr) == 1) {
+      v4->sin_family = AF_INET;
+      v4->sin_port = htons(static_cast<uint16_t>(port));
+      return sizeof(sockaddr_in);
+    }
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(out);
+    if (inet_pton(AF_INET6, ip.c_str(), &v6->sin6_addr) == 1) {
+      v6->sin6_family = AF_INET6;
+      v6->sin6_port = htons(static_cast<uint16_t>(port));
+      return sizeof(sockaddr_in6);
+    }
+    return 0;
+  };
+  sockaddr_storage first{};
+  const socklen_t first_length = socket_address(host, requested_port, &first);
+  if (first_length == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("not an IP address: ", address));
+  }
+  TcpListeners listeners;
+  ASSIGN_OR_RETURN(auto listener,
+                   ListenOnOneTcpAddress(first, first_length, backlog, address, &listeners.port));
+  listeners.sockets.push_back(std::move(listener));
+  if (localhost) {
+    // The IPv6 loopback on the same port, as gRPC binds "localhost": a host without IPv6 (or
+    // with the port taken there) serves IPv4 alone.
+    sockaddr_storage second{};
+    const socklen_t second_length = socket_address("::1", listeners.port, &second);
+    int ignored_port = 0;
+    auto v6 = ListenOnOneTcpAddress(second, second_length, backlog, address, &ignored_port);
+    if (v6.ok()) listeners.sockets.push_back(*std::move(v6));
+  }
+  return listeners;
+}
+
+absl::StatusOr<ApiListeners> BindApiListeners(const ApiServerOptions& options) {
+  if (options.unix_socket_path.empty() && options.tcp_address.empty()) {
+    return absl::InvalidArgumentError("the API server needs a unix socket path or a TCP address");
+  }
+  if (!options.auth_token.empty()) {
+    RETURN_IF_ERROR(CheckApiToken(options.auth_token, "the API token"));
+  }
+  std::string tcp_address;
+  if (!options.tcp_address.empty()) {
+    if (options.auth_token.empty() && !options.tcp_insecure) {
+      // H1 of docs/security.md: any local user could insert media and shut the VM down.
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "--api-tcp %s without authentication: every local user could control the VM. Give "
+          "--api-token-file=FILE (a secret only the VMM's user can read; clients send it, e.g. "
+          "vmmctl --api-token-file=FILE), or accept the risk with --api-tcp-insecure",
+          options.tcp_address));
+    }
+    ASSIGN_OR_RETURN(tcp_address,
+                     ParseTcpListenAddress(options.tcp_address, options.tcp_listen_any));
+  }
+  ApiListeners listeners;
+  // Labelled with its flag: errors read "--api-socket PATH: ..." (both binaries call it that).
+  if (!options.unix_socket_path.empty()) {
+    RETURN_IF_ERROR(PrepareUnixSocketPath(options.unix_socket_path, "--api-socket"));
+    struct stat st {};
+    ASSIGN_OR_RETURN(
+        listeners.unix_socket,
+        ListenOnUnixSocket(options.unix_socket_path, "--api-socket", kApiListenBacklog, &st));
+    listeners.unix_identity =
+        SocketIdentity{.device = st.st_dev, .inode = st.st_ino, .changed = st.st_ctim};
+  }
+  if (!tcp_address.empty()) {
+    auto tcp = ListenOnTcp(tcp_address, kApiListenBacklog);
+    if (!tcp.ok()) {
+      if (listeners.unix_socket.valid()) unlink(options.unix_socket_path.c_str());
+      return tcp.status();  // "ADDRESS: bind: Address already in use"
+    }
+    listeners.tcp = std::move(tcp->sockets);
+    listeners.tcp_port = tcp->port;
+  }
+  // The accept loop must never block in accept() on a connection that went away after poll().
+  std::vector<int> all;
+  if (listeners.unix_socket.valid()) all.push_back(listeners.unix_socket.get());
+  for (const auto& socket : listeners.tcp) all.push_back(socket.get());
+  for (const int socket : all) {
+    const int flags = fcntl(socket, F_GETFL);
+    if (flags < 0 || fcntl(socket, F_SETFL, flags | O_NONBLOCK) != 0) {
+      const int error = errno;
+      if (listeners.unix_socket.valid()) unlink(options.unix_socket_path.c_str());
+      return absl::ErrnoToStatus(error, "the API's listening socket: O_NONBLOCK");
+    }
+  }
+  return listeners;
 }
 
 absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any) {

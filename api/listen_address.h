@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/control_server.h"
 #include "vmm/sys_util/scoped_fd.h"
 
 namespace api {
@@ -46,6 +48,29 @@ absl::Status CheckBoundSocket(const std::string& path, const std::string& label,
 // `listen_any` is set: the API's traffic, its token included, is not encrypted. InvalidArgument
 // for anything else.
 absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any);
+
+// The listening sockets for a TCP address as ParseTcpListenAddress returns it ("127.0.0.1:7000",
+// "[::1]:0", "localhost:0"), bound as gRPC would bind them: SO_REUSEADDR, never SO_REUSEPORT (a
+// second VMM could then take half of the connections), close-on-exec. "localhost" is 127.0.0.1
+// and, where the host has IPv6, ::1 on the same port. Port 0 picks a free one, in `port`.
+// Unavailable (address in use, no permission) naming `address` otherwise.
+struct TcpListeners {
+  std::vector<sys_util::ScopedFd> sockets;
+  int port = 0;
+};
+absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog);
+
+// Connections a listener holds before the server accepts them (the launchers bind before the
+// jail and accept only inside it).
+inline constexpr int kApiListenBacklog = 64;
+
+// Every listening socket `options` asks for, non-blocking, after its checks: at least one of
+// unix_socket_path and tcp_address (InvalidArgument), a well-formed token, TCP only with a token
+// or tcp_insecure (FailedPrecondition, H1 of docs/security.md), the TCP address as
+// ParseTcpListenAddress takes it, the socket path as PrepareUnixSocketPath and ListenOnUnixSocket
+// take it ("--api-socket PATH: ..."). A unix socket bound and then a TCP failure: the unix socket
+// is removed again.
+absl::StatusOr<ApiListeners> BindApiListeners(const ApiServerOptions& options);
 
 }  // namespace api
 

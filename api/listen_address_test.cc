@@ -1,6 +1,9 @@
 #include "api/listen_address.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -209,6 +212,70 @@ TEST(TcpListenAddressTest, Malformed) {
     EXPECT_EQ(ParseTcpListenAddress(bad, true).status().code(), absl::StatusCode::kInvalidArgument)
         << bad;
   }
+}
+
+// The API's TCP listeners are ours (bound before the sandbox): port 0 picks one, "localhost" is
+// both loopbacks on one port where the host has IPv6, and without SO_REUSEPORT a second VMM
+// cannot share the port (it would take half of the connections).
+TEST(TcpListenersTest, BindsThePortAndRefusesASecondBinder) {
+  auto first = ListenOnTcp("127.0.0.1:0", 4);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->sockets.size(), 1u);
+  ASSERT_GT(first->port, 0);
+  int reuse_port = -1;
+  socklen_t length = sizeof(reuse_port);
+  ASSERT_EQ(getsockopt(first->sockets[0].get(), SOL_SOCKET, SO_REUSEPORT, &reuse_port, &length), 0);
+  EXPECT_EQ(reuse_port, 0);
+  auto second = ListenOnTcp("127.0.0.1:" + std::to_string(first->port), 4);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_NE(second.status().message().find("127.0.0.1:"), std::string::npos) << second.status();
+
+  auto local = ListenOnTcp("localhost:0", 4);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_GE(local->sockets.size(), 1u);
+  for (const auto& socket : local->sockets) {
+    sockaddr_storage bound{};
+    socklen_t bound_length = sizeof(bound);
+    ASSERT_EQ(getsockname(socket.get(), reinterpret_cast<sockaddr*>(&bound), &bound_length), 0);
+    const int port = bound.ss_family == AF_INET6
+                         ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                         : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    EXPECT_EQ(port, local->port);
+  }
+}
+
+TEST_F(ListenAddressTest, BindApiListenersChecksFirstAndLeavesNothingOnFailure) {
+  umask(0177);
+  ApiServerOptions none;
+  EXPECT_EQ(BindApiListeners(none).status().code(), absl::StatusCode::kInvalidArgument);
+  // TCP without a token or --api-tcp-insecure: nothing is bound.
+  ApiServerOptions open_tcp{.unix_socket_path = dir_ + "/api.sock", .tcp_address = "127.0.0.1:0"};
+  EXPECT_EQ(BindApiListeners(open_tcp).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(access((dir_ + "/api.sock").c_str(), F_OK), -1);
+  // The TCP port taken: the unix socket bound first is removed again.
+  auto taken = ListenOnTcp("127.0.0.1:0", 4);
+  ASSERT_TRUE(taken.ok());
+  ApiServerOptions busy{.unix_socket_path = dir_ + "/api.sock",
+                        .tcp_address = "127.0.0.1:" + std::to_string(taken->port),
+                        .tcp_insecure = true};
+  EXPECT_EQ(BindApiListeners(busy).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(access((dir_ + "/api.sock").c_str(), F_OK), -1);
+  // Both, non-blocking, the unix socket's identity kept.
+  ApiServerOptions both{
+      .unix_socket_path = dir_ + "/api.sock", .tcp_address = "127.0.0.1:0", .tcp_insecure = true};
+  auto listeners = BindApiListeners(both);
+  ASSERT_TRUE(listeners.ok()) << listeners.status();
+  ASSERT_TRUE(listeners->unix_socket.valid());
+  ASSERT_TRUE(listeners->unix_identity.has_value());
+  struct stat st {};
+  ASSERT_EQ(lstat((dir_ + "/api.sock").c_str(), &st), 0);
+  EXPECT_EQ(listeners->unix_identity->inode, st.st_ino);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(listeners->tcp.size(), 1u);
+  EXPECT_GT(listeners->tcp_port, 0);
+  EXPECT_NE(fcntl(listeners->unix_socket.get(), F_GETFL) & O_NONBLOCK, 0);
+  EXPECT_NE(fcntl(listeners->tcp[0].get(), F_GETFL) & O_NONBLOCK, 0);
 }
 
 }  // namespace

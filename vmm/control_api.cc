@@ -6,12 +6,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "api/listen_address.h"
 #include "vmm/drive_spec.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -37,6 +39,7 @@ class PluginControlServer final : public api::ControlServer {
   std::optional<api::SocketIdentity> unix_socket_identity() const override {
     return server_->unix_socket_identity();
   }
+  absl::Status Serve() override { return server_->Serve(); }
 
  private:
   LibraryHandle library_;  // declared first: destroyed last
@@ -60,10 +63,18 @@ absl::Status NameTheApiFlag(const api::ApiServerOptions& options, const absl::St
   return NameTheFlag("--api-tcp", options.tcp_address, options.tcp_address, status);
 }
 
+// The error as the launchers print it: "--api-socket PATH: ..." or "control API: ...".
+absl::Status NamedApiError(const api::ApiServerOptions& options, const absl::Status& status) {
+  const absl::Status named = NameTheApiFlag(options, status);
+  if (absl::StartsWith(named.message(), "--")) return named;
+  return absl::Status(named.code(), absl::StrCat("control API: ", named.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
-    const api::ApiServerOptions& options, api::VmControl& control, std::string executable) {
+    const api::ApiServerOptions& options, api::ApiListeners&& listeners, api::VmControl& control,
+    std::string executable) {
   if (executable.empty()) {
     ASSIGN_OR_RETURN(executable, ExecutablePath());
   }
@@ -86,19 +97,24 @@ absl::StatusOr<std::unique_ptr<api::ControlServer>> StartControlApi(
         plugin_path, " has no ", api::kStartControlServerSymbol, " (not the control-API plugin?)"));
   }
   std::unique_ptr<api::ControlServer> server;
-  RETURN_IF_ERROR(start(api::kControlServerPluginVersion, options, control, &server));
+  RETURN_IF_ERROR(
+      start(api::kControlServerPluginVersion, options, std::move(listeners), control, &server));
   return std::make_unique<PluginControlServer>(std::move(library), std::move(server));
 }
 
+absl::StatusOr<api::ApiListeners> BindLauncherApi(const api::ApiServerOptions& options) {
+  if (options.unix_socket_path.empty() && options.tcp_address.empty()) return api::ApiListeners{};
+  auto listeners = api::BindApiListeners(options);
+  if (!listeners.ok()) return NamedApiError(options, listeners.status());
+  return listeners;
+}
+
 absl::StatusOr<std::unique_ptr<api::ControlServer>> StartLauncherApi(
-    absl::string_view program, const api::ApiServerOptions& options, api::VmControl& control) {
-  if (options.unix_socket_path.empty() && options.tcp_address.empty()) return nullptr;
-  auto server = StartControlApi(options, control);
-  if (!server.ok()) {
-    const absl::Status named = NameTheApiFlag(options, server.status());
-    if (absl::StartsWith(named.message(), "--")) return named;
-    return absl::Status(named.code(), absl::StrCat("control API: ", named.message()));
-  }
+    absl::string_view program, const api::ApiServerOptions& options, api::ApiListeners&& listeners,
+    api::VmControl& control) {
+  if (!listeners.unix_socket.valid() && listeners.tcp.empty()) return nullptr;
+  auto server = StartControlApi(options, std::move(listeners), control);
+  if (!server.ok()) return NamedApiError(options, server.status());
   if (!(*server)->unix_socket_path().empty()) {
     absl::FPrintF(stderr, "%s: control API on unix:%s\n", program, (*server)->unix_socket_path());
   }

@@ -1,5 +1,6 @@
 // The control API through its plugin, as microvm loads it: libmicrovm_api.so from beside the
-// executable, a real server on a unix socket, one real call, Stop removing the socket; and the
+// executable, a real server on a unix socket that answers only after Serve(), one real call, Stop
+// removing the socket; and the
 // errors for a directory without the plugin. The call goes through gRPC's generic stub: this test
 // must not link the generated vmm.v1 code, which the plugin registers with protobuf itself.
 
@@ -13,10 +14,12 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "api/listen_address.h"
 #include "api/vm_control.h"
 #include "gtest/gtest.h"
 
@@ -57,25 +60,12 @@ bool IsSocket(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-TEST(ControlApiTest, PluginServesAndStopRemovesTheSocket) {
-  NoDrivesVm vm;
-  api::ApiServerOptions options;
-  const std::string dir = ShortTempDir();
-  umask(0177);  // the launchers' (vmm/command_line.h): the server binds its socket under it
-  options.unix_socket_path = absl::StrCat(dir, "/api.sock");
-  options.stop_grace = absl::Milliseconds(100);
-  auto server = StartControlApi(options, vm, ExecutableBesidePlugin());
-  ASSERT_TRUE(server.ok()) << server.status();
-  EXPECT_EQ((*server)->unix_socket_path(), options.unix_socket_path);
-  EXPECT_EQ((*server)->tcp_port(), 0);
-  ASSERT_TRUE(IsSocket(options.unix_socket_path));
-
-  // VmService.GetInfo with an empty request: the reply carries the fake's kernel name.
-  auto channel =
-      grpc::CreateChannel("unix:" + options.unix_socket_path, grpc::InsecureChannelCredentials());
+// VmService.GetInfo with an empty request over the unix socket at `path`; the reply's bytes.
+grpc::Status GetInfo(const std::string& path, absl::Duration timeout, std::string* bytes) {
+  auto channel = grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   grpc::CompletionQueue queue;
   grpc::Slice empty_message;  // GetInfoRequest has no fields: zero bytes, but a real buffer
   grpc::ByteBuffer request(&empty_message, 1), reply;
@@ -85,20 +75,51 @@ TEST(ControlApiTest, PluginServesAndStopRemovesTheSocket) {
   call->Finish(&reply, &status, reinterpret_cast<void*>(1));
   void* tag = nullptr;
   bool ok = false;
-  ASSERT_TRUE(queue.Next(&tag, &ok));
-  ASSERT_TRUE(ok);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(reply.Dump(&slices).ok());
-  std::string bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
-  EXPECT_NE(bytes.find("plugin-test-kernel"), std::string::npos);
+  queue.Next(&tag, &ok);
   queue.Shutdown();
   while (queue.Next(&tag, &ok)) {
   }
+  if (status.ok()) {
+    std::vector<grpc::Slice> slices;
+    if (reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) bytes->append(slice.begin(), slice.end());
+    }
+  }
+  return status;
+}
+
+// The launchers' order (vmm/launch_sequence.h): the plugin's server listens from the start, and
+// answers only once Serve() is called (inside the jail).
+TEST(ControlApiTest, PluginListensServesOnServeAndStopRemovesTheSocket) {
+  NoDrivesVm vm;
+  api::ApiServerOptions options;
+  const std::string dir = ShortTempDir();
+  umask(0177);  // the launchers' (vmm/command_line.h): the server binds its socket under it
+  options.unix_socket_path = absl::StrCat(dir, "/api.sock");
+  options.stop_grace = absl::Milliseconds(100);
+  auto listeners = api::BindApiListeners(options);
+  ASSERT_TRUE(listeners.ok()) << listeners.status();
+  auto server = StartControlApi(options, *std::move(listeners), vm, ExecutableBesidePlugin());
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->unix_socket_path(), options.unix_socket_path);
+  EXPECT_EQ((*server)->tcp_port(), 0);
+  ASSERT_TRUE(IsSocket(options.unix_socket_path));
+
+  // Not serving yet: the caller's connection waits in the backlog, and nobody answers.
+  std::string bytes;
+  EXPECT_EQ(GetInfo(options.unix_socket_path, absl::Milliseconds(700), &bytes).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+
+  // Serving: the reply carries the fake's kernel name.
+  ASSERT_TRUE((*server)->Serve().ok());
+  ASSERT_TRUE((*server)->Serve().ok());  // idempotent
+  const grpc::Status status = GetInfo(options.unix_socket_path, absl::Seconds(10), &bytes);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_NE(bytes.find("plugin-test-kernel"), std::string::npos);
 
   (*server)->Stop();
   EXPECT_FALSE(IsSocket(options.unix_socket_path));
+  EXPECT_EQ((*server)->Serve().code(), absl::StatusCode::kFailedPrecondition);
   server->reset();  // and the plugin is unloaded after its server
   rmdir(dir.c_str());
 }
@@ -108,7 +129,7 @@ TEST(ControlApiTest, MissingPluginIsAClearError) {
   api::ApiServerOptions options;
   options.unix_socket_path = absl::StrCat(std::getenv("TEST_TMPDIR"), "/never.sock");
   const std::string lonely = absl::StrCat(std::getenv("TEST_TMPDIR"), "/bin/microvm");
-  auto server = StartControlApi(options, vm, lonely);
+  auto server = StartControlApi(options, api::ApiListeners{}, vm, lonely);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(server.status().message().find(
@@ -128,7 +149,7 @@ TEST(ControlApiTest, ALibraryWithoutTheEntryPointIsRefused) {
   NoDrivesVm vm;
   api::ApiServerOptions options;
   options.unix_socket_path = absl::StrCat(dir, "/api.sock");
-  auto server = StartControlApi(options, vm, absl::StrCat(dir, "/microvm"));
+  auto server = StartControlApi(options, api::ApiListeners{}, vm, absl::StrCat(dir, "/microvm"));
   ASSERT_FALSE(server.ok());
   EXPECT_NE(server.status().message().find("microvm_start_control_server"), std::string::npos)
       << server.status();

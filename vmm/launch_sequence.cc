@@ -30,18 +30,13 @@ int Fail(const LauncherProgram& program, const absl::Status& status) {
 // Steps 6 to 8 (RunLauncher): everything after Build, whose result the caller stops either way.
 absl::StatusOr<int> ServeAndRun(LauncherProgram& program, const LaunchContext& context,
                                 sandbox::SandboxFromFlags& sandbox, const ApiFlags& api_flags,
+                                api::ApiListeners&& api_listeners,
                                 std::unique_ptr<api::ControlServer>& api_server) {
   if (api_flags.enabled()) {
-    auto started = StartLauncherApi(program.name(), api_flags.options, program.ApiControl(context));
+    auto started = StartLauncherApi(program.name(), api_flags.options, std::move(api_listeners),
+                                    program.ApiControl(context));
     if (!started.ok()) return started.status();
     api_server = *std::move(started);
-    if (const auto identity = api_server->unix_socket_identity(); identity.has_value()) {
-      struct stat bound {};
-      bound.st_dev = identity->device;
-      bound.st_ino = identity->inode;
-      bound.st_ctim = identity->changed;
-      RETURN_IF_ERROR(context.socket_janitor->Register(api_server->unix_socket_path(), bound));
-    }
   }
   // What the janitor removes is settled as soon as the last socket is bound: before the guest, a
   // front end or the jail.
@@ -52,6 +47,10 @@ absl::StatusOr<int> ServeAndRun(LauncherProgram& program, const LaunchContext& c
   if (absl::Status jailed = EnterLauncherJail(sandbox, context.media_dir); !jailed.ok()) {
     return jailed;
   }
+  // The API has listened since before the jail (its sockets had to be made outside it); only now
+  // does it accept a connection, so no caller's byte reaches gRPC while the process was root with
+  // the jail's mount calls allowed. A caller that connected earlier waits in the backlog.
+  if (api_server != nullptr) RETURN_IF_ERROR(api_server->Serve());
   return program.Run(context);
 }
 
@@ -89,6 +88,22 @@ int RunLauncher(LauncherProgram& program, int argc, char** argv) {
   }
   // The API's server leaves its socket to the janitor: the filter refuses unlink.
   api_flags->options.remove_socket_on_stop = false;
+  // The API's sockets, bound now, before the sandbox: the jail gets a network namespace of its
+  // own and the filters no internet socket, --api-tcp or not. The server is built on them after
+  // Build and accepts only inside the jail (step 7).
+  auto api_listeners = BindLauncherApi(api_flags->options);
+  if (!api_listeners.ok()) return Fail(program, api_listeners.status());
+  if (api_listeners->unix_identity.has_value()) {
+    struct stat bound {};
+    bound.st_dev = api_listeners->unix_identity->device;
+    bound.st_ino = api_listeners->unix_identity->inode;
+    bound.st_ctim = api_listeners->unix_identity->changed;
+    if (absl::Status registered =
+            context.socket_janitor->Register(api_flags->options.unix_socket_path, bound);
+        !registered.ok()) {
+      return Fail(program, registered);
+    }
+  }
   if (absl::Status ready = program.BeforeSandbox(context); !ready.ok()) {
     return Fail(program, ready);
   }
@@ -109,7 +124,8 @@ int RunLauncher(LauncherProgram& program, int argc, char** argv) {
   if (!next.ok()) return Fail(program, next.status());
   if (*next == LauncherProgram::Next::kDone) return 0;
   std::unique_ptr<api::ControlServer> api_server;
-  const absl::StatusOr<int> ran = ServeAndRun(program, context, *sandbox, *api_flags, api_server);
+  const absl::StatusOr<int> ran =
+      ServeAndRun(program, context, *sandbox, *api_flags, *std::move(api_listeners), api_server);
   program.Stop();
   // No API call may reach the machine once it is stopping (Watch streams end here).
   if (api_server != nullptr) api_server->Stop();

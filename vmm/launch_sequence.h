@@ -74,13 +74,15 @@ class LauncherProgram {
 //      parsed (--help, --version: exit 0 here);
 //   2. program.Configure: the flags checked before anything is opened;
 //   3. the API's flags (token, media directory, socket paths readied); the socket janitor
-//      started when a unix socket will be made (vmm/sandbox/socket_janitor.h);
-//      program.BeforeSandbox;
+//      started when a unix socket will be made (vmm/sandbox/socket_janitor.h); the API's
+//      sockets bound (vmm/control_api.h BindLauncherApi); program.BeforeSandbox;
 //   4. the stop signals blocked and read through a signalfd; the sandbox before any thread
 //      starts: the jail's namespaces and the process's filter (docs/security.md);
 //   5. program.Build: files opened, the machine built, its threads started;
-//   6. the control API's server (vmm/control_api.h), serving program.ApiControl;
+//   6. the control API's server (vmm/control_api.h) for program.ApiControl: listening, not yet
+//      serving;
 //   7. the socket janitor sealed; program.BeforeJail; then into the jail with everything open;
+//      the API's server starts accepting connections (no caller's input is read before this);
 //   8. program.Run; then program.Stop, the API's server stopped (no call reaches a stopping
 //      machine), program.Finish.
 // An error at any step is printed as "NAME: message" and gives exit status 1; from step 6 on,

@@ -3,10 +3,17 @@
 // process's sandbox and blocks signals, none of which a test process can take back.
 #include "vmm/launch_sequence.h"
 
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,8 +21,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "api/vm_control.h"
 #include "gtest/gtest.h"
+#include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 
 namespace vmm {
@@ -62,6 +71,10 @@ class RecordingProgram : public LauncherProgram {
     RETURN_IF_ERROR(Step("Run"));
     return status_;
   }
+  // Runs at each step after it is recorded; an error fails the step.
+  void set_probe(std::function<absl::Status(const std::string& step)> probe) {
+    probe_ = std::move(probe);
+  }
   void Stop() override { steps_.push_back("Stop"); }
   int Finish(int status) override {
     steps_.push_back("Finish");
@@ -75,6 +88,7 @@ class RecordingProgram : public LauncherProgram {
   absl::Status Step(const std::string& step) {
     steps_.push_back(step);
     if (step == fail_at_) return absl::InvalidArgumentError(step + " refused");
+    if (probe_) return probe_(step);
     return absl::OkStatus();
   }
 
@@ -83,6 +97,42 @@ class RecordingProgram : public LauncherProgram {
   int status_;
   std::vector<std::string> steps_;
   IdleVm vm_;
+  std::function<absl::Status(const std::string&)> probe_;
+};
+
+// A raw HTTP/2 client of the API's unix socket: it connects and sends the client preface and an
+// empty SETTINGS frame (RFC 9113, 3.4); a server that has accepted the connection answers with
+// SETTINGS of its own. A connection the server has not accepted waits in the listen backlog and
+// gets nothing.
+class RawHttp2Client {
+ public:
+  absl::Status Connect(const std::string& path) {
+    socket_ = sys_util::ScopedFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    if (!socket_.valid() || path.size() >= sizeof(address.sun_path)) {
+      return absl::InternalError("no socket");
+    }
+    memcpy(address.sun_path, path.data(), path.size());
+    if (connect(socket_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+      return absl::ErrnoToStatus(errno, "connect to the API socket");
+    }
+    static constexpr char kPrefaceAndSettings[] =
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    const size_t length = sizeof(kPrefaceAndSettings) - 1;
+    if (write(socket_.get(), kPrefaceAndSettings, length) != static_cast<ssize_t>(length)) {
+      return absl::ErrnoToStatus(errno, "write the HTTP/2 preface");
+    }
+    return absl::OkStatus();
+  }
+  // Whether the server sent anything within `wait`.
+  bool Answered(absl::Duration wait) {
+    pollfd readable{.fd = socket_.get(), .events = POLLIN, .revents = 0};
+    return poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) == 1;
+  }
+
+ private:
+  sys_util::ScopedFd socket_;
 };
 
 // Runs the sequence with these arguments after the program's name and exits with its status.
@@ -161,14 +211,29 @@ TEST(LaunchSequenceTest, AnErrorAfterBuildStopsTheProgramFirst) {
       "recorder: Run refused\nsteps: Configure,BeforeSandbox,Build,BeforeJail,Run,Stop\\.");
 }
 
-// The control API's server (the plugin beside the binary) serves between Build and the jail.
-TEST(LaunchSequenceTest, TheApiServesBetweenBuildAndTheJail) {
+// The control API's server (the plugin beside the binary) listens from after Build, and serves
+// only from the jail on: a caller that connected before the jail gets its answer in Run.
+TEST(LaunchSequenceTest, TheApiListensBeforeTheJailAndServesAfterIt) {
   EXPECT_EXIT(
       {
         RecordingProgram program("");
         // Unix socket paths are short (108 bytes): Bazel's TEST_TMPDIR is too deep for one.
         char dir[] = "/tmp/launch_sequence_test.XXXXXX";
-        Launch(program, {absl::StrCat("--api-socket=", mkdtemp(dir), "/api.sock")});
+        const std::string socket_path = absl::StrCat(mkdtemp(dir), "/api.sock");
+        RawHttp2Client early_caller;
+        program.set_probe([&](const std::string& step) -> absl::Status {
+          if (step == "BeforeJail") {
+            RETURN_IF_ERROR(early_caller.Connect(socket_path));
+            if (early_caller.Answered(absl::Milliseconds(500))) {
+              return absl::InternalError("the API answered before the jail");
+            }
+          }
+          if (step == "Run" && !early_caller.Answered(absl::Seconds(20))) {
+            return absl::InternalError("the API did not answer once jailed");
+          }
+          return absl::OkStatus();
+        });
+        Launch(program, {absl::StrCat("--api-socket=", socket_path)});
       },
       testing::ExitedWithCode(8),
       "recorder: control API on unix:/tmp/launch_sequence_test.*\n"

@@ -14,7 +14,6 @@ absl::StatusOr<sandbox::SandboxFromFlags> EnableLauncherSandbox(
     const std::vector<DriveSpec>& drives, ApiFlags& api) {
   sandbox::JailNeeds needs;
   needs.program = program;
-  needs.host_network = !api.options.tcp_address.empty();
   if (api.media_dir != nullptr) needs.shared_directories.push_back(api.media_dir->resolved_path());
   for (const DriveSpec& drive : drives) {
     // A CD-ROM drive on a block device is a passed-through host drive (drive_spec.h), reopened by

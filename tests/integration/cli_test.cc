@@ -412,9 +412,10 @@ TEST(StopSignalTest, EachStopSignalEndsTheLauncherCleanly) {
   }
 }
 
-// The control API over TCP (--api-tcp) under the default sandbox (jailed when run as root): the
-// filter allows IPv4 stream sockets only when a TCP listener is configured, and this is the one
-// launch that configures it. vmmctl reaches the API with the token and not without it.
+// The control API over TCP (--api-tcp) under the default sandbox: the listener is bound before the
+// sandbox, whose filter allows no internet socket at all, and the VMM serves on it. vmmctl
+// reaches the API with the token and not without it. (Jailed, in a network namespace of its own:
+// live_filter_test, which runs outside Bazel's sandbox.)
 TEST(TcpApiTest, VhostUserScsiServesItsApiOverTcp) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/tcp-api");
   std::filesystem::remove_all(dir);

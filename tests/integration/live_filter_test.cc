@@ -8,7 +8,8 @@
 //       control thread, which would carry no restriction;
 //   N2  an outside path through any descriptor the VMM holds (the media directory's above all);
 //   N4  TIOCSTI into a terminal, an ioctl the VMM never issues;
-//   N5  MSG_FASTOPEN, UDP, connect, any internet socket without --api-tcp;
+//   N5  MSG_FASTOPEN, UDP, connect, any internet socket, although the VMM serves --api-tcp (its
+//       listener is bound before the sandbox, and the jail has a network namespace of its own);
 //   N7  tgkill and kill of another process, PR_SET_DUMPABLE 1, chmod, link, rename and unlink of
 //       files in and out of the jail, a setuid program made with open(O_CREAT);
 //   N11 a descriptor inherited from whoever started the VMM.
@@ -21,6 +22,7 @@
 #include <linux/fs.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
@@ -153,8 +155,10 @@ class LiveFilterTest : public ::testing::Test {
       const std::string disk = "--disk=" + dir_ + "/disk.img,cache=none";
       const std::string api = "--api-socket=" + dir_ + "/api.sock";
       const std::string media = "--media-dir=" + dir_ + "/media";
+      // Port 0: the kernel's pick, printed in the log.
       execl(kVhostUserScsi, kVhostUserScsi, socket.c_str(), disk.c_str(), api.c_str(),
-            media.c_str(), "--jail=on", static_cast<char*>(nullptr));
+            "--api-tcp=127.0.0.1:0", "--api-tcp-insecure", media.c_str(), "--jail=on",
+            static_cast<char*>(nullptr));
       ExitNow(127);
     }
     close(inherited_dir_);
@@ -329,7 +333,7 @@ TEST_F(LiveFilterTest, TheControlFilterHoldsAsInstalled) {
       Errno(EACCES));
   EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_DGRAM, 0)); }),
             Errno(EACCES));
-  // No --api-tcp: not even a stream socket of either internet family.
+  // Although this VMM serves --api-tcp: not even a stream socket of either internet family.
   EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET, SOCK_STREAM, 0)); }),
             Errno(EACCES));
   EXPECT_EQ(Attempt(kNothing, control, [] { return Result(socket(AF_INET6, SOCK_STREAM, 0)); }),
@@ -497,6 +501,39 @@ TEST_F(LiveFilterTest, NothingTheVmmHoldsLeadsOutOfItsJail) {
                     [&] { return Result(open((dir_ + "/media/disc.iso").c_str(), O_RDONLY)); }),
             "done");
   for (const auto& [fd, copy] : copies) close(copy);
+}
+
+// --api-tcp: the listener was bound in the host's network namespace before the sandbox; the jailed
+// VMM lives in a namespace of its own (nothing it could make would reach the host's network) and
+// still serves on that listener.
+TEST_F(LiveFilterTest, TheTcpApiServesFromANetworkNamespaceOfItsOwn) {
+  char ours[64] = {}, its[64] = {};
+  ASSERT_GT(readlink("/proc/self/ns/net", ours, sizeof(ours) - 1), 0);
+  ASSERT_GT(readlink(absl::StrCat("/proc/", vmm_, "/ns/net").c_str(), its, sizeof(its) - 1), 0);
+  EXPECT_STRNE(ours, its) << "the jailed VMM shares the host's network namespace";
+  const std::string log = ReadFile(dir_ + "/log");
+  const size_t at = log.find("(port ");
+  ASSERT_NE(at, std::string::npos) << log;
+  const int port = std::atoi(log.c_str() + at + 6);
+  ASSERT_GT(port, 0) << log;
+  // An HTTP/2 client preface and an empty SETTINGS frame (RFC 9113, 3.4): gRPC answers with its
+  // own SETTINGS.
+  const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
+      << strerror(errno);
+  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+  ASSERT_EQ(write(client, kPreface, sizeof(kPreface) - 1),
+            static_cast<ssize_t>(sizeof(kPreface) - 1));
+  pollfd answer{.fd = client, .events = POLLIN, .revents = 0};
+  EXPECT_EQ(poll(&answer, 1, 10000), 1) << "no answer on the API's TCP port";
+  char frame[9] = {};
+  EXPECT_EQ(read(client, frame, sizeof(frame)), static_cast<ssize_t>(sizeof(frame)));
+  EXPECT_EQ(frame[3], 0x04) << "not a SETTINGS frame";
+  close(client);
 }
 
 // The socket janitor (vmm/sandbox/socket_janitor.h): a process of its own, outside the jail, that

@@ -86,7 +86,10 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const SeccompSetting& se
   if (jailed) {
     options.shared_directories = needs.shared_directories;
     options.device_nodes = needs.device_nodes;
-    NamespaceOptions namespaces{.new_network = !needs.host_network, .seccomp = seccomp};
+    // A network namespace of its own, always: the API's TCP listeners (--api-tcp) are bound in
+    // the host's before this (vmm/launch_sequence.h), and a socket keeps the namespace it was
+    // made in.
+    NamespaceOptions namespaces{.new_network = true, .seccomp = seccomp};
     if (!jail_cgroup.empty()) {
       auto cgroup =
           Cgroup::Create(cgroup_limits, absl::StrFormat("%s-%d", needs.program, getpid()));
@@ -108,7 +111,6 @@ absl::StatusOr<SandboxFromFlags> EnableSandboxFromFlags(const SeccompSetting& se
   }
   SandboxOptions sandbox_options;
   sandbox_options.jail = jailed;
-  sandbox_options.tcp_listener = needs.host_network;
   auto sandbox = ProcessSandbox::Enable(seccomp, sandbox_options);
   if (!sandbox.ok()) {
     return absl::Status(sandbox.status().code(),

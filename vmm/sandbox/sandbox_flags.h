@@ -30,7 +30,6 @@ struct SandboxFromFlags {
 // What the jail must hold or keep for this VMM (the launcher knows its drives and API).
 struct JailNeeds {
   std::string program;                          // names the VM's cgroup: PROGRAM-PID
-  bool host_network = false;                    // --api-tcp listens in the host's namespace
   std::vector<std::string> shared_directories;  // --media-dir
   std::vector<std::string> device_nodes;        // passed-through host CD-ROM drives
 };

@@ -221,18 +221,12 @@ SyscallAllowlist ControlAllowlist(const SandboxOptions& options) {
 #endif
   list.Refuse(__NR_prctl, EPERM);
   // AF_NETLINK: the kernel's uevents for passed-through CD-ROM drives (block/uevent_monitor.h).
-  // IPv4 and IPv6 only with a TCP listener for the API (--api-tcp), and then only as stream
-  // sockets: no datagram socket, which could send without connecting (H16). Without one, no
-  // IPv4/IPv6 socket at all: refused, not trapped, as a library probing for IPv6 expects. The
-  // type's low bits; SOCK_CLOEXEC/NONBLOCK sit above.
+  // No IPv4 or IPv6 socket at all, --api-tcp or not: the API's TCP listeners are bound before the
+  // sandbox (vmm/launch_sequence.h), and nothing else in a VMM has a use for one (a compromised
+  // thread would reach the host's loopback services, or send datagrams without connecting: H16).
+  // Refused, not trapped, as a library probing for IPv6 expects.
   for (int domain : {AF_UNIX, AF_NETLINK}) {
     list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}});
-  }
-  if (options.tcp_listener) {
-    for (int domain : {AF_INET, AF_INET6}) {
-      list.AllowIf(__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)},
-                                 {.index = 1, .mask = 0xf, .value = SOCK_STREAM}});
-    }
   }
   for (int domain : {AF_INET, AF_INET6}) {
     list.Add({__NR_socket, {{.index = 0, .value = static_cast<uint32_t>(domain)}}, EACCES});

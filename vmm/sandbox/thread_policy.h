@@ -29,9 +29,6 @@ struct SandboxOptions {
   // ids of every thread by making each call setresuid/setresgid/setgroups itself, so kControl and
   // kIo allow those (and kControl the calls that build and enter the jail's root).
   bool jail = false;
-  // The control API listens on TCP (--api-tcp): IPv4 and IPv6 stream sockets are allowed. Without
-  // it no IPv4 or IPv6 socket can be made at all.
-  bool tcp_listener = false;
 };
 
 // The allowlist of a role (exposed for tests and for reviewing what a role may do).

@@ -32,8 +32,6 @@ using ::sys_util::ExitNow;
 // when the checks held, or through the violation report.
 
 const SandboxOptions kTrap{.action = ViolationAction::kTrap};
-// The control API listening on TCP (--api-tcp).
-const SandboxOptions kTrapWithTcpListener{.action = ViolationAction::kTrap, .tcp_listener = true};
 
 void ConfineOrDie(ThreadRole role, const SandboxOptions& options = kTrap) {
   if (!ProcessSandbox::Enable(SeccompSetting{}, options).ok()) ExitNow(2);
@@ -64,10 +62,12 @@ TEST(ThreadPolicyDeathTest, ControlThreadsStartThreadsAndServeSocketsButNeverCon
 
 // H16 of docs/security.md: a compromised control thread typed a command into
 // the operator's shell with TIOCSTI, and reached the network with MSG_FASTOPEN and UDP although
-// connect() was refused.
+// connect() was refused. The TCP socket it would use is one the VMM made before its sandbox
+// (the API's listener, --api-tcp): no thread can make one after.
 TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnected) {
   auto child = [&] {
-    ConfineOrDie(ThreadRole::kControl, kTrapWithTcpListener);
+    const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ConfineOrDie(ThreadRole::kControl);
     const int master = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0) ExitNow(4);
     char c = 'x';
@@ -78,26 +78,27 @@ TEST(ThreadPolicyDeathTest, ControlThreadsCannotTypeIntoATerminalOrSendUnconnect
     const int udp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     const int udp_errno = errno;
     const int tcp = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int tcp_errno = errno;
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(9);
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const ssize_t sent =
         sendto(tcp4, "x", 1, MSG_FASTOPEN, reinterpret_cast<sockaddr*>(&address), sizeof(address));
     const int sent_errno = errno;
     ExitNow(typed == -1 && typed_errno == EPERM && got_modes == 0 && udp == -1 &&
-                    udp_errno == EACCES && tcp >= 0 && tcp4 >= 0 && sent == -1 &&
-                    sent_errno == EACCES
+                    udp_errno == EACCES && tcp == -1 && tcp_errno == EACCES && tcp4 >= 0 &&
+                    sent == -1 && sent_errno == EACCES
                 ? 0
                 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
 
-// Without --api-tcp nothing in the VMM has any use for IPv4 or IPv6: not even a stream socket can
-// be made (a compromised thread would use one to reach the host's loopback services).
-TEST(ThreadPolicyDeathTest, ControlThreadsWithoutATcpListenerMakeNoInternetSocket) {
+// Nothing in the VMM makes an IPv4 or IPv6 socket once sandboxed, --api-tcp or not (its listeners
+// are bound before): not even a stream socket can be made (a compromised thread would use one to
+// reach the host's loopback services).
+TEST(ThreadPolicyDeathTest, ControlThreadsMakeNoInternetSocket) {
   auto child = [&] {
     ConfineOrDie(ThreadRole::kControl);
     const int tcp4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
