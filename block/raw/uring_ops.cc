@@ -122,8 +122,8 @@ class LockedDownRing final : public UringOps {
   }
   // Nothing prepared and nothing left to reap (what a queue checks before it gives a ring back).
   bool Drained() { return io_uring_sq_ready(&ring_) == 0 && io_uring_cq_ready(&ring_) == 0; }
-  // Back to no file, for the pool. Fails on a thread whose filter refuses io_uring_register (an
-  // iothread, which may drop an image's last reference).
+  // Back to no file, for the pool. Fails on a thread whose filter refuses IORING_UNREGISTER_FILES
+  // (none of the VMM's: vmm/sandbox/thread_policy.cc).
   bool Unbind() {
     if (bound_ && io_uring_unregister_files(&ring_) < 0) return false;
     bound_ = false;

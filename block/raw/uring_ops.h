@@ -113,8 +113,9 @@ class RingPool {
   absl::StatusOr<std::unique_ptr<UringOps>> Take(int file_fd);
   // Gives back a ring Take() returned, drained (nothing prepared, in flight or left to reap): its
   // file is unregistered (so the image's lock goes with its last descriptor), its eventfd read
-  // empty, and it waits for the next Take(). On a thread that may not unregister (an iothread,
-  // which can drop a medium's last reference), the ring keeps its file until the next Take() or
+  // empty, and it waits for the next Take(). The VMM's threads may all unregister (its iothreads
+  // and vCPU threads may call io_uring_register for IORING_UNREGISTER_FILES only); on a thread
+  // that may not, the ring keeps its file, and with it the image's lock, until the next Take() or
   // Recycle() on a thread that may. A ring that is not the pool's, or not drained, is destroyed.
   void Recycle(std::unique_ptr<UringOps> ring);
 

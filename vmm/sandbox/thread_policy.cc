@@ -2,6 +2,7 @@
 
 #include <linux/cdrom.h>
 #include <linux/fs.h>
+#include <linux/io_uring.h>
 #include <linux/kvm.h>
 #include <linux/sched.h>
 #include <signal.h>
@@ -86,11 +87,21 @@ void RefuseFilesAndSockets(SyscallAllowlist& list) {
       .Refuse(__NR_socket, EACCES);
 }
 
+// A thread that drops an image's or a medium's last reference gives its rings back to the pool
+// (block/raw/uring_ops.h), and the image must be let go of then: a ring that kept it registered
+// would keep the file open, its lock held and a removed host drive referenced (the drive then came
+// back under another name, and the VMM, watching the old one, never saw it: nested CI of
+// 2026-12-07). Unregistering only takes away: a thread that may do it gains nothing.
+void AllowUnregisteringFiles(SyscallAllowlist& list) {
+  list.AllowIf(__NR_io_uring_register, {{.index = 1, .value = IORING_UNREGISTER_FILES}});
+}
+
 SyscallAllowlist VcpuAllowlist(const SandboxOptions& /*options*/) {
   SyscallAllowlist list;
   // KVM_RUN first: the hot path.
   AllowVcpuKvmIoctls(list);
   AddRunningThreadBasics(list);
+  AllowUnregisteringFiles(list);
   RefuseFilesAndSockets(list);
   return list;
 }
@@ -107,6 +118,7 @@ SyscallAllowlist IoAllowlist(const SandboxOptions& options) {
   // may go (block/drive.cc), on the throttles' clock; any thread sharing a budget may arm it.
   list.AllowIf(__NR_timerfd_create, {{.index = 0, .value = CLOCK_REALTIME}});
   list.Allow(__NR_timerfd_settime);
+  AllowUnregisteringFiles(list);
   list.Refuse(__NR_io_uring_setup, EPERM).Refuse(__NR_io_uring_register, EPERM);
   // Legacy interrupt lines (IDE) are KVM_IRQ_LINE ioctls on the VM fd; nothing else of KVM.
   list.AllowIf(__NR_ioctl, {{.index = 1, .value = static_cast<uint32_t>(KVM_IRQ_LINE)}});

@@ -18,8 +18,11 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
+#include "block/raw/uring_ops.h"
 #include "gtest/gtest.h"
 #include "vmm/sys_util/exit_now.h"
 
@@ -232,9 +235,10 @@ TEST(ThreadPolicyDeathTest, IoThreadsMakeTheDriveQueuesTimer) {
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(kSeccompViolationExitStatus), "timerfd_create");
 }
 
-// A fresh ring would carry no restrictions: an iothread can neither make one nor change the
-// locked-down rings it was given (refused, not fatal: the queue reports the error).
-TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
+// A fresh ring would carry no restrictions: an iothread can neither make one nor register a file
+// on the locked-down rings it was given (refused, not fatal: the queue reports the error). It may
+// unregister one: a thread that drops an image's last reference lets go of the file at once.
+TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRingsButMayLetGoOfAFile) {
   auto child = [&] {
     ConfineOrDie(ThreadRole::kIo);
     io_uring_params params{};
@@ -242,8 +246,48 @@ TEST(ThreadPolicyDeathTest, IoThreadsCannotMakeOrRegisterRings) {
     const int setup_errno = errno;
     const long registered = syscall(__NR_io_uring_register, 0, IORING_REGISTER_FILES, nullptr, 0);
     const int register_errno = errno;
-    ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno == EPERM ? 0
-                                                                                               : 3);
+    // Reaches the kernel (which refuses a call without a ring), not the filter's EPERM.
+    const long unregistered =
+        syscall(__NR_io_uring_register, -1, IORING_UNREGISTER_FILES, nullptr, 0);
+    const int unregister_errno = errno;
+    ExitNow(setup == -1 && setup_errno == EPERM && registered == -1 && register_errno == EPERM &&
+                    unregistered == -1 && unregister_errno != EPERM
+                ? 0
+                : 3);
+  };
+  EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
+}
+
+// The whole path, as a hot-removed disk or an ejected host CD takes it: a pooled ring bound to a
+// locked file is given back on an iothread after the VMM closed its own descriptor. The ring lets
+// go of the file there and then, so the file's lock is free at once (a ring that kept it until
+// the next Take held the image's lock, and a removed host drive, for as long as no other image
+// was opened).
+TEST(ThreadPolicyDeathTest, ARingGivenBackOnAnIothreadLetsGoOfItsFileAtOnce) {
+  auto child = [&] {
+    const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/given-back.img";
+    const int image = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const int observer = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (image < 0 || observer < 0 || ftruncate(image, 4096) != 0) ExitNow(4);
+    struct flock lock {};
+    lock.l_type = F_WRLCK;
+    lock.l_whence = SEEK_SET;
+    if (fcntl(image, F_OFD_SETLK, &lock) != 0) ExitNow(4);
+    auto pool = block::raw::RingPool::Create(1, 8);  // before the sandbox, as the launchers make it
+    if (!pool.ok()) ExitNow(4);
+    auto ring = (*pool)->Take(image);
+    if (!ring.ok()) ExitNow(4);
+    close(image);  // the ring alone holds the file now
+    ConfineOrDie(ThreadRole::kControl);
+    std::thread([&] {
+      if (!ConfineThisThread(ThreadRole::kIo, kTrap).ok()) ExitNow(2);
+      (*pool)->Recycle(*std::move(ring));
+    }).join();
+    struct flock probe {};
+    probe.l_type = F_WRLCK;
+    probe.l_whence = SEEK_SET;
+    if (fcntl(observer, F_OFD_GETLK, &probe) != 0) ExitNow(5);
+    ExitNow(probe.l_type == F_UNLCK ? 0 : 3);
   };
   EXPECT_EXIT(child(), ::testing::ExitedWithCode(0), "");
 }
@@ -272,6 +316,11 @@ TEST(ThreadPolicyDeathTest, VcpuThreadsMakeOnlyTheirOwnKvmRequests) {
   auto child = [&] {
     ConfineOrDie(ThreadRole::kVcpu);
     if (ioctl(-1, KVM_RUN, 0) != -1 || errno != EBADF) ExitNow(3);
+    // A vCPU thread may drop a medium's last reference too, and let go of its file.
+    if (syscall(__NR_io_uring_register, -1, IORING_UNREGISTER_FILES, nullptr, 0) != -1 ||
+        errno == EPERM) {
+      ExitNow(3);
+    }
     if (ioctl(-1, KVM_IRQFD, nullptr) != -1 || errno != EBADF) ExitNow(3);
     // KVM_SET_GSI_ROUTING as the kernel numbers it (8-byte header; not the C++ macro's 16).
     if (ioctl(-1, 0x4008ae6aUL, nullptr) != -1 || errno != EBADF) ExitNow(3);
