@@ -206,7 +206,11 @@ void ApiServer::AcceptLoop() {
   polled.push_back({stop_accepting_.get(), POLLIN, 0});
   int backoff_ms = -1;
   while (true) {
-    if (poll(polled.data(), polled.size(), backoff_ms) < 0 && errno != EINTR) return;
+    if (poll(polled.data(), polled.size(), backoff_ms) < 0) {
+      // EINTR, or the kernel short of memory for a moment (ENOMEM): again, never give up serving.
+      if (errno != EINTR) absl::SleepFor(absl::Milliseconds(kAcceptBackoffMs));
+      continue;
+    }
     if (polled.back().revents != 0) return;
     backoff_ms = -1;
     for (size_t i = 0; i + 1 < polled.size(); ++i) {
