@@ -133,11 +133,9 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Listen(const ApiServerOpti
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Listen(const ApiServerOptions& options,
                                                              ApiListeners&& listeners,
                                                              VmControl& control) {
+  // The options were checked when the listeners were bound (BindApiListeners).
   if (!listeners.unix_socket.valid() && listeners.tcp.empty()) {
     return absl::InvalidArgumentError("the API server needs a listening socket");
-  }
-  if (!options.auth_token.empty()) {
-    RETURN_IF_ERROR(CheckApiToken(options.auth_token, "the API token"));
   }
   static std::once_flag reflection_once;
   std::call_once(reflection_once,
