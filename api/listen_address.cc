@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -186,7 +187,8 @@ namespace {
 absl::StatusOr<sys_util::ScopedFd> ListenOnOneTcpAddress(const sockaddr_storage& address,
                                                          socklen_t length, int backlog,
                                                          const std::string& label, int* port) {
-  sys_util::ScopedFd listener(socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sys_util::ScopedFd listener(
+      socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!listener.valid()) return absl::ErrnoToStatus(errno, absl::StrCat(label, ": socket"));
   const int on = 1;
   if (setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0) {
@@ -210,20 +212,10 @@ absl::StatusOr<sys_util::ScopedFd> ListenOnOneTcpAddress(const sockaddr_storage&
 
 }  // namespace
 
-absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog) {
-  const size_t colon = address.rfind(':');
-  int requested_port = 0;
-  if (colon == std::string::npos ||
-      !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &requested_port) ||
-      requested_port < 0 || requested_port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("not a TCP listen address: ", address));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  const bool localhost = host == "localhost";
-  if (localhost) host = "127.0.0.1";
+absl::StatusOr<TcpListeners> ListenOnTcp(const TcpListenAddress& address, const std::string& label,
+                                         int backlog) {
+  const bool localhost = address.host == "localhost";
+  const std::string host = localhost ? "127.0.0.1" : address.host;
   auto socket_address = [](const std::string& ip, int port, sockaddr_storage* out) -> socklen_t {
     *out = {};
     auto* v4 = reinterpret_cast<sockaddr_in*>(out);
@@ -241,13 +233,13 @@ absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog
     return 0;
   };
   sockaddr_storage first{};
-  const socklen_t first_length = socket_address(host, requested_port, &first);
+  const socklen_t first_length = socket_address(host, address.port, &first);
   if (first_length == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("not an IP address: ", address));
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not an IP address"));
   }
   TcpListeners listeners;
   ASSIGN_OR_RETURN(auto listener,
-                   ListenOnOneTcpAddress(first, first_length, backlog, address, &listeners.port));
+                   ListenOnOneTcpAddress(first, first_length, backlog, label, &listeners.port));
   listeners.sockets.push_back(std::move(listener));
   if (localhost) {
     // The IPv6 loopback on the same port, as gRPC binds "localhost": a host without IPv6 (or
@@ -255,7 +247,7 @@ absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog
     sockaddr_storage second{};
     const socklen_t second_length = socket_address("::1", listeners.port, &second);
     int ignored_port = 0;
-    auto v6 = ListenOnOneTcpAddress(second, second_length, backlog, address, &ignored_port);
+    auto v6 = ListenOnOneTcpAddress(second, second_length, backlog, label, &ignored_port);
     if (v6.ok()) listeners.sockets.push_back(*std::move(v6));
   }
   return listeners;
@@ -268,7 +260,7 @@ absl::StatusOr<ApiListeners> BindApiListeners(const ApiServerOptions& options) {
   if (!options.auth_token.empty()) {
     RETURN_IF_ERROR(CheckApiToken(options.auth_token, "the API token"));
   }
-  std::string tcp_address;
+  std::optional<TcpListenAddress> tcp_address;
   if (!options.tcp_address.empty()) {
     if (options.auth_token.empty() && !options.tcp_insecure) {
       // H1 of docs/security.md: any local user could insert media and shut the VM down.
@@ -289,11 +281,19 @@ absl::StatusOr<ApiListeners> BindApiListeners(const ApiServerOptions& options) {
     ASSIGN_OR_RETURN(
         listeners.unix_socket,
         ListenOnUnixSocket(options.unix_socket_path, "--api-socket", kApiListenBacklog, &st));
+    // The accept loop must never block in accept() on a connection that went away after poll()
+    // (the TCP listeners are made non-blocking).
+    const int flags = fcntl(listeners.unix_socket.get(), F_GETFL);
+    if (flags < 0 || fcntl(listeners.unix_socket.get(), F_SETFL, flags | O_NONBLOCK) != 0) {
+      const int error = errno;
+      unlink(options.unix_socket_path.c_str());
+      return absl::ErrnoToStatus(error, "--api-socket: O_NONBLOCK");
+    }
     listeners.unix_identity =
         SocketIdentity{.device = st.st_dev, .inode = st.st_ino, .changed = st.st_ctim};
   }
-  if (!tcp_address.empty()) {
-    auto tcp = ListenOnTcp(tcp_address, kApiListenBacklog);
+  if (tcp_address.has_value()) {
+    auto tcp = ListenOnTcp(*tcp_address, options.tcp_address, kApiListenBacklog);
     if (!tcp.ok()) {
       if (listeners.unix_socket.valid()) unlink(options.unix_socket_path.c_str());
       return tcp.status();  // "ADDRESS: bind: Address already in use"
@@ -301,22 +301,10 @@ absl::StatusOr<ApiListeners> BindApiListeners(const ApiServerOptions& options) {
     listeners.tcp = std::move(tcp->sockets);
     listeners.tcp_port = tcp->port;
   }
-  // The accept loop must never block in accept() on a connection that went away after poll().
-  std::vector<int> all;
-  if (listeners.unix_socket.valid()) all.push_back(listeners.unix_socket.get());
-  for (const auto& socket : listeners.tcp) all.push_back(socket.get());
-  for (const int socket : all) {
-    const int flags = fcntl(socket, F_GETFL);
-    if (flags < 0 || fcntl(socket, F_SETFL, flags | O_NONBLOCK) != 0) {
-      const int error = errno;
-      if (listeners.unix_socket.valid()) unlink(options.unix_socket_path.c_str());
-      return absl::ErrnoToStatus(error, "the API's listening socket: O_NONBLOCK");
-    }
-  }
   return listeners;
 }
 
-absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any) {
+absl::StatusOr<TcpListenAddress> ParseTcpListenAddress(const std::string& text, bool listen_any) {
   std::string host;
   std::string port_text;
   if (!text.empty() && text[0] == '[') {
@@ -342,18 +330,14 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
         absl::StrFormat("--api-tcp=%s: bad port '%s' (0 to 65535)", text, port_text));
   }
   bool loopback = false;
-  std::string grpc_address;
   in_addr v4{};
   in6_addr v6{};
   if (host == "localhost") {
     loopback = true;
-    grpc_address = absl::StrFormat("localhost:%d", port);
   } else if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
     loopback = (ntohl(v4.s_addr) >> 24) == 127;
-    grpc_address = absl::StrFormat("%s:%d", host, port);
   } else if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
     loopback = IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
-    grpc_address = absl::StrFormat("[%s]:%d", host, port);
   } else {
     return absl::InvalidArgumentError(
         absl::StrFormat("--api-tcp=%s: '%s' is not an IP address (or localhost)", text, host));
@@ -364,7 +348,7 @@ absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool 
         "encrypted, so it listens beyond this host only with --api-listen-any",
         text));
   }
-  return grpc_address;
+  return TcpListenAddress{.host = host, .port = static_cast<int>(port)};
 }
 
 }  // namespace api

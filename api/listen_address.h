@@ -42,23 +42,30 @@ absl::StatusOr<sys_util::ScopedFd> ListenOnUnixSocket(const std::string& path,
 absl::Status CheckBoundSocket(const std::string& path, const std::string& label,
                               struct stat* identity);
 
-// Parses a TCP listen address "HOST:PORT" ("127.0.0.1:7000", "[::1]:7000", "localhost:7000";
-// port 0 picks a free one) into gRPC's address form. HOST must be an IP literal or "localhost" (no
-// name resolution). Only loopback addresses (127.0.0.0/8, ::1, localhost) are accepted unless
-// `listen_any` is set: the API's traffic, its token included, is not encrypted. InvalidArgument
-// for anything else.
-absl::StatusOr<std::string> ParseTcpListenAddress(const std::string& text, bool listen_any);
+// A TCP address to listen on: an IP literal (IPv6 without its brackets) or "localhost", and a
+// port (0: a free one).
+struct TcpListenAddress {
+  std::string host;
+  int port = 0;
+};
 
-// The listening sockets for a TCP address as ParseTcpListenAddress returns it ("127.0.0.1:7000",
-// "[::1]:0", "localhost:0"), bound as gRPC would bind them: SO_REUSEADDR, never SO_REUSEPORT (a
-// second VMM could then take half of the connections), close-on-exec. "localhost" is 127.0.0.1
-// and, where the host has IPv6, ::1 on the same port. Port 0 picks a free one, in `port`.
-// Unavailable (address in use, no permission) naming `address` otherwise.
+// Parses a TCP listen address "HOST:PORT" ("127.0.0.1:7000", "[::1]:7000", "localhost:7000";
+// port 0 picks a free one). HOST must be an IP literal or "localhost" (no name resolution). Only
+// loopback addresses (127.0.0.0/8, ::1, localhost) are accepted unless `listen_any` is set: the
+// API's traffic, its token included, is not encrypted. InvalidArgument for anything else.
+absl::StatusOr<TcpListenAddress> ParseTcpListenAddress(const std::string& text, bool listen_any);
+
+// The listening sockets for `address`, bound as gRPC would bind them: SO_REUSEADDR, never
+// SO_REUSEPORT (a second VMM could then take half of the connections), close-on-exec,
+// non-blocking. "localhost" is 127.0.0.1 and, where the host has IPv6, ::1 on the same port.
+// Port 0 picks a free one, in `port`. Unavailable (address in use, no permission) otherwise,
+// the message starting with `label` (the address as the user wrote it).
 struct TcpListeners {
   std::vector<sys_util::ScopedFd> sockets;
   int port = 0;
 };
-absl::StatusOr<TcpListeners> ListenOnTcp(const std::string& address, int backlog);
+absl::StatusOr<TcpListeners> ListenOnTcp(const TcpListenAddress& address, const std::string& label,
+                                         int backlog);
 
 // Connections a listener holds before the server accepts them (the launchers bind before the
 // jail and accept only inside it).

@@ -16,6 +16,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace api {
@@ -194,10 +195,14 @@ TEST_F(ListenAddressTest, ChecksWhatSomeoneElseBound) {
 }
 
 TEST(TcpListenAddressTest, LoopbackOnlyUnlessAsked) {
-  EXPECT_EQ(*ParseTcpListenAddress("127.0.0.1:7000", false), "127.0.0.1:7000");
-  EXPECT_EQ(*ParseTcpListenAddress("127.1.2.3:0", false), "127.1.2.3:0");
-  EXPECT_EQ(*ParseTcpListenAddress("[::1]:7000", false), "[::1]:7000");
-  EXPECT_EQ(*ParseTcpListenAddress("localhost:7000", false), "localhost:7000");
+  auto parsed_as = [](const char* text) {
+    auto parsed = ParseTcpListenAddress(text, false);
+    return parsed.ok() ? absl::StrCat(parsed->host, " ", parsed->port) : parsed.status().ToString();
+  };
+  EXPECT_EQ(parsed_as("127.0.0.1:7000"), "127.0.0.1 7000");
+  EXPECT_EQ(parsed_as("127.1.2.3:0"), "127.1.2.3 0");
+  EXPECT_EQ(parsed_as("[::1]:7000"), "::1 7000");
+  EXPECT_EQ(parsed_as("localhost:7000"), "localhost 7000");
   for (const char* outside : {"0.0.0.0:7000", "10.0.0.1:7000", "[::]:7000", "[2001:db8::1]:80"}) {
     auto parsed = ParseTcpListenAddress(outside, false);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << outside;
@@ -218,7 +223,7 @@ TEST(TcpListenAddressTest, Malformed) {
 // both loopbacks on one port where the host has IPv6, and without SO_REUSEPORT a second VMM
 // cannot share the port (it would take half of the connections).
 TEST(TcpListenersTest, BindsThePortAndRefusesASecondBinder) {
-  auto first = ListenOnTcp("127.0.0.1:0", 4);
+  auto first = ListenOnTcp({.host = "127.0.0.1", .port = 0}, "127.0.0.1:0", 4);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_EQ(first->sockets.size(), 1u);
   ASSERT_GT(first->port, 0);
@@ -226,12 +231,13 @@ TEST(TcpListenersTest, BindsThePortAndRefusesASecondBinder) {
   socklen_t length = sizeof(reuse_port);
   ASSERT_EQ(getsockopt(first->sockets[0].get(), SOL_SOCKET, SO_REUSEPORT, &reuse_port, &length), 0);
   EXPECT_EQ(reuse_port, 0);
-  auto second = ListenOnTcp("127.0.0.1:" + std::to_string(first->port), 4);
+  const std::string taken = "127.0.0.1:" + std::to_string(first->port);
+  auto second = ListenOnTcp({.host = "127.0.0.1", .port = first->port}, taken, 4);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
   EXPECT_NE(second.status().message().find("127.0.0.1:"), std::string::npos) << second.status();
 
-  auto local = ListenOnTcp("localhost:0", 4);
+  auto local = ListenOnTcp({.host = "localhost", .port = 0}, "localhost:0", 4);
   ASSERT_TRUE(local.ok()) << local.status();
   ASSERT_GE(local->sockets.size(), 1u);
   for (const auto& socket : local->sockets) {
@@ -254,7 +260,7 @@ TEST_F(ListenAddressTest, BindApiListenersChecksFirstAndLeavesNothingOnFailure) 
   EXPECT_EQ(BindApiListeners(open_tcp).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(access((dir_ + "/api.sock").c_str(), F_OK), -1);
   // The TCP port taken: the unix socket bound first is removed again.
-  auto taken = ListenOnTcp("127.0.0.1:0", 4);
+  auto taken = ListenOnTcp({.host = "127.0.0.1", .port = 0}, "127.0.0.1:0", 4);
   ASSERT_TRUE(taken.ok());
   ApiServerOptions busy{.unix_socket_path = dir_ + "/api.sock",
                         .tcp_address = "127.0.0.1:" + std::to_string(taken->port),
