@@ -3,7 +3,6 @@
 // process's sandbox and blocks signals, none of which a test process can take back.
 #include "vmm/launch_sequence.h"
 
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -24,6 +23,7 @@
 #include "absl/time/time.h"
 #include "api/vm_control.h"
 #include "gtest/gtest.h"
+#include "tests/support/raw_http2.h"
 #include "vmm/sys_util/scoped_fd.h"
 #include "vmm/sys_util/status_macros.h"
 
@@ -117,19 +117,10 @@ class RawHttp2Client {
     if (connect(socket_.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
       return absl::ErrnoToStatus(errno, "connect to the API socket");
     }
-    static constexpr char kPrefaceAndSettings[] =
-        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
-    const size_t length = sizeof(kPrefaceAndSettings) - 1;
-    if (write(socket_.get(), kPrefaceAndSettings, length) != static_cast<ssize_t>(length)) {
-      return absl::ErrnoToStatus(errno, "write the HTTP/2 preface");
-    }
-    return absl::OkStatus();
+    return tests::SendHttp2Preface(socket_.get());
   }
   // Whether the server sent anything within `wait`.
-  bool Answered(absl::Duration wait) {
-    pollfd readable{.fd = socket_.get(), .events = POLLIN, .revents = 0};
-    return poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) == 1;
-  }
+  bool Answered(absl::Duration wait) { return tests::ServerAnswered(socket_.get(), wait); }
 
  private:
   sys_util::ScopedFd socket_;

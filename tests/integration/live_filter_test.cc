@@ -22,7 +22,6 @@
 #include <linux/fs.h>
 #include <linux/seccomp.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
@@ -50,8 +49,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_util.h"
+#include "tests/support/raw_http2.h"
 #include "tests/support/skip.h"
 #include "vmm/sys_util/exit_now.h"
 
@@ -516,8 +517,7 @@ TEST_F(LiveFilterTest, TheTcpApiServesFromANetworkNamespaceOfItsOwn) {
   ASSERT_NE(at, std::string::npos) << log;
   const int port = std::atoi(log.c_str() + at + 6);
   ASSERT_GT(port, 0) << log;
-  // An HTTP/2 client preface and an empty SETTINGS frame (RFC 9113, 3.4): gRPC answers with its
-  // own SETTINGS.
+  // A raw HTTP/2 client's first bytes: gRPC answers with its own SETTINGS.
   const int client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -525,14 +525,10 @@ TEST_F(LiveFilterTest, TheTcpApiServesFromANetworkNamespaceOfItsOwn) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0)
       << strerror(errno);
-  static constexpr char kPreface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
-  ASSERT_EQ(write(client, kPreface, sizeof(kPreface) - 1),
-            static_cast<ssize_t>(sizeof(kPreface) - 1));
-  pollfd answer{.fd = client, .events = POLLIN, .revents = 0};
-  EXPECT_EQ(poll(&answer, 1, 10000), 1) << "no answer on the API's TCP port";
-  char frame[9] = {};
-  EXPECT_EQ(read(client, frame, sizeof(frame)), static_cast<ssize_t>(sizeof(frame)));
-  EXPECT_EQ(frame[3], 0x04) << "not a SETTINGS frame";
+  ASSERT_TRUE(tests::SendHttp2Preface(client).ok());
+  EXPECT_TRUE(tests::ServerAnswered(client, absl::Seconds(10)))
+      << "no answer on the API's TCP port";
+  EXPECT_TRUE(tests::FirstFrameIsSettings(client)) << "not a SETTINGS frame";
   close(client);
 }
 
