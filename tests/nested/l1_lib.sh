@@ -66,6 +66,8 @@
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid (jailed: the supervisor's child)
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
+#   l2_sched TAG         print an L2-SCHED line: per VMM thread its CPU ticks, last L1 CPU and
+#       context switches (the benchmarks' markers print one at each workload's start and end)
 #   l2_action TEXT       print an L2-ACTION line
 #
 # Settings (variables the job sets): L2_KERNEL L2_INITRD (required), L2_MEM=512M, L2_TIMEOUT=600
@@ -121,6 +123,21 @@ l2_threads() {  # tag: CPU ticks of every microvm thread
     line="$line $comm=$(echo "$stat" | awk '{ print $12 + $13 }')"
   done
   echo "L2-THREADS $L2_NAME $1$line"
+}
+
+l2_sched() {  # tag: per thread of the VMM, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY
+  # Where a workload's time goes between the vCPU thread, the iothreads and io_uring's workers:
+  # CPU ticks, the L1 CPU the thread last ran on, its voluntary and involuntary context switches.
+  local pid t line="" comm
+  pid=$(l2_pid)
+  [ -n "$pid" ] || return 0
+  for t in /proc/"$pid"/task/*; do
+    comm=$(tr ' ' _ < "$t/comm" 2>/dev/null) || continue
+    line="$line $comm=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ printf "%d/%d", $12 + $13, $37 }')"
+    line="$line$(awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
+                      END { printf "/%d/%d", v, n }' "$t/status" 2>/dev/null)"
+  done
+  echo "L2-SCHED $L2_NAME $1$line"
 }
 
 l2_hung() {  # why: what a watchdog saw before it kills the VMM
@@ -331,6 +348,8 @@ l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
       ticks=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | awk '{ print $12 + $13 }')
       hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
       echo "L2-BENCH $L2_NAME ${1#BENCH-} $(l2_kvm_counters) cpu_ticks=${ticks:-0} hwm_kib=${hwm:-0}"
+      l2_sched "${1#BENCH-}"
+      l2_stats "${1#BENCH-}"
       echo ok >&3 ;;
   esac
 }
