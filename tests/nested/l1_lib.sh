@@ -66,8 +66,9 @@
 #   l2_ctl ARGS...       vmmctl against the running L2's API socket
 #   l2_pid               the running microvm's pid (jailed: the supervisor's child)
 #   l2_stats TAG / l2_threads TAG    print L2-STATS / L2-THREADS lines now
-#   l2_sched TAG         print an L2-SCHED line: per VMM thread its CPU ticks, last L1 CPU and
-#       context switches (the benchmarks' markers print one at each workload's start and end)
+#   l2_sched TAG         print an L2-SCHED line: per VMM thread its CPU ticks, last L1 CPU,
+#       context switches and user/system/guest ticks (the benchmarks' markers print one at each
+#       workload's start and end)
 #   l2_action TEXT       print an L2-ACTION line
 #
 # Settings (variables the job sets): L2_KERNEL L2_INITRD (required), L2_MEM=512M, L2_TIMEOUT=600
@@ -125,9 +126,12 @@ l2_threads() {  # tag: CPU ticks of every microvm thread
   echo "L2-THREADS $L2_NAME $1$line"
 }
 
-l2_sched() {  # tag: per thread of the VMM, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY
+l2_sched() {  # tag: per VMM thread, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY/USER/SYSTEM/GUEST
   # Where a workload's time goes between the vCPU thread, the iothreads and io_uring's workers:
-  # CPU ticks, the L1 CPU the thread last ran on, its voluntary and involuntary context switches.
+  # CPU ticks, the L1 CPU the thread last ran on, its voluntary and involuntary context switches,
+  # then the ticks split: user (a vCPU thread's time in L2 is counted there too), system (L1's
+  # kernel: KVM's exit handling, syscalls), guest (running L2). A vCPU thread's user minus guest
+  # is the VMM's own code handling exits.
   local pid t line="" comm
   pid=$(l2_pid)
   [ -n "$pid" ] || return 0
@@ -136,6 +140,7 @@ l2_sched() {  # tag: per thread of the VMM, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY
     line="$line $comm=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ printf "%d/%d", $12 + $13, $37 }')"
     line="$line$(awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
                       END { printf "/%d/%d", v, n }' "$t/status" 2>/dev/null)"
+    line="$line$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ printf "/%d/%d/%d", $12, $13, $41 }')"
   done
   echo "L2-SCHED $L2_NAME $1$line"
 }
