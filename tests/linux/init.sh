@@ -30,7 +30,7 @@
 #   limits:    phases=2 seconds=10 qd=16 disks=1: per phase P, @@LIMIT-PHASE P (the host answers
 #              with a line once it has set the drives' I/O limits for it), then fio randread 4k at
 #              depth qd for `seconds`, one job per disk (the first `disks` SCSI disks, at once):
-#              RESULT limit_iops_P (disks=1) or limit_iops_P_sdX for each disk
+#              RESULT limit_iops_P (disks=1) or limit_iops_P_diskN for the VMM's Nth disk (LUN N)
 #   hotplug:   seconds=90: fio (randrw 4k, depth 4) on the first disk throughout (RESULT
 #              background_fio); @@HOTPLUG-ATTACH (the host attaches a disk and answers): the new
 #              sd device appears with no rescan (RESULT attach_seen_seconds, attached_disk), 8 MiB
@@ -337,7 +337,11 @@ scenario_fio() {
 scenario_limits() {
   [ -n "$disk" ] || fail "no SCSI disk"
   local phase line st disks jobs="" d n
-  disks=$(ls /sys/block | grep '^sd' | sort | head -n "${arg_disks:-1}")
+  # In the VMM's order (its --disk flags are LUNs 0, 1, ... of target 0): by SCSI address, not by
+  # name, since sd probes asynchronously and its names follow whichever LUN's probe won the race.
+  disks=$(for d in /sys/block/sd*; do
+            echo "$(basename "$(readlink -f "$d/device")") ${d##*/}"
+          done | sort -t: -k1,1n -k2,2n -k3,3n -k4,4n | head -n "${arg_disks:-1}" | cut -d' ' -f2)
   [ "$(echo "$disks" | wc -w)" = "${arg_disks:-1}" ] || fail "fewer than ${arg_disks:-1} SCSI disks"
   for d in $disks; do jobs="$jobs --name=$d --filename=/dev/$d"; done
   for phase in $(seq 1 "${arg_phases:-2}"); do
@@ -358,7 +362,7 @@ scenario_limits() {
       if [ "${arg_disks:-1}" = 1 ]; then
         result "limit_iops_$phase" "$(field "$line" 8)"
       else
-        result "limit_iops_${phase}_$d" "$(field "$line" 8)"
+        result "limit_iops_${phase}_disk$((n - 1))" "$(field "$line" 8)"
       fi
     done
   done

@@ -201,9 +201,9 @@ EOF
 nsc_scsi_limits_shared_check() {
   nested_check_pass "$1" limits || return
   local events=$NESTED_RUNS/$1.events a1 b1 a2 b2 a3 b3
-  a1=$(linux_result limit_iops_1_sda); b1=$(linux_result limit_iops_1_sdb)
-  a2=$(linux_result limit_iops_2_sda); b2=$(linux_result limit_iops_2_sdb)
-  a3=$(linux_result limit_iops_3_sda); b3=$(linux_result limit_iops_3_sdb)
+  a1=$(linux_result limit_iops_1_disk0); b1=$(linux_result limit_iops_1_disk1)
+  a2=$(linux_result limit_iops_2_disk0); b2=$(linux_result limit_iops_2_disk1)
+  a3=$(linux_result limit_iops_3_disk0); b3=$(linux_result limit_iops_3_disk1)
   echo "    unlimited: disk0 $a1, disk1 $b1 IOPS; disk0 at 200: $a2 and $b2; group at 600: $a3 + $b3 = $((a3 + b3))"
   grep -q 'set: group tenant: unlimited' "$events" || linux_fail "$1" "the group's limits were not lifted"
   grep -q 'set: group tenant: 600 IOPS' "$events" || linux_fail "$1" "the group was not set to 600 IOPS"
