@@ -137,10 +137,12 @@ l2_sched() {  # tag: per VMM thread, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY/USER/S
   [ -n "$pid" ] || return 0
   for t in /proc/"$pid"/task/*; do
     comm=$(tr ' ' _ < "$t/comm" 2>/dev/null) || continue
-    line="$line $comm=$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ printf "%d/%d", $12 + $13, $37 }')"
-    line="$line$(awk '/^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
-                      END { printf "/%d/%d", v, n }' "$t/status" 2>/dev/null)"
-    line="$line$(sed 's/.*) //' "$t/stat" 2>/dev/null | awk '{ printf "/%d/%d/%d", $12, $13, $41 }')"
+    # One read of each file: stat's fields after "(comm) " (utime 12, stime 13, processor 37,
+    # guest_time 41), then status's context switches.
+    line="$line $comm=$({ sed 's/.*) //' "$t/stat"; cat "$t/status"; } 2>/dev/null | awk '
+      NR == 1 { u = $12; s = $13; cpu = $37; g = $41; next }
+      /^voluntary_ctxt_switches/ { v = $2 } /^nonvoluntary_ctxt_switches/ { n = $2 }
+      END { printf "%d/%d/%d/%d/%d/%d/%d", u + s, cpu, v, n, u, s, g }')"
   done
   echo "L2-SCHED $L2_NAME $1$line"
 }
