@@ -182,8 +182,16 @@ case "$scenario" in
 esac
 want=${arg_wait:-$default_wait}
 
-first_block() {  # prefix: the first /sys/block entry with it (sda before sdb, sr0 before sr1)
-  ls /sys/block 2>/dev/null | grep "^$1" | sort | head -n 1
+scsi_blocks() {  # prefix (sd, sr): its /sys/block entries in SCSI address order (H:C:T:L)
+  # Not by name: sd and sr probe asynchronously and their names follow whichever unit's probe won
+  # the race, so sda is not always LUN 0. The VMM's --disk flags are LUNs 0, 1, ... of target 0.
+  local d
+  for d in /sys/block/"$1"*; do
+    [ -e "$d/device" ] && echo "$(basename "$(readlink -f "$d/device")") ${d##*/}"
+  done | sort -t: -k1,1n -k2,2n -k3,3n -k4,4n | cut -d' ' -f2
+}
+first_block() {  # prefix: the first of scsi_blocks (the VMM's first disk or CD)
+  scsi_blocks "$1" | head -n 1
 }
 devices_ready() {
   local d type
@@ -337,11 +345,7 @@ scenario_fio() {
 scenario_limits() {
   [ -n "$disk" ] || fail "no SCSI disk"
   local phase line st disks jobs="" d n
-  # In the VMM's order (its --disk flags are LUNs 0, 1, ... of target 0): by SCSI address, not by
-  # name, since sd probes asynchronously and its names follow whichever LUN's probe won the race.
-  disks=$(for d in /sys/block/sd*; do
-            echo "$(basename "$(readlink -f "$d/device")") ${d##*/}"
-          done | sort -t: -k1,1n -k2,2n -k3,3n -k4,4n | head -n "${arg_disks:-1}" | cut -d' ' -f2)
+  disks=$(scsi_blocks sd | head -n "${arg_disks:-1}")
   [ "$(echo "$disks" | wc -w)" = "${arg_disks:-1}" ] || fail "fewer than ${arg_disks:-1} SCSI disks"
   for d in $disks; do jobs="$jobs --name=$d --filename=/dev/$d"; done
   for phase in $(seq 1 "${arg_phases:-2}"); do
