@@ -103,6 +103,33 @@ l2_pid() {
 l2_ctl() { "$VMMCTL" --api "unix:$L2_DIR/api.sock" "$@"; }
 l2_action() { echo "L2-ACTION $L2_NAME $*"; }
 
+# Marker handlers start their background work with l2_spawn, never with a bare `&`: the console
+# reader (l2_console) must have no child that can exit while it reads. busybox ash's `read` (1.35,
+# Debian 12's) drops the part of a line it has read when a signal interrupts it, and then reads on:
+# `(sleep 1) & read -r x` with "abc" arriving before the sleep ends and "def" after gives x=def.
+# A handler's job ending as the guest prints (both follow the same event) cut "RESULT debian_" off
+# a line in CI (2026-12-07, debian-scsi). l2_spawn makes the job a grandchild (its parent, a
+# subshell, has exited before the reader reads again) and notes its pid in $L2_DIR/spawned;
+# l2_console waits for those once the VMM has exited.
+l2_spawn() {  # command [args...]
+  ( "$@" & echo $! >> "$L2_DIR/spawned" )
+}
+l2_spawned_running() {  # pid: alive and not a zombie (an orphan waits for L1's init to reap it)
+  [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+l2_wait_spawned() {  # at most 300 s in all: a job still running then is named and left
+  local pid waited=0
+  [ -r "$L2_DIR/spawned" ] || return 0
+  for pid in $(cat "$L2_DIR/spawned"); do
+    while l2_spawned_running "$pid" && [ "$waited" -lt 3000 ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    l2_spawned_running "$pid" && l2_action "a marker handler's job (pid $pid) still runs after the VMM's exit"
+  done
+  rm -f "$L2_DIR/spawned"
+}
+
 l2_stats() {  # tag: one L2-STATS line per drive
   [ "${L2_VMM:-microvm}" = microvm ] || return 0
   l2_ctl --json vm stats 2>&1 | awk -v tag="L2-STATS $L2_NAME $1" '
@@ -316,12 +343,20 @@ l2_fault_trace_begin() {  # see L2_TRACE_FAULTS above
   echo 4096 > $L2_TRACING/buffer_size_kb
   echo 1 > $L2_TRACING/options/overwrite
   for e in $L2_FAULT_TRACE_EVENTS; do echo 1 > "$L2_TRACING/events/$e/enable"; done
+  # The ring stops at the first shutdown exit (SVM's 0x7f), so that what led to it stays however
+  # long the run goes on after it: a Debian run with --on-reboot=restart boots again after a
+  # triple fault, and its minutes of exits overwrote the fault's in the 4 MiB ring (CI of
+  # 2026-12-07, debian-ide). A frozen ring leaves l2_vcpu_held_in_guest nothing to judge by (its
+  # marker is not recorded), so a hang after a fault waits for the plain watchdog.
+  echo '!traceoff' > $L2_TRACING/events/kvm/kvm_exit/trigger 2>/dev/null
+  echo 'traceoff:1 if exit_reason == 127' > $L2_TRACING/events/kvm/kvm_exit/trigger
   echo 1 > $L2_TRACING/tracing_on
 }
 
 l2_fault_trace_end() {
   local e first n rip
   echo 0 > $L2_TRACING/tracing_on
+  echo '!traceoff' > $L2_TRACING/events/kvm/kvm_exit/trigger 2>/dev/null
   for e in $L2_FAULT_TRACE_EVENTS; do echo 0 > "$L2_TRACING/events/$e/enable"; done
   # SVM's exit code 0x7f: the guest shut down (a triple fault); KVM's trace names it "shutdown".
   n=$(grep -c 'kvm_exit: .*reason shutdown' $L2_TRACING/trace)
@@ -404,20 +439,22 @@ l2_console() {  # reads microvm's serial output
       @@*)
         [ -z "$L2_MARKERS" ] || "$L2_MARKERS" "${line#@@}" ;;
       "SCENARIO "*)
-        # The guest ends next: a VMM that does not exit within L2_EXIT_GRACE s is killed.
-        (
-          sleep "$L2_EXIT_GRACE"
-          pid=$(l2_pid)
-          if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ ! -e "$L2_DIR/status" ]; then
-            l2_hung "the VMM did not exit within $L2_EXIT_GRACE s of the guest's SCENARIO line"
-          fi
-        ) &
-        echo $! >> "$L2_DIR/watchdogs" ;;
+        # The guest ends next: a VMM that does not exit within L2_EXIT_GRACE s is killed. Not
+        # the reader's child (l2_spawn says why).
+        ( l2_exit_watchdog & echo $! >> "$L2_DIR/watchdogs" ) ;;
     esac
   done
   # The VMM has exited: stop the exit watchdogs, then let the marker handlers finish.
   [ -r "$L2_DIR/watchdogs" ] && kill $(cat "$L2_DIR/watchdogs") 2>/dev/null
-  wait 2>/dev/null
+  l2_wait_spawned
+}
+l2_exit_watchdog() {
+  local pid
+  sleep "$L2_EXIT_GRACE"
+  pid=$(l2_pid)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ ! -e "$L2_DIR/status" ]; then
+    l2_hung "the VMM did not exit within $L2_EXIT_GRACE s of the guest's SCENARIO line"
+  fi
 }
 
 # Whether the run that just ended stopped on the nested emulation's fault (docs/nested.md, "L2

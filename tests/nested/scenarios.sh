@@ -473,8 +473,7 @@ hostcd_markers() {
   case "$1" in
     HOST-CHANGE)
       l2_action "hostcd: L1 drive $HOSTCD (disk view $HOSTCD_DISK) md5 $HOSTCD_L1_MD5"
-      l2_ctl media watch > /tmp/hostcd-watch.log 2>&1 &
-      HOSTCD_WATCH=$!
+      l2_spawn l2_ctl media watch > /tmp/hostcd-watch.log 2>&1
       sleep 1
       l2_stats before-change
       dd if=/l1disk/b-disc.img of="/dev/$HOSTCD_DISK" bs=64K conv=fsync 2>/dev/null
@@ -495,7 +494,7 @@ hostcd_markers() {
   esac
 }
 hostcd_teardown() {
-  kill "${HOSTCD_WATCH:-0}" 2>/dev/null
+  # The Watch ended with the VMM, and l2_run waited for it (l2_spawn).
   while IFS= read -r line; do l2_action "watch: $line"; done < /tmp/hostcd-watch.log
   rm -f /tmp/hostcd-watch.log
   rmmod scsi_debug 2>/dev/null
@@ -594,22 +593,23 @@ nsc_pause_resume_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 pause_markers() {
   case "$1" in
-    PAUSE) (
-      sleep 2
-      l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
-      sleep 0.5
-      l2_stats paused-a
-      l2_action "vm info: $(l2_ctl vm info 2>&1 | grep -i '^state')"
-      sleep 2
-      l2_stats paused-b
-      l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
-      sleep 2
-      l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
-      sleep 1
-      l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
-      : > "$L2_DIR/pause-cycles-done"
-    ) & ;;
+    PAUSE) l2_spawn pause_cycles ;;
   esac
+}
+pause_cycles() {
+  sleep 2
+  l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
+  sleep 0.5
+  l2_stats paused-a
+  l2_action "vm info: $(l2_ctl vm info 2>&1 | grep -i '^state')"
+  sleep 2
+  l2_stats paused-b
+  l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
+  sleep 2
+  l2_action "vm pause: $(l2_ctl vm pause 2>&1)"
+  sleep 1
+  l2_action "vm resume: $(l2_ctl vm resume 2>&1)"
+  : > "$L2_DIR/pause-cycles-done"
 }
 # The guest ends when its @@FINAL is answered: not before both cycles are done, however fast
 # fio was (CI of 2026-12-07: on a faster host fio's 4 MiB took 1.4 s and the guest had rebooted
@@ -649,13 +649,14 @@ nsc_sigterm_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 sigterm_markers() {
   case "$1" in
-    SIGTERM) (
-      sleep 3
-      l2_stats before-sigterm
-      l2_action "kill -TERM $(l2_pid)"
-      kill -TERM "$(l2_pid)"
-    ) & ;;
+    SIGTERM) l2_spawn sigterm_later ;;
   esac
+}
+sigterm_later() {
+  sleep 3
+  l2_stats before-sigterm
+  l2_action "kill -TERM $(l2_pid)"
+  kill -TERM "$(l2_pid)"
 }
 EOF
   nested_add "L2_MARKERS=sigterm_markers l2_run $1 'scenario=fio qd=16 size=30M runtime=900 marker=SIGTERM' --disk=$(nested_image "$1.img" 32M),cache=none"
@@ -681,12 +682,13 @@ nsc_api_shutdown_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 shutdown_markers() {
   case "$1" in
-    SHUTDOWN) (
-      sleep 3
-      l2_stats before-shutdown
-      l2_action "vm shutdown --grace-ms 1000: $(l2_ctl vm shutdown --grace-ms 1000 2>&1)"
-    ) & ;;
+    SHUTDOWN) l2_spawn shutdown_later ;;
   esac
+}
+shutdown_later() {
+  sleep 3
+  l2_stats before-shutdown
+  l2_action "vm shutdown --grace-ms 1000: $(l2_ctl vm shutdown --grace-ms 1000 2>&1)"
 }
 EOF
   # Outside the jail (the only run here that is): the VMM's stop as an unjailed one makes it; its
@@ -711,44 +713,45 @@ nsc_jail_job() {
   cat >> "$NESTED_JOB" <<'EOF'
 jail_markers() {
   case "$1" in
-    JAILED) (
-      sleep 1
-      pid=$(l2_pid)
-      supervisor=$(cat "$L2_DIR/pid")
-      l2_action "supervisor: $( [ "$pid" != "$supervisor" ] && echo yes || echo no)" \
-        "uid=$(awk '/^Uid:/ {print $2}' /proc/"$supervisor"/status)" \
-        "filters=$(awk '/^Seccomp_filters:/ {print $2}' /proc/"$supervisor"/status)" \
-        "above_stdio=$(for fd in /proc/"$supervisor"/fd/*; do
-            [ "${fd##*/}" -gt 2 ] && readlink "$fd" | sed 's/:.*//'; done | sort | tr '\n' ' ')"
-      l2_action "nspid: $(awk '/^NSpid:/ {print $3}' /proc/"$pid"/status)"
-      for task in /proc/"$pid"/task/*; do
-        l2_action "thread $(cat "$task/comm") $(awk '/^Uid:/ {u = $2} /^NoNewPrivs:/ {n = $2}
-          /^Seccomp_filters:/ {f = $2} END {print "uid=" u, "no_new_privs=" n, "filters=" f}' "$task/status")"
-      done
-      l2_action "root holds: $(cd /proc/"$pid"/root && find . -mindepth 1 | sort | tr '\n' ' ')"
-      for ns in mnt net pid; do
-        if [ "$(readlink /proc/"$pid"/ns/$ns)" = "$(readlink /proc/self/ns/$ns)" ]; then
-          l2_action "namespace $ns: L1's"
-        else
-          l2_action "namespace $ns: its own"
-        fi
-      done
-      cgroup=$(sed -n 's/^0:://p' /proc/"$pid"/cgroup)
-      # Besides the VMM, KVM's own per-VM kernel threads (kvm-nx-lpage-recovery) join the cgroup
-      # of the process that made the VM, so that their work counts against its limits.
-      procs="" kernel=""
-      for proc in $(cat /sys/fs/cgroup"$cgroup"/cgroup.procs); do
-        if [ "$(awk '/^PPid:/ {print $2}' /proc/"$proc"/status)" = 2 ]; then
-          kernel="$kernel $(cat /proc/"$proc"/comm)"
-        else
-          procs="$procs $proc"
-        fi
-      done
-      l2_action "cgroup: $cgroup memory.max=$(cat /sys/fs/cgroup"$cgroup"/memory.max)" \
-        "pids.max=$(cat /sys/fs/cgroup"$cgroup"/pids.max) processes=${procs# } vmm=$pid" \
-        "kernel threads:$kernel"
-    ) & ;;
+    JAILED) l2_spawn jail_report ;;
   esac
+}
+jail_report() {
+  sleep 1
+  pid=$(l2_pid)
+  supervisor=$(cat "$L2_DIR/pid")
+  l2_action "supervisor: $( [ "$pid" != "$supervisor" ] && echo yes || echo no)" \
+    "uid=$(awk '/^Uid:/ {print $2}' /proc/"$supervisor"/status)" \
+    "filters=$(awk '/^Seccomp_filters:/ {print $2}' /proc/"$supervisor"/status)" \
+    "above_stdio=$(for fd in /proc/"$supervisor"/fd/*; do
+        [ "${fd##*/}" -gt 2 ] && readlink "$fd" | sed 's/:.*//'; done | sort | tr '\n' ' ')"
+  l2_action "nspid: $(awk '/^NSpid:/ {print $3}' /proc/"$pid"/status)"
+  for task in /proc/"$pid"/task/*; do
+    l2_action "thread $(cat "$task/comm") $(awk '/^Uid:/ {u = $2} /^NoNewPrivs:/ {n = $2}
+      /^Seccomp_filters:/ {f = $2} END {print "uid=" u, "no_new_privs=" n, "filters=" f}' "$task/status")"
+  done
+  l2_action "root holds: $(cd /proc/"$pid"/root && find . -mindepth 1 | sort | tr '\n' ' ')"
+  for ns in mnt net pid; do
+    if [ "$(readlink /proc/"$pid"/ns/$ns)" = "$(readlink /proc/self/ns/$ns)" ]; then
+      l2_action "namespace $ns: L1's"
+    else
+      l2_action "namespace $ns: its own"
+    fi
+  done
+  cgroup=$(sed -n 's/^0:://p' /proc/"$pid"/cgroup)
+  # Besides the VMM, KVM's own per-VM kernel threads (kvm-nx-lpage-recovery) join the cgroup
+  # of the process that made the VM, so that their work counts against its limits.
+  procs="" kernel=""
+  for proc in $(cat /sys/fs/cgroup"$cgroup"/cgroup.procs); do
+    if [ "$(awk '/^PPid:/ {print $2}' /proc/"$proc"/status)" = 2 ]; then
+      kernel="$kernel $(cat /proc/"$proc"/comm)"
+    else
+      procs="$procs $proc"
+    fi
+  done
+  l2_action "cgroup: $cgroup memory.max=$(cat /sys/fs/cgroup"$cgroup"/memory.max)" \
+    "pids.max=$(cat /sys/fs/cgroup"$cgroup"/pids.max) processes=${procs# } vmm=$pid" \
+    "kernel threads:$kernel"
 }
 mkdir -p /tmp/jail-media
 EOF
@@ -829,12 +832,15 @@ debian_markers() {
       [ "${L2_VMM:-microvm}" = qemu ] ||
         l2_action "boot ${1#DEBIAN-BOOT }: $(l2_ctl media status cd0 2>&1 | grep -E '^(medium|tray):' | tr -s ' \n' ' ')" ;;
     DEBIAN-SWAP\ *)
-      l2_ctl media watch cd0 > "$L2_DIR/watch.log" 2>/dev/null &
+      l2_spawn l2_ctl media watch cd0 > "$L2_DIR/watch.log" 2>/dev/null
       sleep 1
       l2_action "swap: $(l2_ctl media eject cd0 --force 2>&1) / $(l2_ctl media insert cd0 "/l1disk/${1#DEBIAN-SWAP }.iso" 2>&1)" ;;
     DEBIAN-EJECT-REQUEST)
-      ( l2_action "eject request: $(l2_ctl --timeout 150 media eject cd0 --wait 2>&1 | tr '\n' ' ')" ) & ;;
+      l2_spawn debian_eject_request ;;
   esac
+}
+debian_eject_request() {
+  l2_action "eject request: $(l2_ctl --timeout 150 media eject cd0 --wait 2>&1 | tr '\n' ' ')"
 }
 debian_watch() {  # run
   [ -r "/tmp/l2-$1/watch.log" ] || return 0
