@@ -17,6 +17,7 @@ block::raw::RawFileOptions CdMediumFileOptions(unsigned queue_threads) {
   options.prepared_rings = queue_threads;
   options.cache_mode = block::CacheMode::kWriteback;
   options.read_only = true;
+  options.sequential = true;
   return options;
 }
 

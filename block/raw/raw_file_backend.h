@@ -25,6 +25,11 @@ struct RawFileOptions {
   CacheMode cache_mode = CacheMode::kWriteback;
   // Open O_RDONLY; writes and discards then fail with EROFS.
   bool read_only = false;
+  // A medium mostly read front to back (a CD: an installer's packages, a copy, a player). Through
+  // the page cache (no O_DIRECT) the kernel is told so (POSIX_FADV_SEQUENTIAL), which doubles its
+  // read-ahead window for this open file: the data of a guest's next request is already being
+  // read while the guest handles this one. Measured on a slow host drive (docs/host-cdrom.md).
+  bool sequential = false;
   // kNative and kAuto: a write with Request::fua is one pwritev2(2)-style write with RWF_DSYNC (the
   // drive layer decides per write under kAuto). kEmulate: info().native_fua is false, the drive
   // layer emulates FUA (write, then flush) and the backend ignores Request::fua.
