@@ -232,7 +232,8 @@ bool VcpuRunner::HandleExit() {
       if (triple_fault_resets_) {
         // A PC's chipset answers the processor's shutdown cycle with INIT (QEMU: a system reset);
         // some loaders and kernels (Linux's reboot=t) reboot that way.
-        exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest triple fault"});
+        exit_latch_.Trigger({VmExit::Kind::kReset, 0, "guest triple fault",
+                             absl::StrFormat("vCPU %u%s", vcpu_.id(), DescribePreviousExit())});
         return false;
       }
       Fatal(

@@ -589,6 +589,7 @@ VmExit Vm::Run(int signal_fd) {
     if (stop_requested_) return exit;
     absl::FPrintF(stderr, "microvm: %s, restarting the guest%s\n", exit.message,
                   api_reset ? "" : " (--on-reboot=restart)");
+    if (!exit.detail.empty()) absl::FPrintF(stderr, "microvm: %s\n", exit.detail);
     // API calls wait on control_mutex_ meanwhile; media calls reach the drives, which stay.
     TearDownMachine();
     if (absl::Status built = BuildMachine(); !built.ok()) {

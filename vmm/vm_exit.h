@@ -24,6 +24,9 @@ struct VmExit {
   Kind kind;
   int status = 0;       // the process exit status this exit maps to
   std::string message;  // for kFatal: what happened, with the registers
+  // For a triple fault that --on-reboot=restart turns into a reset: where the vCPU last exited,
+  // printed with the restart (the guest state at the fault is gone by then on SVM hosts).
+  std::string detail;
 };
 
 // The first reason to stop wins; later ones are ignored. Waiters poll fd(), an eventfd that becomes

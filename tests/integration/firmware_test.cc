@@ -399,6 +399,8 @@ TEST_F(FirmwareTest, TripleFaultResetsUnderOnRebootRestart) {
   EXPECT_THAT(shutdown_answer, ::testing::StartsWith("0 ")) << shutdown_answer;
   EXPECT_THAT(result.err,
               HasSubstr("guest triple fault, restarting the guest (--on-reboot=restart)"));
+  // Where the vCPU last exited before the fault, printed with the restart that hides it.
+  EXPECT_THAT(result.err, HasSubstr("microvm: vCPU 0\nthe vCPU's previous exit (")) << result.err;
   EXPECT_EQ(result.exit_status, 0) << result.err;
 
   ProcessOptions once;
