@@ -146,6 +146,9 @@ void VcpuRunner::Loop() {
       continue;
     }
     absl::Status status = vcpu_.Run();
+    // Before anything is handled: the exit (and anything a pause or stop looks at) must see the
+    // writes the guest made before it.
+    if (posted_writes_ != nullptr) posted_writes_->Drain(posted_ring_);
     if (absl::IsAborted(status)) {
       // EINTR: a kick, or a signal meant for another thread; the flag says which.
       continue;

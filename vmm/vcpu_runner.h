@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "vmm/kvm/coalesced_writes.h"
 #include "vmm/kvm/kvm.h"
 #include "vmm/machine/bus.h"
 #include "vmm/vm_exit.h"
@@ -39,6 +40,13 @@ class VcpuRunner {
   // A triple fault (KVM_EXIT_SHUTDOWN) resets the machine, as on a PC, instead of stopping the VM
   // as a fatal error. Call before Start().
   void TreatTripleFaultAsReset() { triple_fault_resets_ = true; }
+  // The VM's posted writes (its coalesced ring, seen through this vCPU's mapping): applied after
+  // every return from KVM_RUN, before the exit is handled. Call before Start(); `writes` must
+  // outlive the runner.
+  void ApplyPostedWrites(CoalescedWrites* writes) {
+    posted_writes_ = writes;
+    posted_ring_ = writes != nullptr ? vcpu_.CoalescedRing(writes->page_offset()) : nullptr;
+  }
 
   void Start();
   void Stop();
@@ -99,6 +107,8 @@ class VcpuRunner {
   PreviousExit previous_exit_;
   std::function<absl::Status()> on_start_;
   bool triple_fault_resets_ = false;
+  CoalescedWrites* posted_writes_ = nullptr;
+  kvm_abi::CoalescedRing* posted_ring_ = nullptr;
   std::thread thread_;
 };
 

@@ -102,6 +102,7 @@ void Vm::TearDownMachine() {
   // Runners first: their threads use the buses, devices and memory below. Then the PCI devices
   // stop their iothreads and unregister their doorbells while the VM fd still exists.
   vcpus_.clear();
+  posted_writes_.reset();
   if (pci_root_) pci_root_->Shutdown();
   // The buses hold the devices; the devices hold MSI vectors and doorbells that need the MSI
   // controller, the registrar and the VM fd. So the devices go first, explicitly.
@@ -374,6 +375,7 @@ absl::Status Vm::SetUpPci() {
             std::make_shared<KvmIrqLine>(*vm_fd_, kIdeSecondaryIrq), *memory_));
     RETURN_IF_ERROR(ide->AssignBars(allocator));
     ASSIGN_OR_RETURN(ide_slot_, pci_root_->AddDevice(ide));
+    RETURN_IF_ERROR(PostIdeTaskfileWrites());
   }
   std::unique_ptr<devices::virtio::scsi::VirtioScsi> scsi = storage_->TakeScsiDevice();
   if (scsi == nullptr) return absl::OkStatus();
@@ -382,6 +384,19 @@ absl::Status Vm::SetUpPci() {
   // The VMM assigns BARs and enables decoding, as a BIOS would (a firmware, if any, does it again).
   RETURN_IF_ERROR(transport->AssignBars(allocator));
   ASSIGN_OR_RETURN(scsi_slot_, pci_root_->AddDevice(transport));
+  return absl::OkStatus();
+}
+
+absl::Status Vm::PostIdeTaskfileWrites() {
+  // Coalesced port I/O: Linux 4.19 and later, PVM too. Without it every write exits, as before.
+  if (kvm_->CheckExtension(KVM_CAP_COALESCED_PIO) <= 0) return absl::OkStatus();
+  const int page_offset = kvm_->CheckExtension(KVM_CAP_COALESCED_MMIO);
+  if (page_offset <= 0) return absl::OkStatus();
+  for (const auto& range : devices::ide::IdeController::kPostableWrites) {
+    RETURN_IF_ERROR(vm_fd_->RegisterCoalescedPio(range.port, range.count));
+  }
+  posted_writes_ = std::make_unique<CoalescedWrites>(
+      pio_bus_, mmio_bus_, static_cast<size_t>(sysconf(_SC_PAGESIZE)), page_offset);
   return absl::OkStatus();
 }
 
@@ -527,6 +542,7 @@ absl::Status Vm::CreateVcpus() {
     }
     vcpus_.push_back(std::make_unique<VcpuRunner>(std::move(vcpu), pio_bus_, mmio_bus_, exit_latch_,
                                                   config_.vcpu_thread_start));
+    vcpus_.back()->ApplyPostedWrites(posted_writes_.get());
     // Where the user asked for reboots to restart, a triple fault is one; otherwise it stays a
     // fatal error with the registers reported (a microVM's guest that faults so is broken).
     if (config_.on_reboot == VmConfig::OnReboot::kRestart) vcpus_.back()->TreatTripleFaultAsReset();

@@ -156,6 +156,9 @@ class Vm {
   absl::Status SetUpMemory();
   absl::Status SetUpLegacyDevices();
   absl::Status SetUpPci();
+  // Registers the IDE command block registers whose writes may be posted
+  // (IdeController::kPostableWrites) as KVM coalesced port I/O, where KVM has it.
+  absl::Status PostIdeTaskfileWrites();
   absl::Status LoadGuest();
   // LoadGuest's firmware boot: the ROM, fw_cfg's items and the CMOS memory size.
   absl::Status LoadFirmware();
@@ -212,6 +215,9 @@ class Vm {
   std::unique_ptr<vmm::IoEventRegistrar> ioevents_;
   std::shared_ptr<devices::pci::PciRootBus> pci_root_;
   std::unique_ptr<Storage> storage_;
+  // The IDE taskfile writes KVM queues instead of exiting (PostIdeTaskfileWrites); null without
+  // IDE or where KVM cannot. Declared before the runners, which apply it.
+  std::unique_ptr<CoalescedWrites> posted_writes_;
   std::vector<std::unique_ptr<VcpuRunner>> vcpus_;
   x86::BootEntryMode entry_mode_ = x86::BootEntryMode::kLinux64;
   uint64_t entry_address_ = 0;

@@ -83,6 +83,23 @@ class IdeController final : public pci::PciDevice {
   static constexpr std::array<uint16_t, 2> kCommandBlockBase = {0x1f0, 0x170};
   static constexpr std::array<uint16_t, 2> kControlBlockBase = {0x3f6, 0x376};
   static constexpr std::array<uint32_t, 2> kIrq = {14, 15};
+  // The command block registers whose writes may be posted: applied later than the guest made
+  // them, but in its order and before any of its accesses that is not posted (so before the
+  // Command write that uses them, and before any read of them). Features, Sector Count and LBA
+  // Low/Mid/High (offsets 1-5) only latch a value (and shift the previous one to HOB). Not the
+  // Device register (offset 6): its DEV bit selects the drive whose INTRQ the channel's line then
+  // shows, which must happen at the write; nor Data, Command or anything in the control block.
+  // One difference a guest can see: ATA8-APT 5.2 has a write made while BSY or DRQ is set
+  // ignored, and a posted one is judged when applied; only a guest that breaks that rule sees it,
+  // as if it had written a little later. The VMM posts them through KVM's coalesced ring
+  // (vmm/kvm/coalesced_writes.h): 10 of the 38 exits of a Linux WRITE DMA EXT and FLUSH CACHE EXT.
+  struct PostableWrites {
+    uint16_t port;
+    uint16_t count;
+  };
+  static constexpr std::array<PostableWrites, 2> kPostableWrites = {
+      PostableWrites{kCommandBlockBase[0] + reg::kFeature, reg::kLbaHigh - reg::kFeature + 1},
+      PostableWrites{kCommandBlockBase[1] + reg::kFeature, reg::kLbaHigh - reg::kFeature + 1}};
 
   // Builds the function, its channels and MMC units, starts the I/O, and registers the legacy
   // ports on `pio_bus` (which must outlive the registrations: Shutdown() removes them). `memory`

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -228,12 +229,32 @@ absl::Status VmFd::UnregisterIoeventfd(int event_fd, const IoEventSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::Status VmFd::RegisterCoalescedPio(uint16_t port, uint32_t size) {
+  kvm_coalesced_mmio_zone zone{};
+  zone.addr = port;
+  zone.size = size;
+  zone.pio = 1;
+  if (ioctl(fd_.get(), KVM_REGISTER_COALESCED_MMIO, &zone) < 0) {
+    return IoctlError("KVM_REGISTER_COALESCED_MMIO (port I/O)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<VcpuFd> VmFd::CreateVcpu(uint32_t id) {
   sys_util::ScopedFd fd(ioctl(fd_.get(), KVM_CREATE_VCPU, static_cast<unsigned long>(id)));
   if (!fd.valid()) return IoctlError("KVM_CREATE_VCPU");
   void* run = mmap(nullptr, vcpu_mmap_size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (run == MAP_FAILED) return IoctlError("mmap of kvm_run");
   return VcpuFd(std::move(fd), id, static_cast<kvm_run*>(run), vcpu_mmap_size_);
+}
+
+kvm_abi::CoalescedRing* VcpuFd::CoalescedRing(int page_offset) const {
+  const size_t page_size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (page_offset <= 0 || (static_cast<size_t>(page_offset) + 1) * page_size > run_size_) {
+    return nullptr;
+  }
+  return reinterpret_cast<kvm_abi::CoalescedRing*>(reinterpret_cast<char*>(run_) +
+                                                   page_offset * page_size);
 }
 
 VcpuFd::~VcpuFd() {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "vmm/kvm/kvm_abi.h"
 #include "vmm/sys_util/scoped_fd.h"
 
 // Thin RAII wrappers over the KVM ioctl API (Documentation/virt/kvm/api.rst). Every ioctl returns an
@@ -73,6 +74,11 @@ class VmFd {
   };
   absl::Status RegisterIoeventfd(int event_fd, const IoEventSpec& spec);
   absl::Status UnregisterIoeventfd(int event_fd, const IoEventSpec& spec);
+  // KVM_REGISTER_COALESCED_MMIO with pio set (needs KVM_CAP_COALESCED_PIO): a guest write of up to
+  // 8 bytes wholly inside ports [port, port + size) is queued in the VM's coalesced ring, with no
+  // exit; the VMM applies the queue (CoalescedWrites) before it handles any vCPU's next exit. A
+  // full ring makes KVM fall back to an ordinary exit.
+  absl::Status RegisterCoalescedPio(uint16_t port, uint32_t size);
 
  private:
   friend class Kvm;
@@ -118,6 +124,11 @@ class VcpuFd {
   // triple fault). `sync_regs_capability` is Kvm::CheckExtension(KVM_CAP_SYNC_REGS). Returns false,
   // changing nothing, where KVM cannot; the copy costs a few hundred bytes per exit.
   bool SyncGeneralRegistersOnExit(int sync_regs_capability);
+
+  // The VM's coalesced-write ring, as this vCPU's mapping shows it (every vCPU maps the same page):
+  // `page_offset` is Kvm::CheckExtension(KVM_CAP_COALESCED_MMIO), its page in the mapping. nullptr
+  // when that is 0 (no ring) or the page lies outside the mapping.
+  kvm_abi::CoalescedRing* CoalescedRing(int page_offset) const;
 
  private:
   friend class VmFd;

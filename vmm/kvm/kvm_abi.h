@@ -27,6 +27,18 @@ inline constexpr unsigned long kGetMsrs = _IOWR(KVMIO, 0x88, ArrayHeader);
 inline constexpr unsigned long kSetMsrs = _IOW(KVMIO, 0x89, ArrayHeader);
 inline constexpr unsigned long kSetGsiRouting = _IOW(KVMIO, 0x6a, ArrayHeader);
 
+// kvm_coalesced_mmio_ring, the page of queued writes (KVM_CAP_COALESCED_MMIO's page of a vCPU's
+// mapping): the indexes, then the entries at offset 8 (the header's C++ reading puts them at 16).
+struct CoalescedRing {
+  uint32_t first;  // the oldest entry the VMM has not applied; only the VMM moves it
+  uint32_t last;   // one past the newest entry; only KVM moves it
+  kvm_coalesced_mmio* entries() {
+    return reinterpret_cast<kvm_coalesced_mmio*>(reinterpret_cast<char*>(this) + sizeof(*this));
+  }
+};
+static_assert(sizeof(CoalescedRing) == 8);
+static_assert(sizeof(kvm_coalesced_mmio) == 24);
+
 static_assert(sizeof(kvm_cpuid_entry2) == 40);
 static_assert(sizeof(kvm_msr_entry) == 16);
 static_assert(sizeof(kvm_irq_routing_entry) == 48);
