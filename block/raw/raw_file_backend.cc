@@ -169,13 +169,14 @@ absl::Status LockImage(int fd, const std::string& path, bool read_only) {
 }  // namespace
 
 RawFileBackend::RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info,
-                               bool direct_io, uint32_t memory_alignment, unsigned ring_entries,
-                               std::shared_ptr<RingPool> ring_pool)
+                               bool direct_io, bool reads_ahead, uint32_t memory_alignment,
+                               unsigned ring_entries, std::shared_ptr<RingPool> ring_pool)
     : path_(std::move(path)),
       fd_(std::move(fd)),
       info_(info),
       size_bytes_(info.size_bytes),
       direct_io_(direct_io),
+      reads_ahead_(reads_ahead),
       memory_alignment_(memory_alignment),
       ring_entries_(ring_entries),
       ring_pool_(std::move(ring_pool)) {}
@@ -390,9 +391,9 @@ absl::StatusOr<std::shared_ptr<RawFileBackend>> RawFileBackend::FromOpenedFile(
     memory_alignment = alignment.memory;
     info.logical_block_size = std::max(info.logical_block_size, alignment.offset);
   }
-  auto backend =
-      std::make_shared<RawFileBackend>(Token(), path, std::move(fd), info, direct_io,
-                                       memory_alignment, options.ring_entries, options.ring_pool);
+  auto backend = std::make_shared<RawFileBackend>(
+      Token(), path, std::move(fd), info, direct_io, options.sequential && !direct_io,
+      memory_alignment, options.ring_entries, options.ring_pool);
   RETURN_IF_ERROR(backend->PrepareRings(options.prepared_rings));
   return backend;
 }

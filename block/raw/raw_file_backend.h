@@ -27,8 +27,11 @@ struct RawFileOptions {
   bool read_only = false;
   // A medium mostly read front to back (a CD: an installer's packages, a copy, a player). Through
   // the page cache (no O_DIRECT) the kernel is told so (POSIX_FADV_SEQUENTIAL), which doubles its
-  // read-ahead window for this open file: the data of a guest's next request is already being
-  // read while the guest handles this one. Measured on a slow host drive (docs/host-cdrom.md).
+  // read-ahead window for this open file, and each queue reads ahead of a stream of reads that
+  // follow on from each other: it asks the kernel (POSIX_FADV_WILLNEED, through the ring, so the
+  // iothread never waits) for what lies up to 1 MiB beyond the stream, so the data of a guest's
+  // next requests is already being read while the guest handles this one. Measured on a slow
+  // host drive (docs/host-cdrom.md).
   bool sequential = false;
   // kNative and kAuto: a write with Request::fua is one pwritev2(2)-style write with RWF_DSYNC (the
   // drive layer decides per write under kAuto). kEmulate: info().native_fua is false, the drive
@@ -91,6 +94,8 @@ class RawFileBackend final : public BlockBackend,
   // How the file was opened and what O_DIRECT demands of it (for diagnostics and tests).
   const std::string& path() const { return path_; }
   bool direct_io() const { return direct_io_; }
+  // RawFileOptions::sequential, through the page cache: the queues read ahead of a stream.
+  bool reads_ahead() const { return reads_ahead_; }
   // Alignment O_DIRECT needs of buffer addresses and lengths (1 without O_DIRECT); a request whose
   // buffers miss it goes through a bounce buffer.
   uint32_t memory_alignment() const { return memory_alignment_; }
@@ -117,7 +122,7 @@ class RawFileBackend final : public BlockBackend,
     friend class RawFileBackend;
   };
   RawFileBackend(Token, std::string path, sys_util::ScopedFd fd, BackendInfo info, bool direct_io,
-                 uint32_t memory_alignment, unsigned ring_entries,
+                 bool reads_ahead, uint32_t memory_alignment, unsigned ring_entries,
                  std::shared_ptr<RingPool> ring_pool);
 
  private:
@@ -135,6 +140,7 @@ class RawFileBackend final : public BlockBackend,
   std::atomic<uint64_t> size_bytes_;
   absl::Mutex resize_mutex_;  // one Resize() at a time
   bool direct_io_;
+  bool reads_ahead_;
   uint32_t memory_alignment_;
   unsigned ring_entries_;
   std::shared_ptr<RingPool> ring_pool_;

@@ -577,6 +577,78 @@ TEST(RawFileBackendTest, ReadPastEndOfTruncatedFileIsZeroFilled) {
   for (int i = 8192; i < 16384; ++i) ASSERT_EQ(data.data()[i], 0) << i;
 }
 
+// The fadvise hints a queue has submitted, as [offset, end) ranges in order.
+std::vector<std::pair<uint64_t, uint64_t>> Hints(const RecordingRing& ring) {
+  std::vector<std::pair<uint64_t, uint64_t>> hints;
+  for (const SqeRecord& record : ring.records()) {
+    if (record.opcode == UringOpcode::kFadvise) {
+      hints.push_back({record.offset, record.offset + record.length});
+    }
+  }
+  return hints;
+}
+
+// A medium read front to back (a CD): each queue asks the kernel for what lies up to 1 MiB
+// beyond a stream of reads, each byte once and at least 256 KiB at a time, never past the end;
+// a read elsewhere starts a new stream with no hint until reads follow on from it again. The
+// hints report nothing to the caller and the data read is the file's.
+TEST(RawFileBackendTest, ASequentialMediumIsReadAheadOfItsStream) {
+  constexpr uint64_t kChunk = 128 << 10;
+  const std::string path = MakeFile("read-ahead.img", 4 << 20);
+  RawFileOptions options;
+  options.read_only = true;
+  options.sequential = true;
+  Harness h(path, options);
+  EXPECT_TRUE(h.backend().reads_ahead());
+  AlignedBuffer data = Buffer(kChunk, 0);
+  const iovec iov[] = {{data.data(), kChunk}};
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_EQ(h.Read(i * kChunk, iov, i), 0);
+    for (uint64_t at = 0; at < kChunk; at += 4093) {
+      ASSERT_EQ(static_cast<uint8_t>(data.data()[at]), Pattern(i * kChunk + at, 1))
+          << i << " " << at;
+    }
+  }
+  const auto hints = Hints(h.ring());
+  ASSERT_FALSE(hints.empty());
+  EXPECT_EQ(hints.front().first, kChunk);  // from the end of the first read
+  for (size_t i = 0; i < hints.size(); ++i) {
+    EXPECT_GE(hints[i].second - hints[i].first, 256u << 10) << i;
+    if (i > 0) EXPECT_EQ(hints[i].first, hints[i - 1].second) << "each byte once";
+  }
+  // Up to 1 MiB beyond the last read, less than one step short of it.
+  EXPECT_LE(hints.back().second, 8 * kChunk + (1 << 20));
+  EXPECT_GT(hints.back().second, 8 * kChunk + (1 << 20) - (256 << 10));
+  EXPECT_EQ(h.results().size(), 8u);  // the hints reported nothing
+
+  // A jump: no hint; the next read that follows on asks again, up to the medium's end.
+  h.ring().ClearRecords();
+  const uint64_t jump = (4 << 20) - 4 * kChunk;
+  ASSERT_EQ(h.Read(jump, iov, 100), 0);
+  EXPECT_TRUE(Hints(h.ring()).empty());
+  ASSERT_EQ(h.Read(jump + kChunk, iov, 101), 0);
+  EXPECT_EQ(Hints(h.ring()),
+            (std::vector<std::pair<uint64_t, uint64_t>>{{jump + 2 * kChunk, uint64_t{4} << 20}}));
+  ASSERT_EQ(h.Read(jump + 2 * kChunk, iov, 102), 0);
+  EXPECT_EQ(Hints(h.ring()).size(), 1u) << "nothing left to ask for";
+}
+
+TEST(RawFileBackendTest, OnlyASequentialMediumThroughThePageCacheIsReadAhead) {
+  const std::string path = MakeFile("no-read-ahead.img", 1 << 20);
+  AlignedBuffer data = Buffer(65536, 0);
+  const iovec iov[] = {{data.data(), 65536}};
+  RawFileOptions plain;
+  RawFileOptions direct;
+  direct.sequential = true;
+  direct.cache_mode = CacheMode::kNone;
+  for (const RawFileOptions& options : {plain, direct}) {
+    Harness h(path, options);
+    EXPECT_FALSE(h.backend().reads_ahead());
+    for (uint64_t i = 0; i < 8; ++i) ASSERT_EQ(h.Read(i * 65536, iov, i), 0);
+    EXPECT_EQ(h.CountOps(UringOpcode::kFadvise), 0);
+  }
+}
+
 TEST(RawFileBackendTest, MoreThanIovMaxSegmentsAreBounced) {
   const std::string path = MakeFile("iovmax.img", kFileSize);
   Harness h(path);

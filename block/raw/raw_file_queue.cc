@@ -49,6 +49,12 @@ constexpr size_t kReapBatch = 64;
 constexpr uint64_t kBounceBudgetBytes = uint64_t{16} << 20;
 constexpr size_t kPageBytes = 4096;
 
+// How far a queue reads ahead of a stream of reads of a medium read front to back
+// (RawFileOptions::sequential), and the least it asks for at a time (a hint per request of a
+// guest reading 128 KiB at a time would be one system call's work per request for the kernel).
+constexpr uint64_t kReadAheadBytes = uint64_t{1} << 20;
+constexpr uint64_t kReadAheadStep = 256 << 10;
+
 // One request between Enqueue() and its completion.
 struct Op {
   bool busy = false;
@@ -75,6 +81,9 @@ struct Op {
   uint64_t chunk_length = 0;
   std::span<const iovec> caller;
   int retries = 0;
+  // The queue's own read-ahead hint (POSIX_FADV_WILLNEED for offset, remaining): no caller, no
+  // completion reported, its result ignored.
+  bool read_ahead = false;
 };
 
 class RawFileQueue final : public BlockQueue {
@@ -84,6 +93,7 @@ class RawFileQueue final : public BlockQueue {
       : backend_(std::move(backend)),
         info_(backend_->info()),
         direct_io_(backend_->direct_io()),
+        reads_ahead_(backend_->reads_ahead()),
         memory_alignment_(backend_->memory_alignment()),
         handler_(std::move(handler)),
         bounce_arena_(kBounceBudgetBytes, std::max<size_t>(kPageBytes, memory_alignment_)),
@@ -141,6 +151,10 @@ class RawFileQueue final : public BlockQueue {
   // requests that are complete without any I/O.
   int Validate(const Request& request, uint64_t length, bool* trivial) const;
   bool NeedsBounce(std::span<const iovec> buffers) const;
+  // With reads_ahead_: a read of [offset, offset + length) that continues the stream asks the
+  // kernel for up to kReadAheadBytes beyond it, once per byte; a read elsewhere starts a new
+  // stream there.
+  void FollowStream(uint64_t offset, uint64_t length);
   // Gives op its piece of the bounce arena and starts its first chunk; false when the arena has no
   // room now. Completes it with ENOMEM if the arena cannot be mapped at all.
   bool StartBounced(uint32_t index);
@@ -164,6 +178,7 @@ class RawFileQueue final : public BlockQueue {
   const std::shared_ptr<const RawFileBackend> backend_;
   const BackendInfo info_;
   const bool direct_io_;
+  const bool reads_ahead_;
   const uint32_t memory_alignment_;
   CompletionHandler handler_;
   // Slots, reused; an index is the SQE's user_data. unique_ptr keeps each Op in place while the
@@ -181,6 +196,10 @@ class RawFileQueue final : public BlockQueue {
   size_t in_flight_ = 0;         // enqueued, not yet reported to the handler
   size_t kernel_in_flight_ = 0;  // prepared SQEs whose CQE has not been reaped
   size_t prepared_ = 0;          // prepared SQEs the kernel has not consumed yet
+  // The read-ahead (FollowStream): where the last read ended, and how far the kernel has been
+  // asked to read.
+  uint64_t stream_end_ = 0;
+  uint64_t advised_end_ = 0;
   // Declared last, so destroyed first: the ring goes before the buffers it may point at.
   std::unique_ptr<UringOps> ring_;
 };
@@ -244,6 +263,7 @@ uint32_t RawFileQueue::AcquireOp() {
 void RawFileQueue::ReleaseOp(uint32_t index) {
   Op& op = *ops_[index];
   op.busy = false;
+  op.read_ahead = false;
   op.iovecs.clear();  // keeps its capacity for the next request
   if (op.bounce_bytes != 0) bounce_arena_.Free(op.bounce_offset, op.bounce_bytes);
   op.bounce_bytes = 0;
@@ -288,6 +308,34 @@ void RawFileQueue::Enqueue(const Request& request, uint64_t cookie) {
       op.iovecs.assign(request.buffers.begin(), request.buffers.end());
     }
   }
+  pending_.push_back(index);
+  if (reads_ahead_ && request.type == RequestType::kRead) FollowStream(request.offset, length);
+}
+
+void RawFileQueue::FollowStream(uint64_t offset, uint64_t length) {
+  const uint64_t end = offset + length;
+  const bool continues = offset == stream_end_;
+  stream_end_ = end;
+  if (!continues) {
+    // A jump (a seek, another file of the disc): nothing is asked for until the reads show a
+    // stream again, so random reads cost no hints.
+    advised_end_ = end;
+    return;
+  }
+  const uint64_t from = std::max(advised_end_, end);
+  const uint64_t to = std::min(end + kReadAheadBytes, backend_->size_bytes());
+  if (to <= from || to - from < std::min(kReadAheadStep, to - end)) return;
+  advised_end_ = to;
+  const uint32_t index = AcquireOp();
+  Op& op = *ops_[index];
+  op.read_ahead = true;
+  op.type = RequestType::kRead;
+  op.cookie = 0;
+  op.offset = from;
+  op.remaining = to - from;
+  op.first = 0;
+  op.retries = 0;
+  // Behind the read that prompted it, in the same submission.
   pending_.push_back(index);
 }
 
@@ -363,6 +411,13 @@ SqeSpec RawFileQueue::MakeSqe(uint32_t index) const {
   sqe.user_data = index;
   sqe.offset = op.offset;
   sqe.length = op.remaining;
+  if (op.read_ahead) {
+    // posix_fadvise(2) WILLNEED: the kernel starts reading the range into the page cache and
+    // returns; io_uring runs it on one of its own workers, so the iothread never waits for it.
+    sqe.opcode = UringOpcode::kFadvise;
+    sqe.fadvise_advice = POSIX_FADV_WILLNEED;
+    return sqe;
+  }
   switch (op.type) {
     case RequestType::kRead:
     case RequestType::kWrite:
@@ -419,6 +474,11 @@ void RawFileQueue::HandleCqe(const CqeResult& cqe) {
   if (cqe.user_data >= ops_.size() || !ops_[cqe.user_data]->busy) return;  // cannot happen
   const uint32_t index = static_cast<uint32_t>(cqe.user_data);
   Op& op = *ops_[index];
+  if (op.read_ahead) {
+    // A hint: whatever came of it, the reads are as correct, only sooner or later served.
+    ReleaseOp(index);
+    return;
+  }
   if (cqe.res < 0) {
     const int error = -cqe.res;
     if (error == EAGAIN || error == EINTR) {

@@ -61,7 +61,8 @@ absl::Status LockDown(io_uring& ring, int file_fd, int event_fd) {
   };
   allow_register(IORING_UNREGISTER_FILES);
   if (file_fd < 0) allow_register(IORING_REGISTER_FILES);
-  for (uint8_t op : {IORING_OP_READV, IORING_OP_WRITEV, IORING_OP_FSYNC, IORING_OP_FALLOCATE}) {
+  for (uint8_t op : {IORING_OP_READV, IORING_OP_WRITEV, IORING_OP_FSYNC, IORING_OP_FALLOCATE,
+                     IORING_OP_FADVISE}) {
     restrictions.push_back(SqeOp(op));
   }
   restrictions.push_back(SqeFlags(IORING_RESTRICTION_SQE_FLAGS_REQUIRED, IOSQE_FIXED_FILE));
@@ -151,6 +152,10 @@ class LockedDownRing final : public UringOps {
         break;
       case UringOpcode::kFallocate:
         io_uring_prep_fallocate(sqe, kFileIndex, spec.fallocate_mode, spec.offset, spec.length);
+        break;
+      case UringOpcode::kFadvise:
+        io_uring_prep_fadvise(sqe, kFileIndex, spec.offset, static_cast<off_t>(spec.length),
+                              spec.fadvise_advice);
         break;
     }
     sqe->flags |= IOSQE_FIXED_FILE;

@@ -24,6 +24,7 @@ enum class UringOpcode : uint8_t {
   kWritev,     // IORING_OP_WRITEV (rw_flags as for pwritev2(2), e.g. RWF_DSYNC)
   kFsync,      // IORING_OP_FSYNC (fsync_flags IORING_FSYNC_DATASYNC: fdatasync(2))
   kFallocate,  // IORING_OP_FALLOCATE (Linux 5.6; mode as for fallocate(2))
+  kFadvise,    // IORING_OP_FADVISE (Linux 5.6; advice as for posix_fadvise(2))
 };
 
 // One submission queue entry in the backend's own terms: the subset of struct io_uring_sqe it
@@ -35,11 +36,12 @@ struct SqeSpec {
   const iovec* iovecs = nullptr;  // kReadv, kWritev
   unsigned iovec_count = 0;
   uint64_t offset = 0;
-  // kFallocate: the byte count; kReadv/kWritev: the iovecs' total (informative).
+  // kFallocate, kFadvise: the byte count; kReadv/kWritev: the iovecs' total (informative).
   uint64_t length = 0;
   int rw_flags = 0;          // kReadv/kWritev
   unsigned fsync_flags = 0;  // kFsync
   int fallocate_mode = 0;    // kFallocate
+  int fadvise_advice = 0;    // kFadvise
   uint64_t user_data = 0;
 };
 
@@ -76,7 +78,7 @@ class UringOps {
 // iothread preparing entries by hand) reaches nothing but that file:
 //   - created disabled (IORING_SETUP_R_DISABLED, Linux 5.10), so nothing runs before the rest;
 //   - `file_fd` registered as fixed file 0 and the ring's own eventfd registered for completions;
-//   - restricted (IORING_REGISTER_RESTRICTIONS) to the four operations of UringOpcode, each entry
+//   - restricted (IORING_REGISTER_RESTRICTIONS) to the five operations of UringOpcode, each entry
 //     required to carry IOSQE_FIXED_FILE and no other flag, so it can name fixed file 0 only;
 //     any other operation (IORING_OP_OPENAT, SOCKET, CONNECT, ...) completes with -EACCES;
 //   - no register operation allowed once enabled but IORING_UNREGISTER_FILES (which the ring
@@ -96,12 +98,12 @@ class LockedDownRing;  // uring_ops.cc
 // in force (vmm/sandbox/thread_policy.cc), and every ring comes from here.
 //
 // A ring of the pool is made as CreateLockedDownRing's, but without a file: disabled, its eventfd
-// registered, restricted to the same four operations on fixed files only, with two register
+// registered, restricted to the same five operations on fixed files only, with two register
 // operations left allowed, IORING_REGISTER_FILES and IORING_UNREGISTER_FILES, then enabled. Take()
 // registers the image as fixed file 0; Recycle() unregisters it and keeps the ring for the next
 // Take(). Whoever can call io_uring_register (the control threads; never an iothread) can thus
-// point a ring at a descriptor it holds, and do to it no more than read, write, sync and
-// fallocate, which its own system calls already do. Thread-safe.
+// point a ring at a descriptor it holds, and do to it no more than read, write, sync, fallocate
+// and fadvise, which its own system calls already do. Thread-safe.
 class RingPool {
  public:
   // `count` rings of `entries` SQEs each, made now.

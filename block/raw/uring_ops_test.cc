@@ -166,7 +166,7 @@ TEST(LockedDownRingTest, WritesReadsAndSyncsItsFile) {
 }
 
 // A ring of the pool (SetUpPooledRing), attacked the same way: until a file is registered it
-// reaches nothing, and registering one is all it allows beyond the four operations.
+// reaches nothing, and registering one is all it allows beyond the five operations.
 TEST(PooledRingAttack, TakesOneFileAndNothingElse) {
   auto event_fd = sys_util::MakeEventFd();
   ASSERT_TRUE(event_fd.ok());
