@@ -31,7 +31,8 @@ size_t CoalescedWrites::Drain(kvm_abi::CoalescedRing* ring) {
   size_t applied = 0;
   while (first != last) {
     const kvm_coalesced_mmio& entry = ring->entries()[first];
-    const std::span<const uint8_t> data(entry.data, std::min<size_t>(entry.len, sizeof(entry.data)));
+    const std::span<const uint8_t> data(entry.data,
+                                        std::min<size_t>(entry.len, sizeof(entry.data)));
     if (entry.pio) {
       pio_bus_.Write(entry.phys_addr, data);
     } else {

@@ -73,7 +73,8 @@ TEST_F(CoalescedWritesTest, AppliesInTheGuestsOrderOnTheRightBus) {
   EXPECT_EQ(ide_->writes[1], (std::pair<uint64_t, std::vector<uint8_t>>{3, {0x10}}));
   EXPECT_EQ(ide_->writes[2], (std::pair<uint64_t, std::vector<uint8_t>>{1, {0xaa, 0xbb}}));
   ASSERT_EQ(mmio_device_->writes.size(), 1u);
-  EXPECT_EQ(mmio_device_->writes[0], (std::pair<uint64_t, std::vector<uint8_t>>{0x10, {1, 2, 3, 4}}));
+  EXPECT_EQ(mmio_device_->writes[0],
+            (std::pair<uint64_t, std::vector<uint8_t>>{0x10, {1, 2, 3, 4}}));
   EXPECT_EQ(writes_.applied(), 4u);
   // Nothing queued since: nothing applied again.
   EXPECT_EQ(writes_.Drain(ring_.get()), 0u);
