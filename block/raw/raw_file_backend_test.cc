@@ -614,7 +614,9 @@ TEST(RawFileBackendTest, ASequentialMediumIsReadAheadOfItsStream) {
   EXPECT_EQ(hints.front().first, kChunk);  // from the end of the first read
   for (size_t i = 0; i < hints.size(); ++i) {
     EXPECT_GE(hints[i].second - hints[i].first, 256u << 10) << i;
-    if (i > 0) EXPECT_EQ(hints[i].first, hints[i - 1].second) << "each byte once";
+    if (i > 0) {
+      EXPECT_EQ(hints[i].first, hints[i - 1].second) << "each byte once";
+    }
   }
   // Up to 1 MiB beyond the last read, less than one step short of it.
   EXPECT_LE(hints.back().second, 8 * kChunk + (1 << 20));
