@@ -177,12 +177,12 @@ nsc_scsi_limits_check() {
 # Phase 1, nothing limited (the group lifted through the API): each disk's own rate. Phase 2,
 # disk0 limited to 200 IOPS: it keeps within it, and disk1, unlimited on the same iothread, is not
 # held back by it (requests wait in disk0's queue, not in the iothread): none of disk1's requests
-# waited, and it got at least what disk0 got (issue 24). Its share of its own
-# phase-1 rate is reported, not judged: it measures the emulation's speed as much as the VMM
-# (85-90 % while the limited queue was tried again on every loop of the iothread, 141 % once it
-# waited for its timer, and 87 % on 2026-12-07 in a run whose phase 3 also reached only 243 of its
-# 600 IOPS: the whole L1 had slowed). That the waiting queue costs the iothread nothing until its timer fires is
-# block/drive_test.cc's AWaitingQueueTriesAgainOnlyWhenItsTimerFires.
+# waited, and it got at least what disk0 got (issue 24). Its share of its own phase-1 rate is
+# reported, not judged: it measures the emulation's speed as much as the VMM (85-90 % while the
+# limited queue was tried again on every loop of the iothread, 141 % once it waited for its
+# timer, and 87 % on 2026-12-07 in a run whose phase 3 also reached only 243 of its 600 IOPS: the
+# whole L1 had slowed). That the waiting queue costs the iothread nothing until its timer fires
+# is block/drive_test.cc's AWaitingQueueTriesAgainOnlyWhenItsTimerFires.
 # Phase 3, disk0's own limit lifted and the group set to 600 IOPS: the two together keep within
 # 105 % of it.
 nsc_scsi_limits_shared_job() {
