@@ -395,7 +395,10 @@ TEST_F(FirmwareTest, TripleFaultResetsUnderOnRebootRestart) {
        "--ide-disk=" + disk_path, "--on-reboot=restart", "--api-socket=" + socket, "--jail=off"},
       options);
   EXPECT_FALSE(result.timed_out) << result.out << result.err;
-  EXPECT_EQ(boots, 2) << result.out << result.err;
+  // At least the second boot; a third may come first: the boot sector faults again at once, and
+  // the shutdown request, sent from this output callback, can reach the VMM after the next
+  // restart (seen in L1 under the emulation, where a boot takes as long as the API's round trip).
+  EXPECT_GE(boots, 2) << result.out << result.err;
   EXPECT_THAT(shutdown_answer, ::testing::StartsWith("0 ")) << shutdown_answer;
   EXPECT_THAT(result.err,
               HasSubstr("guest triple fault, restarting the guest (--on-reboot=restart)"));
