@@ -49,7 +49,8 @@
 #       socket, so no L2-STATS lines
 #   L2_MARKERS=l2_bench_markers   answers the guest's @@BENCH-BEGIN/END W (scenario=bench) with
 #       L2-BENCH NAME BEGIN|END W exits=... (L1's KVM counters in debugfs, all VMs: one runs at a
-#       time) cpu_ticks=N (the VMM process, utime + stime) hwm_kib=N (its peak RSS)
+#       time) cpu_ticks=N (the VMM process, utime + stime) hwm_kib=N (its peak RSS), then
+#       L2-SCHED, L2-STATS and L2-L1 lines (l2_sched, l2_stats, l2_l1_load)
 #   L2_FRESH_MEMORY=1    before each VMM starts, write L1's free memory once (l2_fresh_memory):
 #       L2-FRESH NAME mib=N seconds=S
 #   L2_TRACE_BOOT=1      trace L1's KVM from the VMM's start to the guest's /init (l2_trace_end):
@@ -172,6 +173,20 @@ l2_sched() {  # tag: per VMM thread, COMM=TICKS/CPU/VOLUNTARY/INVOLUNTARY/USER/S
       END { printf "%d/%d/%d/%d/%d/%d/%d", u + s, cpu, v, n, u, s, g }')"
   done
   echo "L2-SCHED $L2_NAME $1$line"
+}
+
+l2_l1_load() {  # tag: print an L2-L1 line: L1's work disk and CPUs, for what L1 does meanwhile
+  # The work disk's counters (/sys/block/vda/stat: reads, merged, sectors, ms; writes, merged,
+  # sectors, ms; in flight; busy ms; queue ms, as "/"-joined fields), each CPU's jiffies from
+  # /proc/stat (user/nice/system/idle/iowait/irq/softirq), and the interrupts of each virtio
+  # request queue per CPU (/proc/interrupts): where a cold read's disk work and completions land.
+  local disk cpus irqs
+  disk=$(awk '{ for (i = 1; i <= 11; i++) printf "%s%s", (i > 1 ? "/" : ""), $i }' /sys/block/vda/stat 2>/dev/null)
+  cpus=$(awk '/^cpu[0-9]/ { printf " %s=%s/%s/%s/%s/%s/%s/%s", $1, $2, $3, $4, $5, $6, $7, $8 }' /proc/stat)
+  irqs=$(awk 'NR == 1 { n = NF; next } /virtio[0-9]*-req/ { s = ""
+           for (i = 2; i <= n + 1; i++) s = s (i > 2 ? "/" : "") $i
+           printf " %s=%s", $NF, s }' /proc/interrupts)
+  echo "L2-L1 $L2_NAME $1 vda=${disk:-none}$cpus$irqs"
 }
 
 l2_hung() {  # why: what a watchdog saw before it kills the VMM
@@ -392,6 +407,7 @@ l2_bench_markers() {  # marker: see L2_MARKERS=l2_bench_markers above
       echo "L2-BENCH $L2_NAME ${1#BENCH-} $(l2_kvm_counters) cpu_ticks=${ticks:-0} hwm_kib=${hwm:-0}"
       l2_sched "${1#BENCH-}"
       l2_stats "${1#BENCH-}"
+      l2_l1_load "${1#BENCH-}"
       echo ok >&3 ;;
   esac
 }
