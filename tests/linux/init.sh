@@ -33,8 +33,9 @@
 #              RESULT limit_iops_P (disks=1) or limit_iops_P_diskN for the VMM's Nth disk (LUN N)
 #   hotplug:   seconds=90: fio (randrw 4k, depth 4) on the first disk throughout, stopped when
 #              the steps below are done, at most `seconds` (RESULT background_fio);
-#              @@HOTPLUG-ATTACH (the host attaches a disk and answers): the new sd device appears with no rescan (RESULT attach_seen_seconds, attached_disk), 8 MiB
-#              written and verified (crc32c) on it; then random writes on its next 8 MiB and,
+#              @@HOTPLUG-ATTACH (the host attaches a disk and answers): the new sd device appears
+#              with no rescan (RESULT attach_seen_seconds, attached_disk), 8 MiB written and
+#              verified (crc32c) on it; then random writes on its next 8 MiB and,
 #              during them, @@HOTPLUG-DETACH (the host detaches it): the device goes (RESULT
 #              detach_seen_seconds) and that fio ends with an error (RESULT detach_fio_status);
 #              @@HOTPLUG-REATTACH (the same image attached again, which its lock allows only once
